@@ -1,0 +1,19 @@
+# Every third-party dependency is imported here, once, from Debian packages.
+# librdkafka, libpq and sqlite3 ship only pkg-config files on Debian 12, so they
+# become IMPORTED targets through pkg_check_modules(... IMPORTED_TARGET).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(RDKAFKA REQUIRED IMPORTED_TARGET rdkafka>=2.0)
+pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq>=14)
+pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3>=3.35)  # RETURNING needs 3.35
+find_package(simdjson REQUIRED)
+find_package(fmt REQUIRED)
+find_package(Threads REQUIRED)
+if(IDEM_BUILD_CLI)
+  find_package(CLI11 REQUIRED)
+endif()
+if(IDEM_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(IDEM_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// The one exception type idem throws at its edges (setup, connection, SQL),
+/// and the classification the consumer loop uses to decide what to do next.
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace idem {
+
+/// Where an error came from.
+enum class ErrorSource { Config, Kafka, Postgres, Sqlite, Http, Event, Internal };
+
+/// What kind of error it is. The consumer loop maps these to an action.
+enum class ErrorCode {
+  InvalidArgument,    ///< a caller passed something that can never work (bad URL, bad name)
+  Connection,         ///< the connection is broken or could not be made: reconnect, then redo
+  TransactionAborted, ///< serialization failure, deadlock, SQLITE_BUSY: redo the transaction
+  Constraint,         ///< a constraint was violated: redoing will not help
+  Query,              ///< the SQL itself failed (syntax, missing table, type mismatch)
+  InDoubt,            ///< the connection dropped during COMMIT: outcome unknown, never guess
+  Timeout,            ///< a deadline passed
+  Schema,             ///< the schema is missing or at an unexpected version
+  Internal,           ///< a bug or an impossible state
+};
+
+/// The exception thrown by idem. Carries a code, a source and optional native
+/// detail (a SQLSTATE, an SQLite extended result code, an HTTP status).
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, ErrorSource source, const std::string& message, std::string detail = {})
+      : std::runtime_error(message), code_(code), source_(source), detail_(std::move(detail)) {}
+
+  [[nodiscard]] ErrorCode code() const noexcept { return code_; }
+  [[nodiscard]] ErrorSource source() const noexcept { return source_; }
+  /// Native detail such as a SQLSTATE ("40001") or SQLite code ("SQLITE_BUSY"); may be empty.
+  [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
+
+  /// True when redoing the whole unit of work later may succeed
+  /// (Connection, TransactionAborted, Timeout, InDoubt).
+  [[nodiscard]] bool transient() const noexcept {
+    return code_ == ErrorCode::Connection || code_ == ErrorCode::TransactionAborted ||
+           code_ == ErrorCode::Timeout || code_ == ErrorCode::InDoubt;
+  }
+
+ private:
+  ErrorCode code_;
+  ErrorSource source_;
+  std::string detail_;
+};
+
+/// Short stable names, for logs and DLQ headers.
+[[nodiscard]] std::string_view to_string(ErrorCode code) noexcept;
+[[nodiscard]] std::string_view to_string(ErrorSource source) noexcept;
+
+}  // namespace idem

@@ -1,0 +1,39 @@
+#pragma once
+/// \file
+/// `order.confirmed.v1`, the event of the reference system (SPEC section 2).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "idem/amount.hpp"
+#include "idem/events/validation.hpp"
+#include "idem/timestamp.hpp"
+#include "idem/uuid.hpp"
+
+namespace idem {
+
+inline constexpr std::string_view kOrderConfirmedV1 = "order.confirmed.v1";
+
+/// A validated order.confirmed.v1 event.
+struct OrderConfirmed {
+  Uuid event_id;            ///< UUIDv7, born with the event (IDEM-1)
+  Timestamp occurred_at;
+  std::int64_t order_id = 0;     ///< > 0; also the Kafka message key
+  std::int64_t customer_id = 0;  ///< > 0
+  Amount total_amount;
+
+  friend bool operator==(const OrderConfirmed&, const OrderConfirmed&) = default;
+};
+
+/// Parses and validates a JSON payload. Never throws; every failure is a
+/// ValidationError naming the field and the reason. Unknown extra fields are
+/// ignored (forward compatibility); duplicate fields are rejected.
+/// Thread-safe (each thread uses its own parser).
+[[nodiscard]] Validated<OrderConfirmed> parse_order_confirmed(std::string_view json,
+                                                              const ParseLimits& limits = {});
+
+/// Serializes to the canonical JSON form that parse_order_confirmed accepts.
+[[nodiscard]] std::string to_json(const OrderConfirmed& event);
+
+}  // namespace idem

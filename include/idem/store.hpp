@@ -1,0 +1,243 @@
+#pragma once
+/// \file
+/// The dedup store: a small interface that hands out transactions in which the
+/// dedup mark and the business effect commit or roll back together (IDEM-2, IDEM-3).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "idem/amount.hpp"
+#include "idem/clock.hpp"
+#include "idem/timestamp.hpp"
+#include "idem/uuid.hpp"
+
+namespace idem {
+
+/// A bound SQL parameter. Placeholders are written `$1`, `$2`, ... on every backend.
+///
+/// Binding: integers, reals and text bind natively. A Uuid binds as text on
+/// PostgreSQL (cast by the server to `uuid`) and as a 16-byte BLOB on SQLite
+/// (idem's SQLite schema stores UUIDs that way). An Amount binds as its canonical
+/// decimal text ("12.30"), which PostgreSQL reads into `numeric` and SQLite keeps
+/// exact in a TEXT column. A Timestamp binds as RFC 3339 text.
+class Param {
+ public:
+  using Value = std::variant<std::monostate, std::int64_t, double, bool, std::string, Uuid>;
+
+  Param(std::nullptr_t) noexcept {}                                         // NOLINT
+  Param(std::int64_t v) noexcept : value_(v) {}                             // NOLINT
+  Param(int v) noexcept : value_(static_cast<std::int64_t>(v)) {}          // NOLINT
+  Param(double v) noexcept : value_(v) {}                                   // NOLINT
+  Param(bool v) noexcept : value_(v) {}                                     // NOLINT
+  Param(std::string_view v) : value_(std::string(v)) {}                     // NOLINT
+  Param(const std::string& v) : value_(v) {}                                // NOLINT
+  Param(const char* v) : value_(std::string(v)) {}                          // NOLINT
+  Param(const Uuid& v) noexcept : value_(v) {}                              // NOLINT
+  Param(const Amount& v) : value_(v.to_string()) {}                         // NOLINT
+  Param(Timestamp v);                                                       // NOLINT
+  template <class T>
+  Param(const std::optional<T>& v) : Param(v ? Param(*v) : Param(nullptr)) {}  // NOLINT
+
+  [[nodiscard]] const Value& value() const noexcept { return value_; }
+  [[nodiscard]] bool is_null() const noexcept { return value_.index() == 0; }
+
+ private:
+  Value value_;
+};
+
+/// One row of a result; a view into Rows, valid while the Rows lives.
+class RowView {
+ public:
+  RowView(const class Rows& rows, std::size_t row) noexcept : rows_(&rows), row_(row) {}
+
+  [[nodiscard]] std::size_t size() const noexcept;
+  [[nodiscard]] bool is_null(std::size_t col) const;
+  /// The raw cell: PostgreSQL text format, or SQLite's value as text (BLOBs as raw bytes).
+  /// Throws Error(Query) for a NULL cell or a column out of range.
+  [[nodiscard]] std::string_view text(std::size_t col) const;
+  [[nodiscard]] std::int64_t int64(std::size_t col) const;    ///< throws if not an integer
+  [[nodiscard]] double real(std::size_t col) const;           ///< throws if not a number
+  [[nodiscard]] Uuid uuid(std::size_t col) const;             ///< accepts text or 16-byte blob
+  [[nodiscard]] Amount amount(std::size_t col) const;         ///< exact decimal text
+  [[nodiscard]] bool boolean(std::size_t col) const;          ///< t/f, true/false, 1/0
+
+ private:
+  const class Rows* rows_;
+  std::size_t row_;
+};
+
+/// The result of a statement: rows (possibly none) and the number of rows it changed.
+class Rows {
+ public:
+  Rows() = default;
+  Rows(std::size_t columns, std::vector<std::optional<std::string>> cells, std::int64_t affected)
+      : columns_(columns), cells_(std::move(cells)), affected_(affected) {}
+
+  [[nodiscard]] std::size_t size() const noexcept { return columns_ ? cells_.size() / columns_ : 0; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] std::size_t columns() const noexcept { return columns_; }
+  /// Rows inserted, updated or deleted by the statement.
+  [[nodiscard]] std::int64_t affected() const noexcept { return affected_; }
+  [[nodiscard]] RowView operator[](std::size_t row) const noexcept { return RowView(*this, row); }
+  [[nodiscard]] const std::optional<std::string>& cell(std::size_t row, std::size_t col) const;
+
+  class Iterator {
+   public:
+    Iterator(const Rows& rows, std::size_t i) noexcept : rows_(&rows), i_(i) {}
+    RowView operator*() const noexcept { return (*rows_)[i_]; }
+    Iterator& operator++() noexcept { ++i_; return *this; }
+    bool operator!=(const Iterator& o) const noexcept { return i_ != o.i_; }
+   private:
+    const Rows* rows_;
+    std::size_t i_;
+  };
+  [[nodiscard]] Iterator begin() const noexcept { return {*this, 0}; }
+  [[nodiscard]] Iterator end() const noexcept { return {*this, size()}; }
+
+ private:
+  std::size_t columns_ = 0;
+  std::vector<std::optional<std::string>> cells_;  // row-major
+  std::int64_t affected_ = 0;
+};
+
+/// A database transaction. It can be neither copied nor moved; destroying it
+/// without commit() rolls it back. Dedup marks, business SQL and (later) outbox
+/// rows all go through the same handle, so they commit or roll back together.
+///
+/// Not thread-safe: one thread uses a transaction at a time.
+/// Every method that talks to the database throws idem::Error on failure.
+class Transaction {
+ public:
+  Transaction() = default;
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  Transaction(Transaction&&) = delete;
+  Transaction& operator=(Transaction&&) = delete;
+  virtual ~Transaction() = default;
+
+  /// Runs one statement with bound parameters (`$1`, `$2`, ...); values are never
+  /// spliced into the SQL text. Statements are prepared once per connection and cached.
+  template <class... Args>
+  Rows execute(std::string_view sql, const Args&... args) {
+    const std::array<Param, sizeof...(Args)> params{Param(args)...};
+    return execute_params(sql, params);
+  }
+  virtual Rows execute_params(std::string_view sql, std::span<const Param> params) = 0;
+
+  /// Marks `event_id` processed for `consumer_group` with INSERT ... ON CONFLICT DO NOTHING.
+  /// Returns true when this is the first time (the row was inserted by this call).
+  /// The mark is part of this transaction: it disappears if the transaction rolls back.
+  [[nodiscard]] virtual bool mark_processed(const Uuid& event_id, std::string_view consumer_group) = 0;
+
+  /// The batch form: one statement for the whole span. Element i of the result is true
+  /// when event_ids[i] was not processed before and does not occur earlier in the span;
+  /// so an id repeated inside the batch is new at most at its first position.
+  [[nodiscard]] virtual std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
+                                                               std::string_view consumer_group) = 0;
+
+  /// Makes everything durable. After commit() the transaction is finished.
+  /// Throws Error(InDoubt) when the connection broke during COMMIT: the outcome is
+  /// then unknown and must not be guessed; redelivery plus the dedup mark decide.
+  virtual void commit() = 0;
+  /// Discards everything. Idempotent; never throws.
+  virtual void rollback() noexcept = 0;
+  /// True until commit() or rollback().
+  [[nodiscard]] virtual bool active() const noexcept = 0;
+
+ protected:
+  friend class Savepoint;
+  virtual void savepoint(std::string_view name) = 0;
+  virtual void release_savepoint(std::string_view name) = 0;
+  virtual void rollback_to_savepoint(std::string_view name) = 0;
+};
+
+/// A savepoint inside a transaction, so one failing piece of work can be undone
+/// without losing the rest (used to isolate one event inside a batch). Rolls back
+/// to the savepoint on destruction unless release()d. Savepoints nest.
+class Savepoint {
+ public:
+  explicit Savepoint(Transaction& tx);
+  Savepoint(const Savepoint&) = delete;
+  Savepoint& operator=(const Savepoint&) = delete;
+  ~Savepoint();
+
+  /// Keeps the work done since the savepoint.
+  void release();
+  /// Undoes the work done since the savepoint; the transaction stays usable.
+  void rollback();
+
+ private:
+  Transaction& tx_;
+  std::string name_;
+  bool done_ = false;
+};
+
+enum class Backend { Postgres, Sqlite };
+[[nodiscard]] std::string_view to_string(Backend backend) noexcept;
+
+/// How the schema is created.
+struct MigrateOptions {
+  /// PostgreSQL only: create processed_event RANGE-partitioned on event_id
+  /// (UUIDv7 bounds at period boundaries) instead of as a plain table.
+  bool partitioned = false;
+  std::chrono::hours partition_period = std::chrono::hours(24);
+  int partitions_behind = 7;  ///< periods before now that get a partition
+  int partitions_ahead = 3;   ///< periods after now that get a partition
+  const Clock* clock = &SystemClock::instance();
+};
+
+/// What migrate() did.
+struct MigrationReport {
+  int from_version = 0;
+  int to_version = 0;
+  std::vector<std::string> applied;  ///< names of the migrations applied in this run
+};
+
+/// Options for opening a store.
+struct StoreOptions {
+  std::chrono::milliseconds busy_timeout{5000};     ///< SQLite: wait this long for a lock
+  std::chrono::seconds connect_timeout{10};         ///< PostgreSQL: connect deadline
+  std::chrono::milliseconds statement_timeout{0};   ///< PostgreSQL: 0 = server default
+  std::string application_name = "idem";            ///< PostgreSQL: shown in pg_stat_activity
+};
+
+/// A connection to a dedup store. A Store is one connection: it is not
+/// thread-safe, and at most one transaction is open on it at a time
+/// (begin() throws Error(InvalidArgument) otherwise). Open one Store per thread.
+class Store {
+ public:
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
+
+  /// Starts a transaction. The Store must outlive it. Throws Error on connection failure
+  /// (a broken connection is re-established here, once, before giving up).
+  [[nodiscard]] virtual std::unique_ptr<Transaction> begin() = 0;
+
+  /// Applies every migration not yet applied, in version order, each in its own
+  /// transaction; safe to run again and from several processes at once.
+  virtual MigrationReport migrate(const MigrateOptions& options = {}) = 0;
+  /// The highest applied migration version (0 for an empty database).
+  [[nodiscard]] virtual int schema_version() = 0;
+
+  [[nodiscard]] virtual Backend backend() const noexcept = 0;
+};
+
+/// Opens a store by URL:
+///   `postgresql://user:pass@host:port/db?sslmode=...` (or `postgres://`, or a libpq
+///   key=value string prefixed with `postgresql:`), handed to libpq unchanged;
+///   `sqlite:///absolute/path.db`, `sqlite://relative/path.db`, `sqlite://:memory:`.
+/// Throws Error(InvalidArgument) for an unknown scheme, Error(Connection) if it cannot connect.
+[[nodiscard]] std::unique_ptr<Store> open_store(std::string_view url, const StoreOptions& options = {});
+
+}  // namespace idem
