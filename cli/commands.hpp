@@ -1,0 +1,16 @@
+#pragma once
+// Each subcommand lives in its own file and registers itself on the root app.
+// The CLI only parses arguments and wires library objects together.
+#include <CLI/CLI.hpp>
+
+namespace idem::cli {
+
+/// Set by a subcommand's callback; main() returns it.
+struct ExitCode {
+  int value = 0;
+};
+
+void register_migrate(CLI::App& app, ExitCode& exit_code);
+void register_demo(CLI::App& app, ExitCode& exit_code);
+
+}  // namespace idem::cli

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds idem with warnings as errors and runs every test (unit, integration,
+# fault, packaging) against a throwaway PostgreSQL on 127.0.0.1 and the
+# embedded Kafka-protocol broker. Used by .ci/run.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${IDEM_BUILD_DIR:-$root/build-test}"
+jobs="${IDEM_JOBS:-2}"
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON
+cmake --build "$build" -j"$jobs"
+"$root/scripts/with-postgres.sh" \
+  ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs" "$@"
