@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   idem::cli::ExitCode exit_code;
   idem::cli::register_migrate(app, exit_code);
   idem::cli::register_demo(app, exit_code);
+  idem::cli::register_dev_broker(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,112 @@
+#pragma once
+// The SQLite store and its transaction. Private: users get them through
+// make_sqlite_store() / open_store() as idem::Store and idem::Transaction.
+#include <sqlite3.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/store.hpp"
+#include "stores/sqlite/statement_cache.hpp"
+
+namespace idem::detail::sqlite {
+
+class SqliteTransaction;
+
+/// One SQLite connection (see make_sqlite_store for how it is configured).
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(std::string_view path, const StoreOptions& options);
+  ~SqliteStore() override;
+
+  [[nodiscard]] std::unique_ptr<Transaction> begin() override;
+  MigrationReport migrate(const MigrateOptions& options) override;
+  [[nodiscard]] int schema_version() override;
+  [[nodiscard]] Backend backend() const noexcept override { return Backend::Sqlite; }
+
+  [[nodiscard]] sqlite3* db() const noexcept { return db_; }
+
+ private:
+  friend class SqliteTransaction;
+
+  // --- used by SqliteTransaction -------------------------------------------------
+  /// The cached statement for user SQL, preparing it on first use.
+  Statement& user_statement(std::string_view sql);
+  /// The cached single-row marker / the cached multi-row marker for `rows` ids.
+  Statement& mark_statement();
+  Statement& batch_statement(std::size_t rows);
+  /// Runs COMMIT / ROLLBACK / SAVEPOINT ... as idem itself (the authorizer lets them through).
+  /// Returns the SQLite result; on failure `error` holds the Error built before the reset.
+  int run_control(Statement& st, std::string_view what, std::optional<Error>& error);
+  void exec_control(const std::string& sql, std::string_view what);
+  void transaction_finished(const SqliteTransaction* tx) noexcept;
+  [[nodiscard]] std::size_t max_batch_rows() const noexcept { return max_batch_rows_; }
+
+  // --- internals ---------------------------------------------------------------
+  static int authorize(void* self, int action, const char*, const char*, const char*,
+                       const char*) noexcept;
+  void exec(const char* sql, std::string_view what);
+  std::unique_ptr<Statement> prepare_schema_statement(const std::string& sql);
+  [[nodiscard]] bool has_table(const char* name);
+  void apply_migration(int version, const char* name, const char* sql, bool& applied);
+
+  sqlite3* db_ = nullptr;
+  std::string path_;
+  std::size_t max_batch_rows_ = 0;
+  SqliteTransaction* open_tx_ = nullptr;
+  // Set while idem itself runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT; the authorizer denies
+  // those statements otherwise (see authorize()).
+  bool control_allowed_ = false;
+  bool control_denied_ = false;
+  std::unique_ptr<Statement> begin_;
+  std::unique_ptr<Statement> commit_;
+  std::unique_ptr<Statement> rollback_;
+  std::unique_ptr<Statement> mark_;
+  SqlStatementCache user_cache_;
+  SizedStatementCache batch_cache_;
+};
+
+/// A transaction on a SqliteStore, opened with BEGIN IMMEDIATE.
+class SqliteTransaction final : public Transaction {
+ public:
+  explicit SqliteTransaction(SqliteStore& store) noexcept : store_(&store) {}
+  ~SqliteTransaction() override;
+
+  Rows execute_params(std::string_view sql, std::span<const Param> params) override;
+  [[nodiscard]] bool mark_processed(const Uuid& event_id, std::string_view consumer_group) override;
+  [[nodiscard]] std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
+                                                       std::string_view consumer_group) override;
+  void commit() override;
+  void rollback() noexcept override;
+  [[nodiscard]] bool active() const noexcept override { return state_ == State::Active; }
+
+  /// The store is being destroyed while this transaction is open: roll back and let go.
+  void detach() noexcept;
+
+ protected:
+  void savepoint(std::string_view name) override;
+  void release_savepoint(std::string_view name) override;
+  void rollback_to_savepoint(std::string_view name) override;
+
+ private:
+  enum class State { Active, Committed, RolledBack, Aborted, Detached };
+
+  /// The store, if this transaction can still run statements; throws otherwise.
+  SqliteStore& usable();
+  /// After a failed statement: SQLite rolls the whole transaction back by itself on some
+  /// errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY, SQLITE_NOMEM, and constraints with
+  /// an OR ROLLBACK clause). Notice that, so no later statement runs in autocommit mode.
+  void check_still_open() noexcept;
+  void finish(State state) noexcept;
+
+  SqliteStore* store_;
+  State state_ = State::Active;
+};
+
+}  // namespace idem::detail::sqlite
