@@ -11,6 +11,7 @@ struct ExitCode {
 };
 
 void register_migrate(CLI::App& app, ExitCode& exit_code);
+void register_consume(CLI::App& app, ExitCode& exit_code);
 void register_demo(CLI::App& app, ExitCode& exit_code);
 void register_dev_broker(CLI::App& app, ExitCode& exit_code);
 

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
 
   idem::cli::ExitCode exit_code;
   idem::cli::register_migrate(app, exit_code);
+  idem::cli::register_consume(app, exit_code);
   idem::cli::register_demo(app, exit_code);
   idem::cli::register_dev_broker(app, exit_code);
 

@@ -21,4 +21,4 @@ CREATE TABLE processed_event (
 ) WITHOUT ROWID;
 
 -- The TTL purge deletes by age; without this index it would scan the whole table.
-CREATE INDEX processed_event_processed_at_idx ON processed_event (processed_at);
+CREATE INDEX ix_processed_event_processed_at ON processed_event (processed_at);

@@ -1,0 +1,147 @@
+// `idem consume`: run an idempotent consumer from flags until SIGTERM/SIGINT.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.hpp"
+#include "idem/consumer.hpp"
+#include "idem/error.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/handlers/count.hpp"
+#include "idem/store.hpp"
+
+namespace idem::cli {
+
+namespace {
+
+/// Blocks SIGINT/SIGTERM in the calling thread (and so in every thread started after,
+/// librdkafka's included) and turns them into consumer.stop() on a thread of its own.
+/// Nothing runs in a signal handler.
+class StopOnSignal {
+ public:
+  StopOnSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  ~StopOnSignal() {
+    done_.store(true);
+    if (waiter_.joinable()) waiter_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+  void start(Consumer& consumer) {
+    waiter_ = std::thread([this, &consumer] {
+      const timespec slice{0, 200'000'000};  // re-check done_ every 200 ms
+      while (!done_.load()) {
+        if (sigtimedwait(&set_, nullptr, &slice) > 0) consumer.stop();
+      }
+    });
+  }
+
+ private:
+  sigset_t set_{};
+  sigset_t old_{};
+  std::atomic<bool> done_{false};
+  std::thread waiter_;
+};
+
+std::pair<std::string, std::string> split_property(const std::string& kv) {
+  const auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                fmt::format("--kafka expects key=value, got '{}'", kv));
+  }
+  return {kv.substr(0, eq), kv.substr(eq + 1)};
+}
+
+}  // namespace
+
+void register_consume(CLI::App& app, ExitCode& exit_code) {
+  struct Options {
+    std::string brokers;
+    std::vector<std::string> topics;
+    std::string group;
+    std::string db;
+    std::string handler = "count";
+    std::size_t batch = 500;
+    int batch_window_ms = 50;
+    std::vector<std::string> kafka;
+    std::string auto_offset_reset;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "consume", "Consume topics with exactly-once effects until SIGTERM/SIGINT");
+  cmd->add_option("--brokers", opts->brokers, "Kafka bootstrap servers (host:port,...)")
+      ->required();
+  cmd->add_option("--topic", opts->topics, "Topic to consume (repeatable)")->required();
+  cmd->add_option("--group", opts->group, "Consumer group (also the dedup rows' group)")
+      ->required();
+  cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db (migrated on start)")
+      ->required();
+  cmd->add_option("--handler", opts->handler, "Built-in handler: count (one effect_log row per new event)")
+      ->check(CLI::IsMember({"count"}))
+      ->capture_default_str();
+  cmd->add_option("--batch", opts->batch, "Records per transaction (1 = per message)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
+      ->capture_default_str();
+  cmd->add_option("--batch-window-ms", opts->batch_window_ms,
+                  "After a batch's first record, wait at most this long for more")
+      ->check(CLI::Range(0, 60000))
+      ->capture_default_str();
+  cmd->add_option("--kafka", opts->kafka, "librdkafka property key=value (repeatable)");
+  cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
+                  "Where a group without committed offsets starts (default earliest)")
+      ->check(CLI::IsMember({"earliest", "latest"}));
+
+  cmd->callback([opts, &exit_code] {
+    ConsumerConfig config;
+    config.bootstrap_servers = opts->brokers;
+    config.group_id = opts->group;
+    config.topics = opts->topics;
+    config.batch_size = opts->batch;
+    config.batch_window = std::chrono::milliseconds(opts->batch_window_ms);
+    for (const auto& kv : opts->kafka) config.kafka.push_back(split_property(kv));
+    if (!opts->auto_offset_reset.empty())
+      config.kafka.emplace_back("auto.offset.reset", opts->auto_offset_reset);
+
+    auto store = open_store(opts->db);
+    store->migrate();
+
+    // Signals are blocked before the consumer creates librdkafka's threads.
+    StopOnSignal signals;
+    Consumer consumer(config, std::move(store));
+    for (const auto& topic : config.topics) consumer.on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
+    signals.start(consumer);
+
+    std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
+              << std::endl;
+    consumer.run();
+
+    const ConsumerStats s = consumer.stats();
+    std::cout << fmt::format(
+                     "stopped: delivered={} processed={} duplicates={} dead_lettered={} "
+                     "retries={} transactions={} offset_commits={}",
+                     s.delivered, s.processed, s.duplicates, s.dead_lettered, s.retries,
+                     s.transactions, s.offset_commits)
+              << std::endl;
+    exit_code.value = 0;
+  });
+}
+
+}  // namespace idem::cli

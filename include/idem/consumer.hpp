@@ -1,0 +1,243 @@
+#pragma once
+/// \file
+/// idem::Consumer: a Kafka consumer that gives each valid event exactly one effect
+/// (IDEM-3, IDEM-X1, IDEM-X2, CONS-X1, EVT-4, DUP-SOURCES).
+///
+/// Per batch: poll; validate every record at the boundary (an invalid one goes to the
+/// DLQ topic and is never retried); in ONE database transaction mark the batch's
+/// event ids with one statement, run the handler of each new event in partition order
+/// inside its own savepoint, commit; and only then commit the Kafka offsets of exactly
+/// what was processed. Duplicates skip the handler. Transient failures pause only the
+/// affected partitions and retry them with capped exponential backoff.
+///
+/// This header does not include librdkafka (pimpl); librdkafka is linked privately.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/events/event_codec.hpp"
+#include "idem/events/validation.hpp"
+#include "idem/store.hpp"
+#include "idem/uuid.hpp"
+
+namespace idem {
+
+/// What a handler decided about one event.
+enum class Outcome {
+  Done,        ///< the effect is in the transaction; commit it with the batch
+  Retry,       ///< transient trouble: undo, pause the partition, try again after a backoff
+  DeadLetter,  ///< this event can never succeed: undo, unmark, send it to the DLQ
+};
+
+/// One Kafka header as the handler sees it. A null header value reads as empty.
+struct RecordHeader {
+  std::string_view name;
+  std::string_view value;
+};
+
+/// What a handler sees of the Kafka record that carried its event. Every view is
+/// valid only during the handler call.
+struct RecordInfo {
+  std::string_view topic;
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+  std::string_view key;
+  std::span<const RecordHeader> headers;  ///< in record order, including `traceparent`
+  std::string_view payload;
+  std::string_view consumer_group;
+
+  /// The value of the first header named `name`, or nullopt.
+  [[nodiscard]] std::optional<std::string_view> header(std::string_view name) const noexcept {
+    for (const auto& h : headers) {
+      if (h.name == name) return h.value;
+    }
+    return std::nullopt;
+  }
+};
+
+/// Capped exponential backoff with jitter for blocking retries of a partition.
+/// Attempt n (1-based) waits min(max_backoff, initial_backoff * multiplier^(n-1)),
+/// then scaled by a uniform random factor in [1 - jitter, 1 + jitter] (and capped again).
+struct RetryPolicy {
+  std::chrono::milliseconds initial_backoff{100};
+  std::chrono::milliseconds max_backoff{10000};
+  double multiplier = 2.0;
+  double jitter = 0.2;  ///< 0 to 1
+};
+
+/// How to run a Consumer. Plain data; validated by the Consumer constructor.
+struct ConsumerConfig {
+  std::string bootstrap_servers;     ///< librdkafka `bootstrap.servers`; required
+  std::string group_id;              ///< consumer group, also the dedup rows' group; required
+  std::vector<std::string> topics;   ///< subscription; at least one
+  std::size_t batch_size = 500;      ///< records per transaction, at most; 1 = per message
+  /// After the first record of a batch arrives, wait at most this long for more.
+  std::chrono::milliseconds batch_window{50};
+  std::string dlq_suffix = ".dlq";   ///< dead letters of topic T go to T + dlq_suffix
+  RetryPolicy retry;
+  ParseLimits limits;
+  /// librdkafka properties passed through unchanged (TLS, SASL, auto.offset.reset,
+  /// session.timeout.ms, ...), applied after idem's defaults. `enable.auto.commit` and
+  /// `enable.auto.offset.store` belong to idem (always false): setting them is an error.
+  /// The DLQ producer gets the same properties minus consumer-only ones.
+  std::vector<std::pair<std::string, std::string>> kafka;
+  /// How long to wait for the broker to acknowledge the DLQ records of one batch
+  /// before treating the DLQ as unavailable (the partition then retries).
+  std::chrono::milliseconds dlq_ack_timeout{30000};
+};
+
+/// Where the fault-injection hook is called. In processing order.
+enum class HookPoint {
+  BatchPolled,        ///< a non-empty batch was collected, nothing done with it yet
+  AfterHandler,       ///< after each handler call, inside the open transaction (mid-batch)
+  BeforeDbCommit,     ///< every handler ran; the transaction is about to commit
+  AfterDbCommit,      ///< the transaction committed; offsets not yet committed
+  AfterOffsetCommit,  ///< the batch's offset commit was handed to librdkafka (async)
+};
+
+[[nodiscard]] std::string_view to_string(HookPoint point) noexcept;
+
+/// Injected behaviour. Everything is optional.
+struct ConsumerHooks {
+  /// Called on the run() thread at each HookPoint. Tests use it to kill the process
+  /// at an exact point (real process death). If it throws, run() stops as if the
+  /// process had died there: the open transaction rolls back, the offsets of batches
+  /// committed earlier are committed, the consumer leaves the group and run()
+  /// rethrows the exception.
+  std::function<void(HookPoint)> at;
+  /// One line per error or rare lifecycle event (never per record). Also receives
+  /// librdkafka's own log lines, from librdkafka's threads: must be thread-safe.
+  /// Default (empty): write to stderr.
+  std::function<void(std::string_view)> log;
+};
+
+/// Counters since construction. A snapshot; consistent per batch.
+struct ConsumerStats {
+  std::uint64_t delivered = 0;      ///< records received from Kafka (redeliveries included)
+  std::uint64_t processed = 0;      ///< handler effects committed (Outcome::Done)
+  std::uint64_t duplicates = 0;     ///< records skipped because their event was already marked
+  std::uint64_t dead_lettered = 0;  ///< records the broker acknowledged on a DLQ topic
+  std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
+  std::uint64_t retries = 0;        ///< partition pauses for a retry (per partition and attempt)
+  std::uint64_t transactions = 0;   ///< database transactions committed
+  std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
+};
+
+/// A typed handler: gets the validated event, its record, and the batch's transaction.
+/// It adds its effects through `tx` only; it must not commit or roll back.
+template <class Event>
+using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transaction&)>;
+
+namespace detail {
+
+/// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
+/// Parsed events live in slots reused from batch to batch, so routing a record costs
+/// no heap allocation beyond what the event type itself allocates.
+class Route {
+ public:
+  Route() = default;
+  Route(const Route&) = delete;
+  Route& operator=(const Route&) = delete;
+  virtual ~Route() = default;
+
+  /// Makes slots 0..n-1 available (keeps capacity).
+  virtual void reset(std::size_t n) = 0;
+  /// Validates `payload` into slot `slot`; returns its event id or why it is invalid.
+  [[nodiscard]] virtual Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+                                              const ParseLimits& limits) = 0;
+  /// Runs the handler on slot `slot` (which parse() filled).
+  virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
+};
+
+template <class Event>
+class TypedRoute final : public Route {
+ public:
+  explicit TypedRoute(Handler<Event> handler) : handler_(std::move(handler)) {}
+
+  void reset(std::size_t n) override {
+    for (auto& s : slots_) s.reset();
+    if (slots_.size() < n) slots_.resize(n);
+  }
+  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+                        const ParseLimits& limits) override {
+    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    if (!parsed.ok()) return parsed.error();
+    Event& event = slots_[slot].emplace(std::move(parsed).value());
+    return EventCodec<Event>::event_id(event);
+  }
+  Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
+    return handler_(*slots_[slot], record, tx);
+  }
+
+ private:
+  Handler<Event> handler_;
+  std::vector<std::optional<Event>> slots_;
+};
+
+}  // namespace detail
+
+/// The idempotent consumer. Construct, register handlers with on(), then run().
+///
+/// Thread-safety: on() and run() belong to one thread; stop() and stats() may be
+/// called from any thread at any time.
+class Consumer {
+ public:
+  /// Validates the configuration and creates the librdkafka handles (no network I/O yet).
+  /// `store` must be migrated (see Store::migrate); the consumer owns it and uses it
+  /// only from the run() thread.
+  /// \throws Error(InvalidArgument, Config) for a bad configuration: empty
+  ///   bootstrap_servers/group_id/topics, batch_size 0, a negative duration, a
+  ///   bad RetryPolicy, an override of enable.auto.commit or enable.auto.offset.store,
+  ///   or a property librdkafka rejects. Error(Internal, Kafka) if librdkafka cannot
+  ///   create a handle.
+  Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks = {});
+  ~Consumer();
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+  Consumer(Consumer&&) = delete;
+  Consumer& operator=(Consumer&&) = delete;
+
+  /// Registers the handler for the events on `topic`, parsed with EventCodec<Event>.
+  /// Records on a subscribed topic without a handler go to the DLQ (`route.no_route`).
+  /// \throws Error(InvalidArgument, Config) when `topic` is not in config.topics, has a
+  ///   handler already, `handler` is empty, or run() has started.
+  template <class Event>
+  void on(std::string topic, Handler<Event> handler) {
+    const bool has_handler = static_cast<bool>(handler);
+    add_route(std::move(topic), std::make_unique<detail::TypedRoute<Event>>(std::move(handler)),
+              has_handler);
+  }
+
+  /// Subscribes and processes batches until stop(); then finishes the current batch,
+  /// commits its offsets synchronously, leaves the group (rd_kafka_consumer_close) and
+  /// returns. Blocks. Call at most once.
+  /// \throws Error for a fatal Kafka error or a second call; rethrows what a hook throws
+  ///   (after the orderly close described at ConsumerHooks::at). Handler exceptions and
+  ///   database errors never escape: they become retries or dead letters.
+  void run();
+
+  /// Asks run() to return after the current batch. Only sets an atomic flag and wakes
+  /// the poll: safe from any thread (including a signal-waiting thread). Never blocks.
+  void stop() noexcept;
+
+  /// A snapshot of the counters. Thread-safe.
+  [[nodiscard]] ConsumerStats stats() const;
+
+ private:
+  void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem

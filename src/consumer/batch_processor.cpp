@@ -1,0 +1,248 @@
+#include "consumer/batch_processor.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+namespace {
+
+// Removes a dedup mark inside the batch transaction: an event that the handler
+// dead-lettered (or that must be retried) is then processed, not skipped as a
+// duplicate, when it comes back (DLQ replay after a fix, or the retry itself).
+constexpr std::string_view kUnmarkSql =
+    "DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2";
+
+std::string_view as_view(const void* p, std::size_t n) {
+  return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
+}
+
+}  // namespace
+
+void call_hook(const ConsumerHooks& hooks, HookPoint point) {
+  if (!hooks.at) return;
+  try {
+    hooks.at(point);
+  } catch (...) {
+    throw HookAbort{std::current_exception()};
+  }
+}
+
+BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
+                               const ConsumerHooks& hooks)
+    : config_(config), store_(store), routes_(routes), hooks_(hooks) {}
+
+void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
+  // Partition order: group by (topic, partition); a stable sort keeps each partition's
+  // records in the order Kafka delivered them (offset order).
+  std::vector<std::size_t> order(batch.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const rd_kafka_message_t& x = *batch[a];
+    const rd_kafka_message_t& y = *batch[b];
+    if (x.rkt != y.rkt) {
+      const int c = std::strcmp(rd_kafka_topic_name(x.rkt), rd_kafka_topic_name(y.rkt));
+      if (c != 0) return c < 0;
+    }
+    return x.partition < y.partition;
+  });
+
+  for (auto& [topic, route] : routes_) route->reset(batch.size());
+  items_.resize(batch.size());
+  groups_.clear();
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const rd_kafka_message_t& m = *batch[order[i]];
+    const char* topic = rd_kafka_topic_name(m.rkt);
+    if (groups_.empty() || groups_.back().tp.partition != m.partition ||
+        groups_.back().tp.topic != topic) {
+      const auto it = routes_.find(std::string_view(topic));
+      groups_.push_back({{topic, m.partition}, i, i});
+      items_[i].route = it == routes_.end() ? nullptr : it->second.get();
+    } else {
+      items_[i].route = items_[i - 1].route;
+    }
+    ++groups_.back().end;
+
+    Item& item = items_[i];
+    item.msg = &m;
+    item.slot = i;
+    item.fresh = false;
+    item.error_class.clear();
+    item.error_message.clear();
+    if (item.route == nullptr) {
+      item.valid = false;
+      item.error_class = "route.no_route";
+      item.error_message = fmt::format("no handler is registered for topic '{}'", topic);
+      continue;
+    }
+    Validated<Uuid> parsed =
+        item.route->parse(i, as_view(m.payload, m.len), config_.limits);
+    item.valid = parsed.ok();
+    if (item.valid) {
+      item.event_id = parsed.value();
+    } else {
+      item.error_class = fmt::format("validation.{}", to_string(parsed.error().reason));
+      item.error_message = parsed.error().message;
+    }
+  }
+}
+
+BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule) {
+  BatchResult result;
+  validate(batch);
+  result.partitions.reserve(groups_.size());
+  for (const auto& g : groups_) {
+    const std::int64_t first = items_[g.begin].msg->offset;
+    result.partitions.push_back({g.tp, first, first, std::nullopt});
+  }
+  run_transaction(result, schedule);
+  return result;
+}
+
+void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& schedule) {
+  ids_.clear();
+  for (const auto& item : items_) {
+    if (item.valid) ids_.push_back(item.event_id);
+  }
+  try {
+    std::unique_ptr<Transaction> tx;
+    if (!ids_.empty()) {
+      tx = store_.begin();
+      const std::vector<bool> fresh = tx->mark_processed_batch(ids_, config_.group_id);
+      std::size_t k = 0;
+      for (auto& item : items_) {
+        if (item.valid) item.fresh = fresh.at(k++);
+      }
+    }
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+      process_group(groups_[gi], tx.get(), result, schedule, result.partitions[gi]);
+    }
+    if (tx) {
+      call_hook(hooks_, HookPoint::BeforeDbCommit);
+      tx->commit();
+      result.committed = true;
+      call_hook(hooks_, HookPoint::AfterDbCommit);
+    }
+  } catch (const std::exception& e) {
+    // The transaction is gone (rolled back, or in doubt: redelivery plus the dedup
+    // rows decide, never a guess). Nothing of this batch counts; every partition in it
+    // pauses and retries from its first record.
+    result.failure = e.what();
+    result.dead_letters.clear();
+    result.processed = 0;
+    result.duplicates = 0;
+    for (auto& p : result.partitions) {
+      p.next_offset = p.first_offset;
+      p.retry_at = p.first_offset;
+    }
+  }
+}
+
+void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult& result,
+                                   const RetrySchedule& schedule, PartitionOutcome& out) {
+  // tx is only used for valid items, and a transaction exists whenever there is one.
+  bool blocked = false;
+  for (std::size_t i = g.begin; i < g.end; ++i) {
+    Item& item = items_[i];
+    const std::int64_t offset = item.msg->offset;
+    if (blocked) {
+      // The partition never skips ahead of an unprocessed event: later records wait
+      // for the retry, and their marks must not survive this transaction.
+      if (item.valid && item.fresh) unmark(*tx, item.event_id);
+      continue;
+    }
+    if (!item.valid) {
+      result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
+      out.next_offset = offset + 1;
+      continue;
+    }
+    if (!item.fresh) {
+      ++result.duplicates;
+      out.next_offset = offset + 1;
+      continue;
+    }
+
+    Outcome outcome = Outcome::Done;
+    std::string error_class;
+    std::string error_message;
+    Savepoint sp(*tx);
+    try {
+      outcome = item.route->invoke(item.slot, record_info(*item.msg), *tx);
+      if (outcome == Outcome::DeadLetter) {
+        error_class = "handler.dead_letter";
+        error_message = "the handler returned Outcome::DeadLetter";
+      }
+    } catch (const Error& e) {
+      outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;
+      error_class = "handler.exception";
+      error_message = fmt::format("{} ({}/{})", e.what(), to_string(e.source()), to_string(e.code()));
+    } catch (const std::exception& e) {
+      outcome = Outcome::DeadLetter;
+      error_class = "handler.exception";
+      error_message = e.what();
+    } catch (...) {
+      outcome = Outcome::DeadLetter;
+      error_class = "handler.exception";
+      error_message = "unknown exception";
+    }
+
+    switch (outcome) {
+      case Outcome::Done:
+        sp.release();
+        ++result.processed;
+        out.next_offset = offset + 1;
+        break;
+      case Outcome::DeadLetter:
+        sp.rollback();
+        unmark(*tx, item.event_id);
+        result.dead_letters.push_back({item.msg, std::move(error_class), std::move(error_message),
+                                       schedule.attempts(g.tp, offset) + 1});
+        out.next_offset = offset + 1;
+        break;
+      case Outcome::Retry:
+        sp.rollback();
+        unmark(*tx, item.event_id);
+        out.retry_at = offset;
+        blocked = true;
+        break;
+    }
+    call_hook(hooks_, HookPoint::AfterHandler);
+  }
+}
+
+void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {
+  tx.execute(kUnmarkSql, event_id, config_.group_id);
+}
+
+RecordInfo BatchProcessor::record_info(const rd_kafka_message_t& m) {
+  headers_.clear();
+  rd_kafka_headers_t* hdrs = nullptr;
+  // rd_kafka_message_headers needs a non-const message; it only parses lazily.
+  if (rd_kafka_message_headers(const_cast<rd_kafka_message_t*>(&m), &hdrs) ==
+      RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const char* name = nullptr;
+    const void* value = nullptr;
+    std::size_t size = 0;
+    for (std::size_t i = 0;
+         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+      headers_.push_back({name, as_view(value, size)});
+    }
+  }
+  RecordInfo info;
+  info.topic = rd_kafka_topic_name(m.rkt);
+  info.partition = m.partition;
+  info.offset = m.offset;
+  info.key = as_view(m.key, m.key_len);
+  info.headers = headers_;
+  info.payload = as_view(m.payload, m.len);
+  info.consumer_group = config_.group_id;
+  return info;
+}
+
+}  // namespace idem::detail

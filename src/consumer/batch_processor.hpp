@@ -1,0 +1,102 @@
+#pragma once
+// One batch, one database transaction (IDEM-3): validate every record at the boundary,
+// mark all event ids with ONE statement, run the handler of each new event in
+// partition order inside its own savepoint, commit. It decides, per partition, how far
+// the batch got; committing offsets and dead-lettering are the caller's next steps.
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "consumer/dead_letter_producer.hpp"
+#include "consumer/kafka_handle.hpp"
+#include "consumer/retry_schedule.hpp"
+#include "consumer/topic_partition.hpp"
+#include "idem/consumer.hpp"
+
+namespace idem::detail {
+
+using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
+
+/// Thrown (only) out of a hook call, wrapping what the hook threw. Deliberately not a
+/// std::exception, so the processor's database-failure handlers cannot swallow it.
+struct HookAbort {
+  std::exception_ptr error;
+};
+
+/// Calls hooks.at(point); wraps anything it throws in HookAbort.
+void call_hook(const ConsumerHooks& hooks, HookPoint point);
+
+/// How far one partition of the batch got.
+struct PartitionOutcome {
+  TopicPartition tp;
+  std::int64_t first_offset = 0;  ///< its first record in the batch
+  /// Everything before this offset is done (dead letters count as done; the caller
+  /// pulls the position back if the DLQ does not acknowledge one).
+  std::int64_t next_offset = 0;
+  /// Set when the partition must pause and retry from this offset.
+  std::optional<std::int64_t> retry_at;
+};
+
+struct BatchResult {
+  std::vector<PartitionOutcome> partitions;
+  std::vector<DeadLetter> dead_letters;  ///< in partition order
+  std::uint64_t processed = 0;           ///< effects committed
+  std::uint64_t duplicates = 0;
+  bool committed = false;                ///< a transaction committed
+  std::string failure;                   ///< why the whole transaction failed (empty if not)
+};
+
+class BatchProcessor {
+ public:
+  /// All references must outlive the processor.
+  BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
+                 const ConsumerHooks& hooks);
+
+  /// Processes `batch` (records of any partitions, each partition's in offset order).
+  /// `schedule` supplies earlier failed attempts (for `idem.attempts`).
+  /// Database failures never escape: they become retry_at for every partition.
+  /// \throws HookAbort when a hook throws (the transaction is rolled back).
+  [[nodiscard]] BatchResult process(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule);
+
+ private:
+  struct Item {
+    const rd_kafka_message_t* msg = nullptr;
+    Route* route = nullptr;
+    std::size_t slot = 0;
+    bool valid = false;
+    bool fresh = false;  // first time this event is marked for the group
+    Uuid event_id;
+    std::string error_class;
+    std::string error_message;
+  };
+  struct Group {  // one partition's records in [begin, end) of items_
+    TopicPartition tp;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+
+  void validate(std::span<const KafkaMessage> batch);
+  void run_transaction(BatchResult& result, const RetrySchedule& schedule);
+  void process_group(const Group& g, Transaction* tx, BatchResult& result,
+                     const RetrySchedule& schedule, PartitionOutcome& out);
+  void unmark(Transaction& tx, const Uuid& event_id);
+  RecordInfo record_info(const rd_kafka_message_t& m);
+
+  const ConsumerConfig& config_;
+  Store& store_;
+  RouteTable& routes_;
+  const ConsumerHooks& hooks_;
+  // Reused from batch to batch.
+  std::vector<Item> items_;
+  std::vector<Group> groups_;
+  std::vector<Uuid> ids_;
+  std::vector<RecordHeader> headers_;
+};
+
+}  // namespace idem::detail

@@ -1,0 +1,313 @@
+// idem::Consumer: wires the poll loop, the batch processor, the dead-letter producer,
+// the offset tracker and the retry schedule together. The order of one iteration is the
+// whole protocol: poll -> validate -> transaction (mark, handlers, commit) -> DLQ acks
+// -> offset commit; a partition that failed pauses and retries after a backoff.
+#include "idem/consumer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "consumer/backoff.hpp"
+#include "consumer/batch_processor.hpp"
+#include "consumer/dead_letter_producer.hpp"
+#include "consumer/offset_tracker.hpp"
+#include "consumer/poll_loop.hpp"
+#include "consumer/retry_schedule.hpp"
+#include "idem/error.hpp"
+
+namespace idem {
+
+using detail::PartitionOffset;
+using detail::TopicPartition;
+
+namespace {
+
+// How long one idle poll waits for a first record. stop() wakes it early; a paused
+// partition that becomes due shortens it.
+constexpr std::chrono::milliseconds kIdleWait{500};
+
+[[noreturn]] void bad_config(const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "consumer: " + message);
+}
+
+void validate(const ConsumerConfig& c) {
+  if (c.bootstrap_servers.empty()) bad_config("bootstrap_servers is empty");
+  if (c.group_id.empty()) bad_config("group_id is empty");
+  if (c.topics.empty()) bad_config("no topics to subscribe to");
+  std::unordered_set<std::string_view> seen;
+  for (const auto& t : c.topics) {
+    if (t.empty()) bad_config("a topic name is empty");
+    if (!seen.insert(t).second) bad_config(fmt::format("topic '{}' is listed twice", t));
+  }
+  for (const auto& t : c.topics) {
+    const std::string dlq = t + c.dlq_suffix;
+    if (seen.contains(dlq)) bad_config(fmt::format("topic '{}' is also the DLQ of '{}'", dlq, t));
+  }
+  if (c.batch_size == 0) bad_config("batch_size must be at least 1");
+  if (c.batch_window.count() < 0) bad_config("batch_window must not be negative");
+  // An empty suffix would dead-letter records into the topic they came from: a loop.
+  if (c.dlq_suffix.empty()) bad_config("dlq_suffix must not be empty");
+  if (c.dlq_ack_timeout.count() <= 0) bad_config("dlq_ack_timeout must be positive");
+  if (c.limits.max_payload_bytes == 0) bad_config("limits.max_payload_bytes must be positive");
+  detail::Backoff::validate(c.retry);
+  for (const auto& [key, value] : c.kafka) {
+    if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
+      bad_config(fmt::format("kafka property {} is owned by idem (always false: offsets are "
+                             "committed only after the database transaction)",
+                             key));
+    }
+    if (key == "group.id") bad_config("set the consumer group with group_id, not kafka group.id");
+    if (key == "bootstrap.servers")
+      bad_config("set the brokers with bootstrap_servers, not kafka bootstrap.servers");
+  }
+}
+
+detail::LogFn make_log(const ConsumerHooks& hooks) {
+  if (hooks.log) return hooks.log;
+  return [](std::string_view line) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  };
+}
+
+}  // namespace
+
+std::string_view to_string(HookPoint point) noexcept {
+  switch (point) {
+    case HookPoint::BatchPolled: return "batch_polled";
+    case HookPoint::AfterHandler: return "after_handler";
+    case HookPoint::BeforeDbCommit: return "before_db_commit";
+    case HookPoint::AfterDbCommit: return "after_db_commit";
+    case HookPoint::AfterOffsetCommit: return "after_offset_commit";
+  }
+  return "unknown";
+}
+
+struct Consumer::Impl {
+  Impl(ConsumerConfig cfg, std::unique_ptr<Store> s, ConsumerHooks h)
+      : config(std::move(cfg)),
+        store(std::move(s)),
+        hooks(std::move(h)),
+        log(make_log(hooks)),
+        backoff(config.retry),
+        processor(config, *store, routes, hooks) {
+    const bool forward = static_cast<bool>(hooks.log);
+    poll = std::make_unique<detail::PollLoop>(
+        config, &log, forward,
+        detail::PollLoop::Listener{
+            [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
+            [](std::span<const TopicPartition>) {}});
+    dlq = std::make_unique<detail::DeadLetterProducer>(config, &log, forward);
+  }
+
+  void run();
+  void process_batch();
+  void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
+  void resume_due();
+  void on_revoked(std::span<const TopicPartition> tps, bool lost);
+  void close_quietly() noexcept;
+  void commit_all_sync();
+
+  ConsumerConfig config;
+  std::unique_ptr<Store> store;
+  ConsumerHooks hooks;
+  detail::LogFn log;
+  detail::RouteTable routes;
+  detail::OffsetTracker tracker;
+  detail::RetrySchedule schedule;
+  detail::Backoff backoff;
+  detail::BatchProcessor processor;
+  std::unique_ptr<detail::DeadLetterProducer> dlq;
+  std::unique_ptr<detail::PollLoop> poll;
+  // Declared after poll: records must be destroyed before the consumer handle.
+  std::vector<detail::KafkaMessage> batch;
+
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> started{false};
+  mutable std::mutex stats_mutex;
+  ConsumerStats stats;
+};
+
+void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) {
+  // Commit exactly what was processed before the partitions go; a failure (the mock
+  // rejects commits during a rebalance) only means duplicates for the next owner.
+  const std::vector<PartitionOffset> positions = tracker.positions(tps);
+  if (!lost && !positions.empty()) {
+    static_cast<void>(poll->commit(positions, /*async=*/false));
+    std::lock_guard lock(stats_mutex);
+    ++stats.offset_commits;
+  }
+  tracker.forget(tps);
+  schedule.forget(tps);
+}
+
+void Consumer::Impl::commit_all_sync() {
+  const std::vector<PartitionOffset> positions = tracker.positions({});
+  if (positions.empty()) return;
+  static_cast<void>(poll->commit(positions, /*async=*/false));
+  std::lock_guard lock(stats_mutex);
+  ++stats.offset_commits;
+}
+
+void Consumer::Impl::close_quietly() noexcept {
+  batch.clear();
+  try {
+    commit_all_sync();
+    poll->close();
+  } catch (const std::exception& e) {
+    log(fmt::format("idem consumer: error while closing: {}", e.what()));
+  } catch (...) {
+  }
+}
+
+void Consumer::Impl::resume_due() {
+  if (!schedule.any_paused()) return;
+  for (const PartitionOffset& at : schedule.take_due(std::chrono::steady_clock::now())) {
+    poll->seek_and_resume(at);
+  }
+}
+
+void Consumer::Impl::run() {
+  poll->subscribe(config.topics);
+  try {
+    while (!stop_requested.load()) {
+      resume_due();
+      auto wait = kIdleWait;
+      if (const auto due = schedule.next_due()) {
+        wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              *due - std::chrono::steady_clock::now()),
+                          std::chrono::milliseconds(0), kIdleWait);
+      }
+      poll->poll_batch(batch, config.batch_size, wait, config.batch_window, stop_requested);
+      if (schedule.any_paused()) {
+        // Belt and braces: pausing purges fetched records, but nothing of a paused
+        // partition may be processed ahead of its retry.
+        std::erase_if(batch, [&](const detail::KafkaMessage& m) {
+          return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
+        });
+      }
+      if (!batch.empty()) process_batch();
+      batch.clear();
+    }
+  } catch (const detail::HookAbort& abort) {
+    close_quietly();
+    std::rethrow_exception(abort.error);
+  } catch (...) {
+    close_quietly();
+    throw;
+  }
+  // Graceful stop: the last batch is processed; commit synchronously and leave the group
+  // (close() revokes through on_revoked, which commits again: harmless).
+  commit_all_sync();
+  poll->close();
+}
+
+void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta) {
+  if (r.dead_letters.empty()) return;
+  const std::vector<bool> acked = dlq->send(r.dead_letters, config.dlq_ack_timeout);
+  for (std::size_t i = 0; i < acked.size(); ++i) {
+    const detail::DeadLetter& letter = r.dead_letters[i];
+    if (acked[i]) {
+      ++delta.dead_lettered;
+      ++delta.dead_lettered_by_reason[letter.error_class];
+      continue;
+    }
+    // Never lose a bad message: the partition goes back to this record and retries.
+    const rd_kafka_message_t& m = *letter.original;
+    for (auto& p : r.partitions) {
+      if (p.tp.partition != m.partition || p.tp.topic != rd_kafka_topic_name(m.rkt)) continue;
+      p.next_offset = std::min(p.next_offset, m.offset);
+      p.retry_at = std::min(p.retry_at.value_or(m.offset), m.offset);
+    }
+  }
+}
+
+void Consumer::Impl::process_batch() {
+  detail::call_hook(hooks, HookPoint::BatchPolled);
+  ConsumerStats delta;
+  delta.delivered = batch.size();
+
+  detail::BatchResult r = processor.process(batch, schedule);
+  if (!r.failure.empty()) {
+    log(fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
+                    "partitions after a backoff: {}",
+                    batch.size(), r.failure));
+  }
+  delta.processed = r.processed;
+  delta.duplicates = r.duplicates;
+  delta.transactions = r.committed ? 1 : 0;
+  apply_dead_letter_acks(r, delta);
+
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& p : r.partitions) {
+    if (p.next_offset > p.first_offset) {
+      tracker.advance(p.tp, p.next_offset);
+      schedule.progressed(p.tp, p.next_offset);
+    }
+    if (p.retry_at) {
+      static_cast<void>(schedule.failed(p.tp, *p.retry_at, now, backoff));
+      poll->pause_and_seek({p.tp, *p.retry_at});
+      ++delta.retries;
+    }
+  }
+
+  const std::vector<PartitionOffset> dirty = tracker.take_dirty();
+  if (!dirty.empty()) {
+    static_cast<void>(poll->commit(dirty, /*async=*/true));
+    delta.offset_commits = 1;
+  }
+  {
+    std::lock_guard lock(stats_mutex);
+    stats.delivered += delta.delivered;
+    stats.processed += delta.processed;
+    stats.duplicates += delta.duplicates;
+    stats.dead_lettered += delta.dead_lettered;
+    for (const auto& [reason, n] : delta.dead_lettered_by_reason)
+      stats.dead_lettered_by_reason[reason] += n;
+    stats.retries += delta.retries;
+    stats.transactions += delta.transactions;
+    stats.offset_commits += delta.offset_commits;
+  }
+  if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+}
+
+Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks) {
+  validate(config);
+  if (!store) bad_config("store is null");
+  impl_ = std::make_unique<Impl>(std::move(config), std::move(store), std::move(hooks));
+}
+
+Consumer::~Consumer() = default;
+
+void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route,
+                         bool has_handler) {
+  if (impl_->started.load()) bad_config("on() after run() started");
+  if (!has_handler) bad_config(fmt::format("empty handler for topic '{}'", topic));
+  const auto& topics = impl_->config.topics;
+  if (std::find(topics.begin(), topics.end(), topic) == topics.end())
+    bad_config(fmt::format("topic '{}' is not in the subscription", topic));
+  if (impl_->routes.contains(topic))
+    bad_config(fmt::format("topic '{}' has a handler already", topic));
+  impl_->routes.emplace(std::move(topic), std::move(route));
+}
+
+void Consumer::run() {
+  if (impl_->started.exchange(true)) bad_config("run() may be called only once");
+  impl_->run();
+}
+
+void Consumer::stop() noexcept {
+  impl_->stop_requested.store(true);
+  impl_->poll->wake();
+}
+
+ConsumerStats Consumer::stats() const {
+  std::lock_guard lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+}  // namespace idem

@@ -1,0 +1,176 @@
+#include "consumer/dead_letter_producer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+namespace {
+
+// Pending marker for a letter whose delivery report has not arrived yet.
+constexpr rd_kafka_resp_err_t kPending = RD_KAFKA_RESP_ERR__IN_PROGRESS;
+
+// Properties that only mean something to a consumer. The pass-through list is meant for
+// both handles (TLS/SASL must reach the producer too), but consumer-only keys would make
+// librdkafka warn on every start.
+constexpr std::array<std::string_view, 16> kConsumerOnly = {
+    "group.id",           "group.instance.id",       "session.timeout.ms",
+    "heartbeat.interval.ms", "auto.offset.reset",    "max.poll.interval.ms",
+    "partition.assignment.strategy", "enable.auto.commit", "auto.commit.interval.ms",
+    "enable.auto.offset.store", "isolation.level",   "enable.partition.eof",
+    "fetch.wait.max.ms",  "fetch.min.bytes",         "fetch.max.bytes",
+    "queued.min.messages"};
+
+bool consumer_only(std::string_view key) {
+  return std::find(kConsumerOnly.begin(), kConsumerOnly.end(), key) != kConsumerOnly.end();
+}
+
+}  // namespace
+
+DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config, const LogFn* log,
+                                       bool forward_kafka_logs)
+    : config_(config), log_(log), forward_kafka_logs_(forward_kafka_logs) {
+  build_handle();
+}
+
+DeadLetterProducer::~DeadLetterProducer() {
+  if (rk_) {
+    // Letters that were acknowledged are done; anything still queued belongs to a
+    // record whose offset was not committed, so it will be dead-lettered again.
+    rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(rk_.get(), 1000);
+  }
+}
+
+void DeadLetterProducer::build_handle() {
+  KafkaConf conf(rd_kafka_conf_new());
+  std::vector<Property> props = {{"bootstrap.servers", config_.bootstrap_servers}};
+  for (const auto& p : config_.kafka) {
+    if (!consumer_only(p.first)) props.push_back(p);
+  }
+  // Owned by idem: no duplicates from the producer's own retries, and "acknowledged"
+  // means written to every in-sync replica.
+  props.emplace_back("enable.idempotence", "true");
+  props.emplace_back("acks", "all");
+  props.emplace_back("message.timeout.ms",
+                     std::to_string(std::max(1, to_kafka_ms(config_.dlq_ack_timeout))));
+  set_properties(conf.get(), props);
+  if (forward_kafka_logs_) {
+    CallbackContext::kafka_log = log_;
+    forward_logs(conf.get());
+  }
+  rd_kafka_conf_set_opaque(conf.get(), static_cast<CallbackContext*>(this));
+  rd_kafka_conf_set_dr_msg_cb(conf.get(), &DeadLetterProducer::delivery_trampoline);
+  rk_ = create_handle(RD_KAFKA_PRODUCER, std::move(conf));
+}
+
+void DeadLetterProducer::delivery_trampoline(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m,
+                                             void* opaque) {
+  auto* self = static_cast<DeadLetterProducer*>(static_cast<CallbackContext*>(opaque));
+  const auto id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(m->_private));
+  if (id < self->base_id_ || id >= self->base_id_ + self->results_.size()) return;
+  self->results_[id - self->base_id_] = m->err;
+}
+
+void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id) {
+  const rd_kafka_message_t& m = *letter.original;
+  const std::string topic = std::string(rd_kafka_topic_name(m.rkt)) + config_.dlq_suffix;
+
+  rd_kafka_headers_t* headers = rd_kafka_headers_new(16);
+  rd_kafka_headers_t* original = nullptr;
+  if (rd_kafka_message_headers(&m, &original) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const char* name = nullptr;
+    const void* value = nullptr;
+    std::size_t size = 0;
+    for (std::size_t i = 0; rd_kafka_header_get_all(original, i, &name, &value, &size) ==
+                            RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      // A record replayed from a DLQ carries the idem.* headers of its earlier failure;
+      // the new ones below replace them instead of piling up beside them.
+      if (std::string_view(name).starts_with("idem.")) continue;
+      rd_kafka_header_add(headers, name, -1, value, static_cast<ssize_t>(size));
+    }
+  }
+  const auto add = [&](const char* name, std::string_view value) {
+    rd_kafka_header_add(headers, name, -1, value.data(), static_cast<ssize_t>(value.size()));
+  };
+  add("idem.original.topic", rd_kafka_topic_name(m.rkt));
+  add("idem.original.partition", std::to_string(m.partition));
+  add("idem.original.offset", std::to_string(m.offset));
+  add("idem.consumer.group", config_.group_id);
+  add("idem.error.class", letter.error_class);
+  add("idem.error.message", letter.message);
+  add("idem.attempts", std::to_string(letter.attempts));
+
+  // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.
+  std::array<rd_kafka_vu_t, 6> vus{};
+  vus[0].vtype = RD_KAFKA_VTYPE_TOPIC;
+  vus[0].u.cstr = topic.c_str();
+  vus[1].vtype = RD_KAFKA_VTYPE_KEY;
+  vus[1].u.mem = {m.key, m.key_len};
+  vus[2].vtype = RD_KAFKA_VTYPE_VALUE;
+  vus[2].u.mem = {m.payload, m.len};
+  vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+  vus[3].u.i = RD_KAFKA_MSG_F_COPY;
+  vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
+  vus[4].u.headers = headers;
+  vus[5].vtype = RD_KAFKA_VTYPE_OPAQUE;
+  vus[5].u.ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(id));
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  if (rd_kafka_error_t* e = rd_kafka_produceva(rk_.get(), vus.data(), vus.size())) {
+    err = rd_kafka_error_code(e);
+    rd_kafka_error_destroy(e);
+  }
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_headers_destroy(headers);  // ownership passes only on success
+    results_[id - base_id_] = err;
+  }
+}
+
+std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
+                                           std::chrono::milliseconds timeout) {
+  std::vector<bool> ok(letters.size(), false);
+  if (letters.empty()) return ok;
+  if (char reason[256]; rd_kafka_fatal_error(rk_.get(), reason, sizeof reason)) {
+    // A fatal idempotent-producer error poisons the handle: rebuild it.
+    if (log_ != nullptr && *log_) (*log_)(fmt::format("idem dlq: producer rebuilt after fatal error: {}", reason));
+    rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rk_.reset();
+    build_handle();
+  }
+
+  base_id_ = next_id_;
+  next_id_ += letters.size();
+  results_.assign(letters.size(), kPending);
+  for (std::size_t i = 0; i < letters.size(); ++i) produce_one(letters[i], base_id_ + i);
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::any_of(results_.begin(), results_.end(), [](auto e) { return e == kPending; })) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    rd_kafka_poll(rk_.get(), std::min(to_kafka_ms(left), 100));
+  }
+  for (std::size_t i = 0; i < letters.size(); ++i) {
+    ok[i] = results_[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (!ok[i] && log_ != nullptr && *log_) {
+      (*log_)(fmt::format("idem dlq: {} [{}] offset {} not acknowledged: {}",
+                          rd_kafka_topic_name(letters[i].original->rkt),
+                          letters[i].original->partition, letters[i].original->offset,
+                          results_[i] == kPending ? "timed out" : rd_kafka_err2str(results_[i])));
+    }
+  }
+  // Stop waiting for anything still pending; a late report no longer matches a slot.
+  if (std::find(ok.begin(), ok.end(), false) != ok.end()) {
+    rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE);
+  }
+  results_.clear();
+  return ok;
+}
+
+}  // namespace idem::detail

@@ -1,0 +1,57 @@
+#pragma once
+// Sends records that can never be processed to `<topic><dlq_suffix>` with the original
+// key, payload and headers plus idem.* headers that say why. An idempotent producer with
+// acks=all; send() returns only what the broker acknowledged, because a dead-lettered
+// record's offset may advance only after that (never lose a bad message).
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "consumer/kafka_handle.hpp"
+#include "idem/consumer.hpp"
+
+namespace idem::detail {
+
+/// One record to dead-letter.
+struct DeadLetter {
+  const rd_kafka_message_t* original = nullptr;
+  std::string error_class;  ///< e.g. validation.not_uuid_v7, handler.dead_letter
+  std::string message;
+  std::uint32_t attempts = 1;
+};
+
+class DeadLetterProducer : private CallbackContext {
+ public:
+  /// \throws Error(InvalidArgument, Config) for a rejected property.
+  DeadLetterProducer(const ConsumerConfig& config, const LogFn* log, bool forward_kafka_logs);
+  ~DeadLetterProducer();
+  DeadLetterProducer(const DeadLetterProducer&) = delete;
+  DeadLetterProducer& operator=(const DeadLetterProducer&) = delete;
+
+  /// Produces every letter and waits up to `timeout` for the broker's acknowledgements.
+  /// Element i of the result is true when letters[i] is durably on its DLQ topic.
+  /// Blocks for at most about `timeout`.
+  [[nodiscard]] std::vector<bool> send(std::span<const DeadLetter> letters,
+                                       std::chrono::milliseconds timeout);
+
+ private:
+  static void delivery_trampoline(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
+  void build_handle();
+  void produce_one(const DeadLetter& letter, std::uint64_t id);
+
+  ConsumerConfig config_;
+  const LogFn* log_;
+  bool forward_kafka_logs_;
+  KafkaHandle rk_;
+  // Delivery reports carry a sequence number, not a pointer: a report that arrives after
+  // send() gave up (it purges, but a report can still be in flight) finds no slot and is
+  // ignored instead of writing into freed memory.
+  std::uint64_t next_id_ = 1;
+  std::uint64_t base_id_ = 0;
+  std::vector<rd_kafka_resp_err_t> results_;
+};
+
+}  // namespace idem::detail

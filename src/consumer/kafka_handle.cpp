@@ -1,0 +1,60 @@
+#include "consumer/kafka_handle.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+void set_properties(rd_kafka_conf_t* conf, std::span<const Property> properties) {
+  char errstr[512];
+  for (const auto& [key, value] : properties) {
+    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
+        RD_KAFKA_CONF_OK) {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                  fmt::format("kafka property {}={}: {}", key, value, errstr));
+    }
+  }
+}
+
+KafkaHandle create_handle(rd_kafka_type_t type, KafkaConf conf) {
+  char errstr[512];
+  // rd_kafka_new takes ownership of conf only on success.
+  rd_kafka_t* rk = rd_kafka_new(type, conf.get(), errstr, sizeof errstr);
+  if (rk == nullptr) {
+    throw Error(ErrorCode::Internal, ErrorSource::Kafka,
+                fmt::format("cannot create librdkafka {}: {}",
+                            type == RD_KAFKA_CONSUMER ? "consumer" : "producer", errstr));
+  }
+  static_cast<void>(conf.release());
+  return KafkaHandle(rk);
+}
+
+PartitionList make_partition_list(int capacity) {
+  return PartitionList(rd_kafka_topic_partition_list_new(std::max(capacity, 1)));
+}
+
+int to_kafka_ms(std::chrono::milliseconds d) noexcept {
+  return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(d.count(), 0, INT_MAX));
+}
+
+namespace {
+void log_trampoline(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+  // No exception may cross into librdkafka.
+  try {
+    const auto* ctx = static_cast<const CallbackContext*>(rd_kafka_opaque(rk));
+    if (ctx == nullptr || ctx->kafka_log == nullptr || !*ctx->kafka_log) return;
+    (*ctx->kafka_log)(fmt::format("librdkafka {} [{}] {}: {}", rd_kafka_name(rk), level, facility, text));
+  } catch (...) {
+  }
+}
+}  // namespace
+
+void forward_logs(rd_kafka_conf_t* conf) {
+  rd_kafka_conf_set_log_cb(conf, &log_trampoline);
+}
+
+}  // namespace idem::detail

@@ -1,0 +1,68 @@
+#pragma once
+// RAII for librdkafka's C objects, and building a handle from properties. Shared by the
+// poll loop (consumer) and the dead-letter producer.
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace idem::detail {
+
+struct KafkaHandleDeleter {
+  void operator()(rd_kafka_t* rk) const noexcept { rd_kafka_destroy(rk); }
+};
+struct KafkaConfDeleter {
+  void operator()(rd_kafka_conf_t* conf) const noexcept { rd_kafka_conf_destroy(conf); }
+};
+struct PartitionListDeleter {
+  void operator()(rd_kafka_topic_partition_list_t* list) const noexcept {
+    rd_kafka_topic_partition_list_destroy(list);
+  }
+};
+struct MessageDeleter {
+  void operator()(rd_kafka_message_t* m) const noexcept { rd_kafka_message_destroy(m); }
+};
+struct QueueDeleter {
+  void operator()(rd_kafka_queue_t* q) const noexcept { rd_kafka_queue_destroy(q); }
+};
+
+using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaHandleDeleter>;
+using KafkaConf = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
+using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, PartitionListDeleter>;
+using KafkaMessage = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
+using KafkaQueue = std::unique_ptr<rd_kafka_queue_t, QueueDeleter>;
+
+using Property = std::pair<std::string, std::string>;
+using LogFn = std::function<void(std::string_view)>;
+
+/// Sets each property on `conf`; throws Error(InvalidArgument, Config) naming the
+/// first one librdkafka rejects.
+void set_properties(rd_kafka_conf_t* conf, std::span<const Property> properties);
+
+/// Creates a handle, taking ownership of `conf` (also on failure).
+/// Throws Error(Internal, Kafka) when librdkafka refuses.
+[[nodiscard]] KafkaHandle create_handle(rd_kafka_type_t type, KafkaConf conf);
+
+[[nodiscard]] PartitionList make_partition_list(int capacity);
+
+/// A duration as librdkafka's int milliseconds, clamped to [0, INT_MAX].
+[[nodiscard]] int to_kafka_ms(std::chrono::milliseconds d) noexcept;
+
+/// What every handle's opaque points to (librdkafka has one opaque per handle, shared
+/// by all its callbacks): owners derive from it and pass
+/// `static_cast<CallbackContext*>(this)` to rd_kafka_conf_set_opaque.
+struct CallbackContext {
+  const LogFn* kafka_log = nullptr;  ///< librdkafka's log lines go here when set
+};
+
+/// Installs a log callback that forwards librdkafka's log lines to the opaque's
+/// CallbackContext::kafka_log (which must be thread-safe: librdkafka logs from its threads).
+void forward_logs(rd_kafka_conf_t* conf);
+
+}  // namespace idem::detail

@@ -1,0 +1,308 @@
+#include "consumer/poll_loop.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+namespace {
+
+// Upper bound of one rd_kafka_consumer_poll call, so the stop flag is seen promptly even
+// if rd_kafka_queue_yield does not interrupt this particular wait.
+constexpr std::chrono::milliseconds kMaxPollSlice{100};
+
+std::vector<TopicPartition> to_vector(const rd_kafka_topic_partition_list_t* list) {
+  std::vector<TopicPartition> out;
+  if (list == nullptr) return out;
+  out.reserve(static_cast<std::size_t>(list->cnt));
+  for (int i = 0; i < list->cnt; ++i) {
+    out.push_back({list->elems[i].topic, list->elems[i].partition});
+  }
+  return out;
+}
+
+PartitionList one_partition(const PartitionOffset& at) {
+  PartitionList list = make_partition_list(1);
+  rd_kafka_topic_partition_list_add(list.get(), at.tp.topic.c_str(), at.tp.partition)->offset =
+      at.offset;
+  return list;
+}
+
+std::string kafka_error(rd_kafka_error_t* error) {
+  std::string text = rd_kafka_error_string(error);
+  rd_kafka_error_destroy(error);
+  return text;
+}
+
+}  // namespace
+
+PollLoop::PollLoop(const ConsumerConfig& config, const LogFn* log, bool forward_kafka_logs,
+                   Listener listener)
+    : log_(log), listener_(std::move(listener)) {
+  KafkaConf conf(rd_kafka_conf_new());
+  const std::vector<Property> defaults = {
+      {"bootstrap.servers", config.bootstrap_servers},
+      {"group.id", config.group_id},
+      // The next offset to read after a restart is the committed one (CONS-X1); a new
+      // group starts at the beginning, so nothing produced before it joined is skipped.
+      {"auto.offset.reset", "earliest"},
+  };
+  set_properties(conf.get(), defaults);
+  set_properties(conf.get(), config.kafka);
+  // Owned by idem; applied last so nothing can turn them back on (the Consumer
+  // constructor already rejects attempts to).
+  const std::vector<Property> owned = {
+      {"enable.auto.commit", "false"},
+      {"enable.auto.offset.store", "false"},
+  };
+  set_properties(conf.get(), owned);
+  if (forward_kafka_logs) {
+    CallbackContext::kafka_log = log_;
+    forward_logs(conf.get());
+  }
+  rd_kafka_conf_set_opaque(conf.get(), static_cast<CallbackContext*>(this));
+  rd_kafka_conf_set_rebalance_cb(conf.get(), &PollLoop::rebalance_trampoline);
+  rd_kafka_conf_set_offset_commit_cb(conf.get(), &PollLoop::commit_trampoline);
+  rd_kafka_conf_set_error_cb(conf.get(), &PollLoop::error_trampoline);
+  rk_ = create_handle(RD_KAFKA_CONSUMER, std::move(conf));
+  // Serve every callback (errors, logs, commits, rebalances) from the consumer queue,
+  // i.e. on the thread that calls poll_batch().
+  rd_kafka_poll_set_consumer(rk_.get());
+  queue_.reset(rd_kafka_queue_get_consumer(rk_.get()));
+}
+
+PollLoop::~PollLoop() {
+  queue_.reset();
+  if (!closed_) {
+    // run() never got to close (or never started): leaving the group here would call
+    // the rebalance listener into a half-destroyed owner. The group notices the missing
+    // member after session.timeout.ms, exactly as after a crash.
+    rd_kafka_destroy_flags(rk_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+  }
+}
+
+void PollLoop::log_line(std::string_view line) const {
+  if (log_ != nullptr && *log_) (*log_)(line);
+}
+
+void PollLoop::subscribe(const std::vector<std::string>& topics) {
+  PartitionList list = make_partition_list(static_cast<int>(topics.size()));
+  for (const auto& t : topics) {
+    rd_kafka_topic_partition_list_add(list.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_subscribe(rk_.get(), list.get());
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Kafka,
+                fmt::format("cannot subscribe: {}", rd_kafka_err2str(err)), rd_kafka_err2name(err));
+  }
+}
+
+void PollLoop::poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
+                          std::chrono::milliseconds first_wait, std::chrono::milliseconds window,
+                          const std::atomic<bool>& stop) {
+  using SteadyClock = std::chrono::steady_clock;
+  out.clear();
+  collecting_ = &out;
+  struct Reset {
+    PollLoop* self;
+    ~Reset() { self->collecting_ = nullptr; }
+  } reset{this};
+
+  const auto first_deadline = SteadyClock::now() + first_wait;
+  std::optional<SteadyClock::time_point> window_deadline;
+  while (out.size() < max && !stop.load(std::memory_order_relaxed)) {
+    const auto deadline = window_deadline ? *window_deadline : first_deadline;
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - SteadyClock::now());
+    const auto slice = std::clamp(remaining, std::chrono::milliseconds(0), kMaxPollSlice);
+    KafkaMessage m(rd_kafka_consumer_poll(rk_.get(), to_kafka_ms(slice)));
+    rethrow_pending();
+    if (!m) {
+      if (SteadyClock::now() >= deadline) break;
+      continue;
+    }
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      handle_message_error(*m);
+      continue;
+    }
+    out.push_back(std::move(m));
+    if (!window_deadline) window_deadline = SteadyClock::now() + window;
+  }
+}
+
+void PollLoop::handle_message_error(const rd_kafka_message_t& m) {
+  if (m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF) return;
+  if (m.err == RD_KAFKA_RESP_ERR__FATAL) {
+    char reason[512];
+    const rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk_.get(), reason, sizeof reason);
+    throw Error(ErrorCode::Internal, ErrorSource::Kafka,
+                fmt::format("fatal consumer error: {}", reason), rd_kafka_err2name(fatal));
+  }
+  const char* topic = m.rkt != nullptr ? rd_kafka_topic_name(m.rkt) : "-";
+  log_line(fmt::format("idem consumer: {} [{}]: {}", topic, m.partition,
+                       rd_kafka_message_errstr(&m)));
+}
+
+void PollLoop::rethrow_pending() {
+  if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
+}
+
+void PollLoop::pause_and_seek(const PartitionOffset& at) {
+  PartitionList list = one_partition(at);
+  // Pausing also purges records of this partition that were already fetched (librdkafka
+  // bumps the partition's op version), so nothing beyond the failed record slips through.
+  rd_kafka_pause_partitions(rk_.get(), list.get());
+  if (rd_kafka_error_t* e = rd_kafka_seek_partitions(rk_.get(), list.get(), 0)) {
+    log_line(fmt::format("idem consumer: seek {} [{}] to {}: {}", at.tp.topic, at.tp.partition,
+                         at.offset, kafka_error(e)));
+  }
+}
+
+void PollLoop::seek_and_resume(const PartitionOffset& at) {
+  PartitionList list = one_partition(at);
+  if (rd_kafka_error_t* e = rd_kafka_seek_partitions(rk_.get(), list.get(), 0)) {
+    log_line(fmt::format("idem consumer: seek {} [{}] to {}: {}", at.tp.topic, at.tp.partition,
+                         at.offset, kafka_error(e)));
+  }
+  rd_kafka_resume_partitions(rk_.get(), list.get());
+}
+
+rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, bool async) {
+  if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
+  PartitionList list = make_partition_list(static_cast<int>(offsets.size()));
+  for (const auto& o : offsets) {
+    rd_kafka_topic_partition_list_add(list.get(), o.tp.topic.c_str(), o.tp.partition)->offset =
+        o.offset;
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_commit(rk_.get(), list.get(), async ? 1 : 0);
+  if (!async && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // Not fatal: a commit that did not happen means redelivery, and the dedup rows make
+    // that harmless. The mock cluster rejects commits during a rebalance with
+    // REBALANCE_IN_PROGRESS (../shared/MOCK-CLUSTER.md).
+    log_line(fmt::format("idem consumer: offset commit failed: {}", rd_kafka_err2str(err)));
+  }
+  return err;
+}
+
+void PollLoop::close() {
+  if (closed_) return;
+  closed_ = true;
+  const rd_kafka_resp_err_t err = rd_kafka_consumer_close(rk_.get());
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    log_line(fmt::format("idem consumer: close: {}", rd_kafka_err2str(err)));
+  }
+  if (pending_) {
+    try {
+      std::rethrow_exception(std::exchange(pending_, nullptr));
+    } catch (const std::exception& e) {
+      log_line(fmt::format("idem consumer: during close: {}", e.what()));
+    } catch (...) {
+      log_line("idem consumer: during close: unknown exception");
+    }
+  }
+}
+
+void PollLoop::wake() noexcept {
+  if (queue_) rd_kafka_queue_yield(queue_.get());
+}
+
+void PollLoop::rebalance_trampoline(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
+                                    rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+  auto* self = static_cast<PollLoop*>(static_cast<CallbackContext*>(opaque));
+  try {
+    self->on_rebalance(err, partitions);
+  } catch (...) {
+    if (!self->pending_) self->pending_ = std::current_exception();
+  }
+}
+
+void PollLoop::on_rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions) {
+  rd_kafka_t* rk = rk_.get();
+  const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  const std::vector<TopicPartition> tps = to_vector(partitions);
+  std::exception_ptr listener_error;
+
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (cooperative) {
+      if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk, partitions)) {
+        log_line(fmt::format("idem consumer: incremental assign: {}", kafka_error(e)));
+      }
+    } else if (const auto e = rd_kafka_assign(rk, partitions); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      log_line(fmt::format("idem consumer: assign: {}", rd_kafka_err2str(e)));
+    }
+    // An application pause is a flag on librdkafka's partition object and can outlive a
+    // revoke/assign cycle; a retry pause from an earlier ownership must not stick.
+    rd_kafka_resume_partitions(rk, partitions);
+    try {
+      if (listener_.assigned) listener_.assigned(tps);
+    } catch (...) {
+      listener_error = std::current_exception();
+    }
+  } else {
+    if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+      log_line(fmt::format("idem consumer: rebalance error: {}", rd_kafka_err2str(err)));
+    }
+    // Abandon records of revoked partitions that were collected but not processed: the
+    // new owner gets them from the last committed offset.
+    if (collecting_ != nullptr) {
+      std::erase_if(*collecting_, [&](const KafkaMessage& m) {
+        const char* topic = rd_kafka_topic_name(m->rkt);
+        return std::any_of(tps.begin(), tps.end(), [&](const TopicPartition& tp) {
+          return tp.partition == m->partition && tp.topic == topic;
+        });
+      });
+    }
+    try {
+      if (listener_.revoked) listener_.revoked(tps, rd_kafka_assignment_lost(rk) != 0);
+    } catch (...) {
+      listener_error = std::current_exception();
+    }
+    if (cooperative && err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+      if (rd_kafka_error_t* e = rd_kafka_incremental_unassign(rk, partitions)) {
+        log_line(fmt::format("idem consumer: incremental unassign: {}", kafka_error(e)));
+      }
+    } else {
+      rd_kafka_assign(rk, nullptr);
+    }
+  }
+  if (listener_error) std::rethrow_exception(listener_error);
+}
+
+void PollLoop::commit_trampoline(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
+                                 rd_kafka_topic_partition_list_t* /*offsets*/, void* opaque) {
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
+  auto* self = static_cast<PollLoop*>(static_cast<CallbackContext*>(opaque));
+  try {
+    self->log_line(fmt::format("idem consumer: offset commit failed: {} (records will be "
+                               "redelivered and deduplicated)",
+                               rd_kafka_err2str(err)));
+  } catch (...) {
+  }
+}
+
+void PollLoop::error_trampoline(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+  auto* self = static_cast<PollLoop*>(static_cast<CallbackContext*>(opaque));
+  try {
+    const auto code = static_cast<rd_kafka_resp_err_t>(err);
+    if (code == RD_KAFKA_RESP_ERR__FATAL) {
+      char text[512];
+      const rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, text, sizeof text);
+      if (!self->pending_) {
+        self->pending_ = std::make_exception_ptr(
+            Error(ErrorCode::Internal, ErrorSource::Kafka,
+                  fmt::format("fatal consumer error: {}", text), rd_kafka_err2name(fatal)));
+      }
+      return;
+    }
+    self->log_line(fmt::format("idem consumer: kafka: {}: {}", rd_kafka_err2name(code), reason));
+  } catch (...) {
+  }
+}
+
+}  // namespace idem::detail

@@ -1,0 +1,90 @@
+#pragma once
+// The librdkafka consumer side of idem::Consumer: subscription, collecting batches,
+// the rebalance callback (eager and cooperative), pause/seek/resume and offset commits.
+// Processing decisions live elsewhere (BatchProcessor, Consumer::Impl).
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "consumer/kafka_handle.hpp"
+#include "consumer/topic_partition.hpp"
+#include "idem/consumer.hpp"
+
+namespace idem::detail {
+
+class PollLoop : private CallbackContext {
+ public:
+  /// Called on the poll thread from inside poll_batch() or close(), i.e. from the
+  /// rebalance callback. Exceptions are caught there and rethrown by the PollLoop call
+  /// that was running (never through librdkafka's C frames).
+  struct Listener {
+    /// `partitions` are being taken away (`lost`: already owned by someone else, so a
+    /// commit would be rejected). Called before they are unassigned, so a synchronous
+    /// commit of what was processed still works.
+    std::function<void(std::span<const TopicPartition> partitions, bool lost)> revoked;
+    /// `partitions` were assigned; they resume from the committed offsets.
+    std::function<void(std::span<const TopicPartition> partitions)> assigned;
+  };
+
+  /// Creates the consumer handle. `log` must outlive the PollLoop; librdkafka's own log
+  /// lines go there too when `forward_kafka_logs` (else librdkafka prints to stderr).
+  /// \throws Error(InvalidArgument, Config) for a rejected property.
+  PollLoop(const ConsumerConfig& config, const LogFn* log, bool forward_kafka_logs,
+           Listener listener);
+  ~PollLoop();
+  PollLoop(const PollLoop&) = delete;
+  PollLoop& operator=(const PollLoop&) = delete;
+
+  void subscribe(const std::vector<std::string>& topics);
+
+  /// Collects up to `max` records into `out` (cleared first): waits up to `first_wait`
+  /// for the first record, then up to `window` for more. Returns early when `stop` is
+  /// set (with whatever was collected) or wake() is called. Records of partitions
+  /// revoked meanwhile are dropped from `out`.
+  /// \throws Error(Internal, Kafka) on a fatal consumer error; rethrows listener errors.
+  void poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
+                  std::chrono::milliseconds first_wait, std::chrono::milliseconds window,
+                  const std::atomic<bool>& stop);
+
+  /// Pauses fetching from `at.tp` and rewinds its fetch position to `at.offset`.
+  void pause_and_seek(const PartitionOffset& at);
+  /// Rewinds `at.tp` to `at.offset` again (in case a fetch slipped in) and resumes it.
+  void seek_and_resume(const PartitionOffset& at);
+
+  /// Commits `offsets` (each the next offset to consume). Async returns at once (errors
+  /// are logged from the commit callback); sync blocks until the broker answered.
+  /// Returns the request's error (always NO_ERROR for async unless it could not be queued).
+  rd_kafka_resp_err_t commit(std::span<const PartitionOffset> offsets, bool async);
+
+  /// Leaves the group (revokes through the listener first). Idempotent.
+  void close();
+
+  /// Makes a blocked poll_batch() return promptly. Thread-safe, never blocks.
+  void wake() noexcept;
+
+ private:
+  static void rebalance_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                   rd_kafka_topic_partition_list_t* partitions, void* opaque);
+  static void commit_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                rd_kafka_topic_partition_list_t* offsets, void* opaque);
+  static void error_trampoline(rd_kafka_t* rk, int err, const char* reason, void* opaque);
+  void on_rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions);
+  void handle_message_error(const rd_kafka_message_t& m);
+  void rethrow_pending();
+  void log_line(std::string_view line) const;
+
+  const LogFn* log_;
+  Listener listener_;
+  KafkaHandle rk_;
+  KafkaQueue queue_;  // the consumer queue, kept for wake()
+  std::vector<KafkaMessage>* collecting_ = nullptr;
+  std::exception_ptr pending_;
+  bool closed_ = false;
+};
+
+}  // namespace idem::detail

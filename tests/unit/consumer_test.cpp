@@ -1,0 +1,551 @@
+// idem::Consumer against the in-process mock cluster (DevBroker) and a SQLite file store:
+// exactly one effect per valid event, dead letters with their reasons, offsets only
+// after the DB commit, savepoint isolation, per-partition retry, graceful stop, groups.
+// Synchronisation is always "wait for a condition with a deadline", never a sleep.
+#include "idem/consumer.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "consumer/backoff.hpp"
+#include "idem/dev_broker.hpp"
+#include "idem/error.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/handlers/count.hpp"
+#include "idem/store.hpp"
+#include "idem/uuid.hpp"
+#include "support/kafka_test_producer.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::KafkaTestProducer;
+using test::TestRecord;
+
+std::string unique_name(std::string_view prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
+}
+
+/// Waits until `pred` holds or `timeout` passes; returns the last value of `pred`.
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);  // polling interval of a condition, not a synchronisation
+  }
+  return pred();
+}
+
+OrderConfirmed make_event(std::int64_t order_id) {
+  OrderConfirmed e;
+  e.event_id = new_uuid_v7();
+  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
+      std::chrono::system_clock::now());
+  e.order_id = order_id;
+  e.customer_id = 42;
+  e.total_amount = Amount::from_hundredths(1999);
+  return e;
+}
+
+TestRecord record_of(const std::string& topic, const OrderConfirmed& e, std::int32_t partition = -1) {
+  return {topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}},
+          partition};
+}
+
+class ConsumerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { broker_ = new DevBroker(); }
+  static void TearDownTestSuite() {
+    delete broker_;
+    broker_ = nullptr;
+  }
+
+  void SetUp() override {
+    db_url_ = test::fresh_sqlite_url();
+    open_store(db_url_)->migrate();
+    observer_ = open_store(db_url_);
+  }
+
+  /// A new topic with `partitions` partitions and its DLQ topic (1 partition).
+  std::string make_topic(int partitions) {
+    const std::string topic = unique_name("orders");
+    broker_->create_topic(topic, partitions);
+    broker_->create_topic(topic + ".dlq", 1);
+    return topic;
+  }
+
+  ConsumerConfig config_for(const std::string& topic, const std::string& group) const {
+    ConsumerConfig c;
+    c.bootstrap_servers = broker_->bootstrap_servers();
+    c.group_id = group;
+    c.topics = {topic};
+    c.batch_size = 100;
+    c.batch_window = 20ms;
+    c.retry.initial_backoff = 20ms;
+    c.retry.max_backoff = 200ms;
+    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    return c;
+  }
+
+  std::int64_t effects(const std::string& group) { return count_effects(*observer_, group); }
+  std::int64_t scalar(const std::string& sql, const Uuid& id, const std::string& group) {
+    auto tx = observer_->begin();
+    const Rows rows = tx->execute(sql, id, group);
+    return rows[0].int64(0);
+  }
+
+  void produce(const std::vector<TestRecord>& records) {
+    KafkaTestProducer producer(broker_->bootstrap_servers());
+    for (const auto& r : records) producer.send(r);
+    producer.flush();
+  }
+
+  static DevBroker* broker_;
+  std::string db_url_;
+  std::unique_ptr<Store> observer_;
+};
+
+DevBroker* ConsumerTest::broker_ = nullptr;
+
+/// Runs a Consumer on its own thread; stops and joins on destruction.
+class RunningConsumer {
+ public:
+  RunningConsumer(std::unique_ptr<Consumer> consumer) : consumer_(std::move(consumer)) {  // NOLINT
+    thread_ = std::thread([this] {
+      try {
+        consumer_->run();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      finished_.store(true);
+    });
+  }
+  RunningConsumer(const RunningConsumer&) = delete;
+  RunningConsumer& operator=(const RunningConsumer&) = delete;
+  ~RunningConsumer() { stop(); }
+
+  Consumer& operator*() { return *consumer_; }
+  Consumer* operator->() { return consumer_.get(); }
+  /// Stops and joins; returns false if run() did not return within `timeout`.
+  bool stop(std::chrono::milliseconds timeout = 30s) {
+    if (!thread_.joinable()) return true;
+    consumer_->stop();
+    const bool returned = eventually([&] { return finished_.load(); }, timeout);
+    if (returned) thread_.join();
+    else thread_.detach();  // the test fails; do not hang the run
+    return returned;
+  }
+  [[nodiscard]] bool finished() const { return finished_.load(); }
+  [[nodiscard]] std::exception_ptr error() const { return error_; }
+
+ private:
+  std::unique_ptr<Consumer> consumer_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+  std::exception_ptr error_;
+};
+
+std::unique_ptr<Consumer> counting_consumer(const ConsumerConfig& config, const std::string& db_url,
+                                            ConsumerHooks hooks = {}) {
+  auto c = std::make_unique<Consumer>(config, open_store(db_url), std::move(hooks));
+  for (const auto& t : config.topics) c->on<OrderConfirmed>(t, count_handler<OrderConfirmed>());
+  return c;
+}
+
+TEST_F(ConsumerTest, EachValidEventHasExactlyOneEffect) {
+  const std::string topic = make_topic(3);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  std::vector<OrderConfirmed> events;
+  for (int i = 0; i < 200; ++i) events.push_back(make_event(i + 1));
+  for (const auto& e : events) records.push_back(record_of(topic, e));
+  // 10% resends: the same event (same event_id) at a new offset.
+  for (int i = 0; i < 200; i += 10) records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
+  produce(records);
+
+  RunningConsumer consumer(counting_consumer(config_for(topic, group), db_url_));
+  ASSERT_TRUE(eventually([&] { return consumer->stats().delivered >= 220; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_EQ(effects(group), 200);
+  EXPECT_EQ(max_effects_per_event(*observer_, group), 1);
+  const ConsumerStats s = consumer->stats();
+  EXPECT_EQ(s.processed, 200u);
+  EXPECT_EQ(s.duplicates, 20u);
+  EXPECT_EQ(s.dead_lettered, 0u);
+  const auto committed = test::committed_offsets(broker_->bootstrap_servers(), group, topic, 3);
+  EXPECT_EQ(committed, test::end_offsets(broker_->bootstrap_servers(), topic, 3));
+}
+
+TEST_F(ConsumerTest, MalformedMessagesGoToDlqWithReasonHeaders) {
+  const std::string topic = make_topic(1);
+  const std::string unrouted = make_topic(1);
+  const std::string group = unique_name("g");
+  OrderConfirmed v4 = make_event(7);
+  v4.event_id = *Uuid::parse("6ba7b810-9dad-41d1-80b4-00c04fd430c8");  // a version-4 UUID
+  std::string unknown_type = to_json(make_event(8));
+  unknown_type.replace(unknown_type.find("order.confirmed.v1"), 18, "order.shipped.v9");
+
+  std::vector<TestRecord> records;
+  records.push_back(record_of(topic, make_event(1)));
+  records.push_back({topic, "k-json", "{not json", {{"traceparent", "00-abc-def-01"}}});
+  records.push_back({topic, "k-missing", R"({"event_type":"order.confirmed.v1"})", {}});
+  records.push_back(record_of(topic, v4));
+  records.push_back({topic, "k-type", unknown_type, {}});
+  records.push_back({topic, "k-large", std::string(4096, 'x'), {}});
+  records.push_back(record_of(topic, make_event(2)));
+  records.push_back(record_of(unrouted, make_event(3)));
+  produce(records);
+
+  ConsumerConfig config = config_for(topic, group);
+  config.topics.push_back(unrouted);
+  config.limits.max_payload_bytes = 2048;
+  auto c = std::make_unique<Consumer>(config, open_store(db_url_));
+  c->on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());  // `unrouted` has no handler
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return consumer->stats().dead_lettered >= 6; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_EQ(effects(group), 2);
+
+  const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 5, 20s);
+  ASSERT_EQ(dlq.size(), 5u);
+  const std::vector<std::string> expected_classes = {
+      "validation.invalid_json", "validation.missing", "validation.not_uuid_v7",
+      "validation.unknown_event_type", "validation.too_large"};
+  for (std::size_t i = 0; i < dlq.size(); ++i) {
+    const auto& r = dlq[i];
+    SCOPED_TRACE(fmt::format("dlq record {}", i));
+    EXPECT_EQ(r.header("idem.error.class"), expected_classes[i]);
+    EXPECT_EQ(r.header("idem.original.topic"), topic);
+    EXPECT_EQ(r.header("idem.original.partition"), "0");
+    EXPECT_EQ(r.header("idem.original.offset"), std::to_string(i + 1));
+    EXPECT_EQ(r.header("idem.consumer.group"), group);
+    EXPECT_EQ(r.header("idem.attempts"), "1");
+    EXPECT_FALSE(r.header("idem.error.message").value_or("").empty());
+    EXPECT_EQ(r.key, records[i + 1].key);
+    EXPECT_EQ(r.payload, records[i + 1].payload);
+  }
+  EXPECT_EQ(dlq[0].header("traceparent"), "00-abc-def-01");  // original headers kept
+
+  const auto unrouted_dlq = test::read_topic(broker_->bootstrap_servers(), unrouted + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(unrouted_dlq.size(), 1u);
+  EXPECT_EQ(unrouted_dlq[0].header("idem.error.class"), "route.no_route");
+
+  // Dead-lettered records never block: every offset is committed.
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 1),
+            std::vector<std::int64_t>{7});
+  const ConsumerStats s = consumer->stats();
+  EXPECT_EQ(s.dead_lettered_by_reason.at("validation.invalid_json"), 1u);
+  EXPECT_EQ(s.dead_lettered_by_reason.at("route.no_route"), 1u);
+}
+
+TEST_F(ConsumerTest, OffsetsAreCommittedOnlyAfterTheDbCommit) {
+  const std::string topic = make_topic(2);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 120; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+
+  // First run: the hook "crashes" the consumer just before its first DB commit.
+  ConsumerConfig config = config_for(topic, group);
+  config.batch_size = 30;
+  {
+    ConsumerHooks hooks;
+    hooks.at = [](HookPoint p) {
+      if (p == HookPoint::BeforeDbCommit) throw std::runtime_error("crash before commit");
+    };
+    Consumer consumer(config, open_store(db_url_), hooks);
+    consumer.on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
+    EXPECT_THROW(consumer.run(), std::runtime_error);
+  }
+  EXPECT_EQ(effects(group), 0);
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 2),
+            (std::vector<std::int64_t>{-1, -1}));
+
+  // Second run: at every hook point the committed offsets never cover more records than
+  // the database holds effects for (every record here is a distinct valid event). The
+  // durable count is read at AfterDbCommit: at BeforeDbCommit the consumer's transaction
+  // holds SQLite's write lock, and nothing else writes meanwhile.
+  std::atomic<int> violations{0};
+  std::atomic<int> checks{0};
+  std::int64_t durable = 0;
+  const std::string bootstrap = broker_->bootstrap_servers();
+  auto probe = open_store(db_url_);
+  ConsumerHooks hooks;
+  hooks.at = [&](HookPoint p) {
+    if (p == HookPoint::AfterDbCommit) durable = count_effects(*probe, group);
+    if (p != HookPoint::BeforeDbCommit && p != HookPoint::AfterDbCommit &&
+        p != HookPoint::AfterOffsetCommit)
+      return;
+    const auto committed = test::committed_offsets(bootstrap, group, topic, 2);
+    std::int64_t covered = 0;
+    for (auto o : committed) covered += std::max<std::int64_t>(o, 0);
+    if (covered > durable) ++violations;
+    ++checks;
+  };
+  RunningConsumer consumer(counting_consumer(config, db_url_, hooks));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 120; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_GT(checks.load(), 0);
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(max_effects_per_event(*observer_, group), 1);
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 2),
+            test::end_offsets(broker_->bootstrap_servers(), topic, 2));
+}
+
+TEST_F(ConsumerTest, HandlerDeadLetterIsIsolatedBySavepoint) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<OrderConfirmed> events;
+  for (int i = 0; i < 20; ++i) events.push_back(make_event(i + 1));
+  std::vector<TestRecord> records;
+  for (const auto& e : events) records.push_back(record_of(topic, e));
+  produce(records);
+  const Uuid poison = events[9].event_id;  // order 10
+
+  ConsumerConfig config = config_for(topic, group);
+  config.batch_window = 500ms;  // let the whole topic land in one batch
+  auto c = std::make_unique<Consumer>(config, open_store(db_url_));
+  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([](const OrderConfirmed& e,
+                                                            const RecordInfo& r, Transaction& tx) {
+    record_effect(tx, e.event_id, r);  // an effect that must be rolled back for the poison
+    return e.order_id == 10 ? Outcome::DeadLetter : Outcome::Done;
+  }));
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return consumer->stats().dead_lettered >= 1 && effects(group) == 19; }));
+  ASSERT_TRUE(consumer.stop());
+
+  EXPECT_EQ(effects(group), 19);
+  EXPECT_EQ(scalar("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
+                   poison, group),
+            0);
+  // Unmarked: a replay after a fix is processed, not skipped as a duplicate.
+  EXPECT_EQ(scalar("SELECT count(*) FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
+                   poison, group),
+            0);
+  const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].header("idem.error.class"), "handler.dead_letter");
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), "9");
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 1),
+            std::vector<std::int64_t>{20});
+}
+
+TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+
+  std::atomic<int> transient_left{2};
+  auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
+  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
+                                                             const RecordInfo& r, Transaction& tx) {
+    if (e.order_id == 2) throw std::logic_error("bug in handler");
+    if (e.order_id == 4 && transient_left.fetch_sub(1) > 0)
+      throw Error(ErrorCode::Timeout, ErrorSource::Http, "provider timed out");
+    record_effect(tx, e.event_id, r);
+    return Outcome::Done;
+  }));
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 4 && consumer->stats().dead_lettered == 1; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_GE(consumer->stats().retries, 2u);
+  EXPECT_EQ(consumer->stats().dead_lettered_by_reason.at("handler.exception"), 1u);
+  const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_NE(dlq[0].header("idem.error.message").value_or("").find("bug in handler"), std::string::npos);
+}
+
+TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
+  const std::string topic = make_topic(2);
+  const std::string group = unique_name("g");
+  const OrderConfirmed stuck = make_event(1000);
+  std::vector<TestRecord> records;
+  records.push_back(record_of(topic, stuck, 0));
+  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(2000 + i), 0));
+  produce(records);
+
+  std::atomic<int> retries_returned{0};
+  std::atomic<bool> release{false};
+  auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
+  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
+                                                             const RecordInfo& r, Transaction& tx) {
+    if (e.event_id == stuck.event_id && (!release.load() || retries_returned.load() < 3)) {
+      ++retries_returned;
+      return Outcome::Retry;
+    }
+    record_effect(tx, e.event_id, r);
+    return Outcome::Done;
+  }));
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return retries_returned.load() >= 1; }));
+
+  // While partition 0 is stuck, partition 1 keeps flowing.
+  std::vector<TestRecord> more;
+  for (int i = 0; i < 10; ++i) more.push_back(record_of(topic, make_event(3000 + i), 1));
+  produce(more);
+  ASSERT_TRUE(eventually([&] { return effects(group) == 10; }));
+  EXPECT_EQ(effects(group), 10);  // nothing of partition 0 skipped ahead of the stuck event
+  release.store(true);
+
+  ASSERT_TRUE(eventually([&] { return effects(group) == 16; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_GE(retries_returned.load(), 3);
+  EXPECT_EQ(max_effects_per_event(*observer_, group), 1);
+  // Partition 0 applied in offset order: the stuck event first.
+  auto tx = observer_->begin();
+  const Rows rows = tx->execute(
+      "SELECT kafka_offset FROM effect_log WHERE consumer_group = $1 AND kafka_partition = 0 "
+      "ORDER BY id",
+      group);
+  ASSERT_EQ(rows.size(), 6u);
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i].int64(0), static_cast<std::int64_t>(i));
+  EXPECT_GE(consumer->stats().retries, 3u);
+}
+
+TEST_F(ConsumerTest, StopCommitsAndLeavesGroup) {
+  const std::string topic = make_topic(2);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 50; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+  {
+    RunningConsumer consumer(counting_consumer(config_for(topic, group), db_url_));
+    ASSERT_TRUE(eventually([&] { return effects(group) == 50; }));
+    const auto stop_started = std::chrono::steady_clock::now();
+    ASSERT_TRUE(consumer.stop(20s));
+    EXPECT_LT(std::chrono::steady_clock::now() - stop_started, 10s);
+    EXPECT_EQ(consumer.error(), nullptr);
+  }
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 2),
+            test::end_offsets(broker_->bootstrap_servers(), topic, 2));
+
+  // The next member of the group starts where the first one stopped: no redelivery.
+  std::vector<TestRecord> more;
+  for (int i = 0; i < 10; ++i) more.push_back(record_of(topic, make_event(100 + i)));
+  produce(more);
+  RunningConsumer next(counting_consumer(config_for(topic, group), db_url_));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 60; }));
+  ASSERT_TRUE(next.stop());
+  EXPECT_EQ(next->stats().delivered, 10u);
+  EXPECT_EQ(next->stats().duplicates, 0u);
+}
+
+TEST_F(ConsumerTest, TwoGroupsApplyEachEventOnceEach) {
+  const std::string topic = make_topic(3);
+  const std::string billing = unique_name("billing");
+  const std::string analytics = unique_name("analytics");
+  std::vector<OrderConfirmed> events;
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 100; ++i) events.push_back(make_event(i + 1));
+  for (const auto& e : events) records.push_back(record_of(topic, e));
+  for (int i = 0; i < 100; i += 5) records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
+  produce(records);
+
+  RunningConsumer a(counting_consumer(config_for(topic, billing), db_url_));
+  RunningConsumer b(counting_consumer(config_for(topic, analytics), db_url_));
+  ASSERT_TRUE(eventually([&] { return effects(billing) == 100 && effects(analytics) == 100; }));
+  ASSERT_TRUE(eventually([&] { return a->stats().delivered >= 120 && b->stats().delivered >= 120; }));
+  ASSERT_TRUE(a.stop());
+  ASSERT_TRUE(b.stop());
+  EXPECT_EQ(effects(billing), 100);
+  EXPECT_EQ(effects(analytics), 100);
+  EXPECT_EQ(max_effects_per_event(*observer_, billing), 1);
+  EXPECT_EQ(max_effects_per_event(*observer_, analytics), 1);
+}
+
+TEST_F(ConsumerTest, BatchSizeOneBehavesPerMessage) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 30; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+  ConsumerConfig config = config_for(topic, group);
+  config.batch_size = 1;
+  std::atomic<int> batches{0};
+  ConsumerHooks hooks;
+  hooks.at = [&](HookPoint p) {
+    if (p == HookPoint::BatchPolled) ++batches;
+  };
+  RunningConsumer consumer(counting_consumer(config, db_url_, hooks));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 30; }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_EQ(batches.load(), 30);
+  EXPECT_EQ(consumer->stats().transactions, 30u);
+  EXPECT_GE(consumer->stats().offset_commits, 30u);
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 1),
+            std::vector<std::int64_t>{30});
+}
+
+// --- configuration and backoff: no broker needed --------------------------------------
+
+TEST(ConsumerConfigTest, RejectsOverridingOffsetProperties) {
+  for (const char* key : {"enable.auto.commit", "enable.auto.offset.store"}) {
+    ConsumerConfig c;
+    c.bootstrap_servers = "127.0.0.1:9";
+    c.group_id = "g";
+    c.topics = {"t"};
+    c.kafka = {{key, "true"}};
+    try {
+      Consumer consumer(c, open_store("sqlite://:memory:"));
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_EQ(e.source(), ErrorSource::Config);
+    }
+  }
+}
+
+TEST(ConsumerConfigTest, RejectsIncompleteConfigAndUnknownRoutes) {
+  ConsumerConfig c;
+  c.bootstrap_servers = "127.0.0.1:9";
+  c.group_id = "g";
+  EXPECT_THROW(Consumer(c, open_store("sqlite://:memory:")), Error);  // no topics
+  c.topics = {"t"};
+  c.batch_size = 0;
+  EXPECT_THROW(Consumer(c, open_store("sqlite://:memory:")), Error);
+  c.batch_size = 10;
+  Consumer consumer(c, open_store("sqlite://:memory:"));
+  EXPECT_THROW(consumer.on<OrderConfirmed>("other", count_handler<OrderConfirmed>()), Error);
+  consumer.on<OrderConfirmed>("t", count_handler<OrderConfirmed>());
+  EXPECT_THROW(consumer.on<OrderConfirmed>("t", count_handler<OrderConfirmed>()), Error);
+}
+
+TEST(BackoffTest, GrowsExponentiallyWithJitterAndIsCapped) {
+  RetryPolicy p;
+  p.initial_backoff = 100ms;
+  p.max_backoff = 1000ms;
+  p.multiplier = 2.0;
+  p.jitter = 0.2;
+  detail::Backoff b(p, 1234);
+  for (int round = 0; round < 50; ++round) {
+    EXPECT_GE(b.delay(1), 80ms);
+    EXPECT_LE(b.delay(1), 120ms);
+    EXPECT_GE(b.delay(3), 320ms);
+    EXPECT_LE(b.delay(3), 480ms);
+    EXPECT_LE(b.delay(10), 1000ms);
+    EXPECT_GE(b.delay(1000), 800ms);
+  }
+  p.jitter = 1.5;
+  EXPECT_THROW(detail::Backoff{p}, Error);
+}
+
+}  // namespace
+}  // namespace idem
