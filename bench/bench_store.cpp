@@ -158,8 +158,9 @@ void BM_RawSqlite(benchmark::State& state) {
   sqlite3* db = nullptr;
   sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   sq_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000");
-  std::string sql = "INSERT INTO processed_event (event_id, consumer_group) VALUES ";
-  for (std::size_t i = 0; i < batch; ++i) sql += fmt::format("{}(?{}, ?1)", i ? "," : "", i + 2);
+  // Exactly the statement text idem prepares (anonymous placeholders after ?2).
+  std::string sql = "INSERT INTO processed_event(event_id, consumer_group) VALUES (?2,?1)";
+  for (std::size_t i = 1; i < batch; ++i) sql += ",(?,?1)";
   sql += batch == 1 ? " ON CONFLICT DO NOTHING" : " ON CONFLICT DO NOTHING RETURNING event_id";
   sqlite3_stmt* ins = nullptr;
   sqlite3_stmt* begin = nullptr;
