@@ -14,5 +14,7 @@ void register_migrate(CLI::App& app, ExitCode& exit_code);
 void register_consume(CLI::App& app, ExitCode& exit_code);
 void register_demo(CLI::App& app, ExitCode& exit_code);
 void register_dev_broker(CLI::App& app, ExitCode& exit_code);
+void register_relay(CLI::App& app, ExitCode& exit_code);
+void register_orders(CLI::App& app, ExitCode& exit_code);
 
 }  // namespace idem::cli

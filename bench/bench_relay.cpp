@@ -1,0 +1,341 @@
+// Outbox relay throughput and enqueue cost, with two baselines measured in the same run
+// (bench/RELAY-RESULTS.md has figures and how to read them):
+//
+//   relay      idem::Relay: outbox rows -> acknowledged on the topic -> marked published
+//   raw SQL    the relay's own claim and mark statements in a loop, no producer
+//   producer   a plain idempotent librdkafka producer sending the same payloads
+//   enqueue    UPDATE orders (the confirm) with vs without outbox.enqueue, per transaction
+//
+// Usage: idem_bench_relay [EVENTS]   (default 100000)
+// PostgreSQL is measured when IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN is set (e.g. under
+// scripts/with-postgres.sh); SQLite always, in a file under /tmp.
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/dev_broker.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/outbox.hpp"
+#include "idem/producer.hpp"
+#include "idem/reference/order_service.hpp"
+#include "idem/relay.hpp"
+#include "idem/store.hpp"
+#include "idem/stores/postgres.hpp"
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// The relay's statements, verbatim (src/outbox/relay.cpp).
+constexpr std::string_view kClaimPostgres =
+    "SELECT id, event_id, topic, message_key, payload, headers::text, pg_backend_pid() "
+    "FROM outbox WHERE published_at IS NULL AND id > $1 AND shard = ANY($2::int[]) "
+    "ORDER BY id LIMIT $3";
+constexpr std::string_view kClaimSqlite =
+    "SELECT id, event_id, topic, message_key, payload, headers, 0 "
+    "FROM outbox WHERE published_at IS NULL AND id > $1 ORDER BY id LIMIT $2";
+constexpr std::string_view kMarkPostgres =
+    "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[]) AND published_at IS NULL";
+constexpr std::string_view kMarkSqlite =
+    "UPDATE outbox SET published_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
+    "WHERE id IN (SELECT value FROM json_each($1)) AND published_at IS NULL";
+
+// Rows per claim (relay and raw loop alike); IDEM_BENCH_BATCH overrides.
+const std::size_t kBatch = std::getenv("IDEM_BENCH_BATCH") ? std::stoul(std::getenv("IDEM_BENCH_BATCH")) : 1000;
+constexpr int kPartitions = 32;
+
+std::string all_shards() {
+  std::string s = "{";
+  for (int i = 0; i < idem::kOutboxShards; ++i) {
+    if (i > 0) s.push_back(',');
+    s += std::to_string(i);
+  }
+  s.push_back('}');
+  return s;
+}
+
+void exec(idem::Store& store, std::string_view sql) {
+  auto tx = store.begin();
+  tx->execute(sql);
+  tx->commit();
+}
+
+/// Resets every row to unpublished and, on PostgreSQL, VACUUMs, so that each run starts
+/// from the same table state (the marks of the previous run leave dead tuples behind).
+void reset_outbox(idem::Store& store, bool postgres) {
+  exec(store, "UPDATE outbox SET published_at = NULL");
+  if (postgres) {
+    // VACUUM cannot run in a transaction block; no idem transaction is open here.
+    PGresult* r = PQexec(idem::postgres_native_handle(store), "VACUUM ANALYZE outbox");
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+      std::fprintf(stderr, "VACUUM: %s", PQerrorMessage(idem::postgres_native_handle(store)));
+    }
+    PQclear(r);
+  }
+}
+
+/// Fills the outbox with `n` order.confirmed.v1 events (1000 per transaction).
+void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, std::int64_t n) {
+  for (std::int64_t done = 0; done < n;) {
+    auto tx = store.begin();
+    for (std::size_t i = 0; i < kBatch && done < n; ++i, ++done) {
+      const std::int64_t order = done + 1;
+      outbox.enqueue(*tx, [&](const idem::Uuid& id) {
+        idem::OrderConfirmed e;
+        e.event_id = id;
+        e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
+            std::chrono::system_clock::now());
+        e.order_id = order;
+        e.customer_id = 1 + order % 1000;
+        e.total_amount = idem::Amount::from_hundredths(1000 + order % 50'000);
+        return idem::OutboxMessage{"order", std::to_string(order), topic, idem::to_json(e), {}, {}};
+      });
+    }
+    tx->commit();
+  }
+}
+
+double relay_run(const std::string& url, const std::string& bootstrap, std::int64_t n) {
+  idem::RelayConfig c;
+  c.store_url = url;
+  c.producer.bootstrap_servers = bootstrap;
+  c.producer.kafka = {{"log_level", "2"}};
+  c.batch_size = kBatch;
+  if (const char* v = std::getenv("IDEM_BENCH_IN_FLIGHT")) c.max_batches_in_flight = std::stoul(v);
+  if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS")) c.producer.linger = std::chrono::milliseconds(std::stol(v));
+  c.progress_interval = 0ms;
+  c.cleanup_interval = 0ms;
+  idem::Relay relay(c);
+  const auto t = SteadyClock::now();
+  if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain\n");
+  const double s = seconds_since(t);
+  if (relay.progress().published != static_cast<std::uint64_t>(n)) {
+    std::fprintf(stderr, "relay published %llu of %lld\n",
+                 static_cast<unsigned long long>(relay.progress().published),
+                 static_cast<long long>(n));
+  }
+  return static_cast<double>(n) / s;
+}
+
+double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n) {
+  const std::string shards = all_shards();
+  const auto t = SteadyClock::now();
+  std::int64_t done = 0;
+  std::int64_t cursor = 0;
+  while (true) {
+    idem::Rows rows;
+    {
+      auto tx = store.begin();
+      rows = postgres ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(kBatch))
+                      : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(kBatch));
+      tx->commit();
+    }
+    if (rows.empty()) break;
+    std::string list(postgres ? "{" : "[");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (i > 0) list.push_back(',');
+      list += rows[i].text(0);
+    }
+    list.push_back(postgres ? '}' : ']');
+    cursor = rows[rows.size() - 1].int64(0);
+    auto tx = store.begin();
+    tx->execute(postgres ? kMarkPostgres : kMarkSqlite, list);
+    tx->commit();
+    done += static_cast<std::int64_t>(rows.size());
+  }
+  const double s = seconds_since(t);
+  if (done != n) std::fprintf(stderr, "raw loop marked %lld of %lld\n", static_cast<long long>(done),
+                              static_cast<long long>(n));
+  return static_cast<double>(done) / s;
+}
+
+struct Payload {
+  std::string key;
+  std::string value;
+  std::string event_id;
+};
+
+double plain_producer_run(const std::string& bootstrap, const std::string& topic,
+                          const std::vector<Payload>& payloads) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  const std::array<std::pair<const char*, const char*>, 6> props = {{
+      {"bootstrap.servers", bootstrap.c_str()}, {"enable.idempotence", "true"}, {"acks", "all"},
+      {"linger.ms", "5"}, {"queue.buffering.max.messages", "200000"}, {"log_level", "2"}}};
+  for (const auto& [k, v] : props) rd_kafka_conf_set(conf, k, v, err, sizeof err);
+  std::size_t acked = 0;
+  rd_kafka_conf_set_opaque(conf, &acked);
+  rd_kafka_conf_set_dr_msg_cb(conf, [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++*static_cast<std::size_t*>(opaque);
+  });
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  const auto t = SteadyClock::now();
+  for (const Payload& p : payloads) {
+    while (true) {
+      rd_kafka_headers_t* h = rd_kafka_headers_new(1);
+      rd_kafka_header_add(h, "event_id", -1, p.event_id.data(), static_cast<ssize_t>(p.event_id.size()));
+      std::array<rd_kafka_vu_t, 5> vus{};
+      vus[0].vtype = RD_KAFKA_VTYPE_TOPIC;
+      vus[0].u.cstr = topic.c_str();
+      vus[1].vtype = RD_KAFKA_VTYPE_KEY;
+      vus[1].u.mem = {const_cast<char*>(p.key.data()), p.key.size()};
+      vus[2].vtype = RD_KAFKA_VTYPE_VALUE;
+      vus[2].u.mem = {const_cast<char*>(p.value.data()), p.value.size()};
+      vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+      vus[3].u.i = RD_KAFKA_MSG_F_COPY;
+      vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
+      vus[4].u.headers = h;
+      rd_kafka_error_t* e = rd_kafka_produceva(rk, vus.data(), vus.size());
+      if (e == nullptr) break;
+      rd_kafka_error_destroy(e);
+      rd_kafka_headers_destroy(h);
+      rd_kafka_poll(rk, 5);
+    }
+    rd_kafka_poll(rk, 0);
+  }
+  rd_kafka_flush(rk, 60'000);
+  const double s = seconds_since(t);
+  rd_kafka_destroy(rk);
+  if (acked != payloads.size()) std::fprintf(stderr, "plain producer: %zu of %zu acked\n", acked, payloads.size());
+  return static_cast<double>(acked) / s;
+}
+
+/// Per-transaction cost of the confirm with and without enqueue, interleaved in blocks.
+std::pair<double, double> enqueue_cost(idem::Store& store, int n) {
+  idem::Outbox outbox;
+  idem::OrderService service(outbox);
+  std::int64_t base = 0;
+  {
+    auto tx = store.begin();
+    base = idem::OrderService::next_order_id(*tx);
+    for (int i = 0; i < 2 * n; ++i) {
+      service.create(*tx, base + i, 1 + i % 100, idem::Amount::from_hundredths(1000 + i));
+    }
+    tx->commit();
+  }
+  double with = 0;
+  double without = 0;
+  constexpr int kBlock = 100;
+  for (int b = 0; b < n / kBlock; ++b) {
+    auto t = SteadyClock::now();
+    for (int i = 0; i < kBlock; ++i) {  // the same UPDATE as confirm(), no event
+      const std::int64_t id = base + 2 * (b * kBlock + i);
+      auto tx = store.begin();
+      tx->execute("UPDATE orders SET status = 'confirmed', confirmed_at = $2 "
+                  "WHERE id = $1 AND status = 'created' RETURNING customer_id, total_amount",
+                  id, std::chrono::time_point_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now()));
+      tx->commit();
+    }
+    without += seconds_since(t);
+    t = SteadyClock::now();
+    for (int i = 0; i < kBlock; ++i) {  // confirm(): UPDATE + enqueue, one transaction
+      static_cast<void>(service.confirm(store, base + 2 * (b * kBlock + i) + 1));
+    }
+    with += seconds_since(t);
+  }
+  const int done = (n / kBlock) * kBlock;
+  return {without / done * 1e6, with / done * 1e6};
+}
+
+void bench_backend(const std::string& name, const std::string& url, const std::string& bootstrap,
+                   idem::DevBroker& broker, std::int64_t n, int* topic_seq) {
+  auto store = idem::open_store(url);
+  store->migrate();
+  const bool postgres = store->backend() == idem::Backend::Postgres;
+  const auto [without_us, with_us] = enqueue_cost(*store, 5000);
+  std::printf("%s enqueue: confirm tx without enqueue %.1f us, with enqueue %.1f us (+%.1f us, %.0f%%)\n",
+              name.c_str(), without_us, with_us, with_us - without_us,
+              (with_us / without_us - 1.0) * 100.0);
+  exec(*store, "DELETE FROM outbox");
+
+  const std::string topic = fmt::format("bench-relay-{}-{}", name, (*topic_seq)++);
+  broker.create_topic(topic, kPartitions);
+  auto t = SteadyClock::now();
+  idem::Outbox outbox;
+  fill(*store, outbox, topic, n);
+  std::printf("%s fill: %lld events in %.2f s (%.0f enqueues/s in 1000-row transactions)\n",
+              name.c_str(), static_cast<long long>(n), seconds_since(t),
+              static_cast<double>(n) / seconds_since(t));
+
+  std::vector<Payload> payloads;
+  {
+    auto tx = store->begin();
+    const idem::Rows rows = tx->execute("SELECT message_key, payload, event_id FROM outbox ORDER BY id");
+    tx->commit();
+    for (const auto row : rows) {
+      payloads.push_back({std::string(row.text(0)), std::string(row.text(1)), row.uuid(2).to_string()});
+    }
+  }
+
+  reset_outbox(*store, postgres);
+  const double relay1 = relay_run(url, bootstrap, n);
+  reset_outbox(*store, postgres);
+  const double raw = raw_sql_run(*store, postgres, n);
+  reset_outbox(*store, postgres);
+  const double relay2 = relay_run(url, bootstrap, n);
+  const std::string ptopic = fmt::format("bench-plain-{}-{}", name, (*topic_seq)++);
+  broker.create_topic(ptopic, kPartitions);
+  const double plain = plain_producer_run(bootstrap, ptopic, payloads);
+  {
+    const std::string itopic = fmt::format("bench-idem-producer-{}-{}", name, (*topic_seq)++);
+    broker.create_topic(itopic, kPartitions);
+    idem::ProducerConfig pc;
+    pc.bootstrap_servers = bootstrap;
+    pc.kafka = {{"log_level", "2"}};
+    idem::Producer producer(pc);
+    std::vector<idem::Delivery> out;
+    const auto t0 = SteadyClock::now();
+    for (const Payload& p : payloads) {
+      static_cast<void>(producer.send({itopic, p.key, p.value, *idem::Uuid::parse(p.event_id), {}, {}}));
+      producer.poll(0ms, out);
+    }
+    producer.flush(60s, out);
+    std::printf("%s idem::Producer alone: %.0f events/s\n", name.c_str(),
+                static_cast<double>(out.size()) / seconds_since(t0));
+  }
+  const double relay = std::max(relay1, relay2);
+  std::printf("%s relay: %.0f events/s (runs: %.0f, %.0f)\n", name.c_str(), relay, relay1, relay2);
+  std::printf("%s raw claim+mark SQL loop: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
+              raw, relay / raw * 100.0);
+  std::printf("%s plain idempotent producer: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
+              plain, relay / plain * 100.0);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t n = argc > 1 ? std::atoll(argv[1]) : 100'000;
+  idem::DevBroker broker;
+  int topic_seq = 0;
+  const std::string sqlite_path = fmt::format("/tmp/idem-bench-relay-{}.sqlite", ::getpid());
+  bench_backend("sqlite", "sqlite://" + sqlite_path, broker.bootstrap_servers(), broker, n, &topic_seq);
+  for (const char* suffix : {"", "-wal", "-shm", "-relay.lock"}) {
+    std::filesystem::remove(sqlite_path + suffix);
+  }
+  const char* dsn = std::getenv("IDEM_BENCH_PG_DSN");
+  if (dsn == nullptr) dsn = std::getenv("IDEM_TEST_PG_DSN");
+  if (dsn != nullptr && *dsn != '\0') {
+    bench_backend("postgres", dsn, broker.bootstrap_servers(), broker, n, &topic_seq);
+  } else {
+    std::printf("postgres: skipped (set IDEM_BENCH_PG_DSN or run under scripts/with-postgres.sh)\n");
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#pragma once
+/// \file
+/// The transactional outbox (rule OUTBOX): an event born together with a database
+/// change is written to the `outbox` table in the same transaction, and a relay
+/// (idem/relay.hpp) publishes it afterwards. The event_id is created here, once, when
+/// the row is written (IDEM-1): the caller's factory receives it and puts it into the
+/// payload, so the payload's id and the row's event_id are the same value, and every
+/// later resend of the row carries it again.
+///
+///   idem::Outbox outbox;
+///   auto tx = store.begin();
+///   tx->execute("UPDATE orders SET status = 'confirmed' WHERE id = $1", order_id);
+///   outbox.enqueue(*tx, [&](const idem::Uuid& event_id) {
+///     return idem::OutboxMessage{.aggregate_type = "order", .aggregate_id = "42",
+///                                .topic = "orders", .payload = make_json(event_id)};
+///   });
+///   tx->commit();  // the update and the event commit together, or neither does
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/store.hpp"
+#include "idem/uuid.hpp"
+
+namespace idem {
+
+/// Number of shards the outbox rows are spread over by message key. Fixed by the
+/// schema (a CHECK constraint): changing it would move keys between shards.
+inline constexpr int kOutboxShards = 64;
+
+/// The shard of a message key: FNV-1a 32-bit of the key's bytes, mod kOutboxShards.
+/// Stable across processes, platforms and versions (it is stored in the rows).
+[[nodiscard]] int outbox_shard(std::string_view message_key) noexcept;
+
+/// What a factory returns for enqueue(): one event, not yet with its row.
+struct OutboxMessage {
+  std::string aggregate_type;  ///< e.g. "order"
+  std::string aggregate_id;    ///< e.g. "42"; the Kafka key unless message_key is set
+  std::string topic;           ///< Kafka topic
+  std::string payload;         ///< the event, normally JSON carrying the event_id
+  /// Extra Kafka headers, e.g. {"traceparent", "00-..."}. The relay always adds
+  /// `event_id` itself; a header of that name here is rejected.
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::optional<std::string> message_key;  ///< Kafka key; defaults to aggregate_id
+};
+
+/// A factory that builds the message for a freshly generated event_id.
+using OutboxEventFactory = std::function<OutboxMessage(const Uuid& event_id)>;
+
+/// Writes outbox rows through the caller's transaction.
+///
+/// Thread-safe: enqueue() may be called from several threads on different
+/// transactions (the UUIDv7 generator is shared and thread-safe).
+class Outbox {
+ public:
+  /// Uses the process-wide UUIDv7 generator (new_uuid_v7()).
+  Outbox() = default;
+  /// Uses `generator`, which must outlive the Outbox (tests pass one with a fake clock).
+  explicit Outbox(UuidV7Generator& generator) noexcept : generator_(&generator) {}
+
+  /// Generates a UUIDv7 once, calls `factory(id)`, and inserts the row inside `tx`.
+  /// Returns the id. Nothing is published until `tx` commits; if it rolls back, the
+  /// row and its event never existed. Call it after the statement that locks the
+  /// aggregate's row (e.g. the UPDATE of the order), so that events of one aggregate
+  /// get ids in the order their transactions commit.
+  /// \throws Error(InvalidArgument) for an empty topic or key or an `event_id` header;
+  ///   whatever `tx.execute` throws (the transaction is then unusable, as always);
+  ///   whatever `factory` throws.
+  Uuid enqueue(Transaction& tx, const OutboxEventFactory& factory);
+
+ private:
+  UuidV7Generator* generator_ = nullptr;
+};
+
+/// Serializes headers as a flat JSON object of strings (the outbox `headers` column).
+[[nodiscard]] std::string outbox_headers_to_json(
+    const std::vector<std::pair<std::string, std::string>>& headers);
+/// Parses what outbox_headers_to_json wrote (any flat JSON object of strings).
+/// \throws Error(Query) for anything else.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> outbox_headers_from_json(
+    std::string_view json);
+
+}  // namespace idem

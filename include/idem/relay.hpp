@@ -1,0 +1,118 @@
+#pragma once
+/// \file
+/// The outbox relay: publishes `outbox` rows with an idempotent producer and marks
+/// them published once the broker acknowledged them (rule OUTBOX).
+///
+/// Guarantees (docs/outbox.md has the reasoning):
+/// - Nothing committed is lost: a row is marked published only after its ack; a crash
+///   anywhere means the row is published again, with the same event_id (IDEM-1).
+/// - Per-key order, also with several relays on PostgreSQL: rows are spread over
+///   kOutboxShards shards by key; a relay publishes only shards it owns (a session-level
+///   advisory lock per shard, released by the server the moment the relay's connection
+///   dies), in id order, with in-order acks (idempotent producer, no message timeout).
+///   The first occurrence of each event on the topic is therefore in id order per key;
+///   later copies are duplicates that consumers drop by event_id.
+/// - SQLite: one relay at a time (an exclusive lock on `<db>-relay.lock`); others wait.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/producer.hpp"
+#include "idem/store.hpp"
+
+namespace idem {
+
+/// How to run a relay. Defaults are the production ones.
+struct RelayConfig {
+  std::string store_url;        ///< open_store() URL (postgresql://... or sqlite://...)
+  StoreOptions store_options;   ///< for the relay's own connections
+  ProducerConfig producer;      ///< bootstrap servers, kafka pass-through, ...
+  std::size_t batch_size = 1000;            ///< rows per claim
+  std::size_t max_batches_in_flight = 8;    ///< claims produced but not yet marked
+  /// Polling interval when idle: the correctness path (LISTEN/NOTIFY only wakes earlier).
+  std::chrono::milliseconds poll_interval{500};
+  bool listen = true;  ///< PostgreSQL: LISTEN idem_outbox as a wake-up hint
+  /// How often shard ownership is rebalanced among live relays (PostgreSQL) or the
+  /// SQLite relay lock is retried by a standby relay.
+  std::chrono::milliseconds rebalance_interval{2000};
+  /// Published rows older than this are deleted, in batches of cleanup_batch rows.
+  std::chrono::milliseconds retention{std::chrono::hours(24)};
+  std::size_t cleanup_batch = 5000;
+  std::chrono::milliseconds cleanup_interval{std::chrono::minutes(1)};
+  /// How often progress (with the lag query) is reported; zero disables it.
+  std::chrono::milliseconds progress_interval{5000};
+  /// Wait after a database or permanent delivery error before trying again.
+  std::chrono::milliseconds error_backoff{500};
+  /// On stop: how long to wait for acknowledgements of what is in flight.
+  std::chrono::milliseconds shutdown_timeout{10'000};
+};
+
+/// Where the relay is in one batch; for observers (and crash tests, which kill the
+/// process at a chosen step).
+enum class RelayStep {
+  Claimed,   ///< rows read, nothing sent yet
+  Produced,  ///< handed to the producer, not acknowledged yet
+  Acked,     ///< every row acknowledged by the broker, not marked yet
+  Marked,    ///< marked published (committed)
+};
+
+/// Progress, as reported to the observer and by progress().
+struct RelayProgress {
+  std::uint64_t published = 0;   ///< rows marked published by this relay
+  std::uint64_t batches = 0;     ///< batches marked
+  std::uint64_t resent = 0;      ///< rows sent again after a failure (same event_id)
+  std::uint64_t cleaned = 0;     ///< published rows deleted by retention
+  std::uint64_t producer_rebuilds = 0;
+  int owned_shards = 0;          ///< of kOutboxShards
+  std::int64_t backlog = -1;     ///< unpublished rows (all shards); -1 = not measured yet
+  /// Age of the oldest unpublished row (the lag); nullopt when there is none.
+  std::optional<std::chrono::milliseconds> oldest_unpublished_age;
+};
+
+/// Callbacks; each is optional and runs on the relay's thread.
+struct RelayObserver {
+  std::function<void(RelayStep, std::size_t rows)> on_step;
+  std::function<void(const RelayProgress&)> on_progress;
+  std::function<void(std::string_view)> log;
+};
+
+/// The relay loop. One thread runs it; request_stop() may be called from any thread
+/// (or a signal handler: it only stores an atomic flag).
+class Relay {
+ public:
+  /// Opens the relay's connections (and, on PostgreSQL, LISTENs) and builds the
+  /// producer. Does not migrate. \throws Error on connection or configuration failure.
+  explicit Relay(RelayConfig config, RelayObserver observer = {});
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  /// Publishes until request_stop(). Database and broker errors are logged and retried
+  /// (after error_backoff); only setup errors throw. On stop, waits up to
+  /// shutdown_timeout for acknowledgements and marks what was acknowledged.
+  void run();
+
+  /// Publishes until no unpublished row is left in the shards this relay owns and
+  /// nothing is in flight, or until `timeout`. Returns true when it drained.
+  /// For tests, benchmarks and `idem relay --until-empty`.
+  bool run_until_empty(std::chrono::milliseconds timeout);
+
+  /// Asks run() to stop. Thread- and async-signal-safe.
+  void request_stop() noexcept;
+
+  /// A snapshot of the counters (same thread as run(), or after it returned).
+  [[nodiscard]] RelayProgress progress() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem

@@ -1,0 +1,42 @@
+-- The transactional outbox (rule OUTBOX): a row is written in the same transaction as
+-- the business change that gives birth to the event, and a relay publishes it later.
+-- The SQLite schema uses the same names and columns.
+--
+-- id orders the events: the relay publishes unpublished rows in id order.
+-- event_id is the UUIDv7 created once, with the row (IDEM-1); a resend carries it again.
+-- shard is a stable hash of message_key (FNV-1a 32 bit, mod 64, computed by the library):
+-- every event of one key lands in one shard, and a relay owns whole shards at a time
+-- (a session advisory lock per shard), so two relays never publish the same key's
+-- events concurrently and per-key order holds with several relays (docs/outbox.md).
+CREATE TABLE outbox (
+  id             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id       uuid        NOT NULL UNIQUE,
+  aggregate_type text        NOT NULL,
+  aggregate_id   text        NOT NULL,
+  topic          text        NOT NULL,
+  message_key    text        NOT NULL,
+  shard          integer     NOT NULL CHECK (shard >= 0 AND shard < 64),
+  payload        text        NOT NULL,
+  headers        jsonb       NOT NULL DEFAULT '{}'::jsonb,
+  created_at     timestamptz NOT NULL DEFAULT now(),
+  published_at   timestamptz
+);
+
+-- What the relay scans: unpublished rows in id order. Partial, so it stays as small
+-- as the backlog however large the table grows.
+CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+-- What retention cleanup scans: published rows by age.
+CREATE INDEX outbox_published_at_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
+
+-- A wake-up hint for idle relays (LISTEN idem_outbox). Statement-level, so a
+-- multi-row insert notifies once; PostgreSQL also folds identical notifications of
+-- one transaction into one, and delivers them only on commit. Polling stays the
+-- correctness path: a lost notification only delays publication.
+CREATE FUNCTION idem_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('idem_outbox', '');
+  RETURN NULL;
+END;
+$$;
+CREATE TRIGGER outbox_notify AFTER INSERT ON outbox
+  FOR EACH STATEMENT EXECUTE FUNCTION idem_outbox_notify();

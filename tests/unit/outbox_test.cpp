@@ -1,0 +1,120 @@
+// The outbox on SQLite: the event_id is born once, in enqueue, and is the same in the
+// payload and the row; a rolled-back transaction leaves no row; shards are stable.
+#include "idem/outbox.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "idem/error.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_service.hpp"
+#include "idem/store.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem {
+namespace {
+
+class OutboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = open_store(test::fresh_sqlite_url());
+    store_->migrate();
+  }
+  std::int64_t count(const std::string& sql) {
+    return test::SqliteBackend::read_scalar(*store_, sql);
+  }
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(OutboxTest, EnqueueGeneratesTheIdOnceAndWritesItToPayloadAndRow) {
+  Outbox outbox;
+  int factory_calls = 0;
+  Uuid seen;
+  auto tx = store_->begin();
+  const Uuid id = outbox.enqueue(*tx, [&](const Uuid& event_id) {
+    ++factory_calls;
+    seen = event_id;
+    OutboxMessage m;
+    m.aggregate_type = "order";
+    m.aggregate_id = "42";
+    m.topic = "t";
+    m.payload = "{\"event_id\":\"" + event_id.to_string() + "\"}";
+    m.headers = {{"traceparent", "00-abc-def-01"}, {"x\"quoted", "a\\b\n"}};
+    return m;
+  });
+  tx->commit();
+  EXPECT_EQ(factory_calls, 1);
+  EXPECT_EQ(id, seen);
+  EXPECT_TRUE(id.is_v7());
+
+  auto read = store_->begin();
+  const Rows rows = read->execute(
+      "SELECT event_id, payload, message_key, shard, headers, published_at IS NULL FROM outbox");
+  ASSERT_EQ(rows.size(), 1U);
+  EXPECT_EQ(rows[0].uuid(0), id);
+  EXPECT_EQ(rows[0].text(1), "{\"event_id\":\"" + id.to_string() + "\"}");
+  EXPECT_EQ(rows[0].text(2), "42");
+  EXPECT_EQ(rows[0].int64(3), outbox_shard("42"));
+  const auto headers = outbox_headers_from_json(rows[0].text(4));
+  ASSERT_EQ(headers.size(), 2U);
+  EXPECT_EQ(headers[0].second, "00-abc-def-01");
+  EXPECT_EQ(headers[1].first, "x\"quoted");
+  EXPECT_EQ(headers[1].second, "a\\b\n");
+  EXPECT_TRUE(rows[0].boolean(5));
+}
+
+TEST_F(OutboxTest, RolledBackBusinessTransactionLeavesNoOrderChangeAndNoRow) {
+  Outbox outbox;
+  OrderService service(outbox);
+  {
+    auto tx = store_->begin();
+    service.create(*tx, 1, 7, Amount::from_hundredths(1234));
+    tx->commit();
+  }
+  {
+    auto tx = store_->begin();
+    ASSERT_TRUE(service.confirm(*tx, 1).has_value());
+    tx->rollback();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM outbox"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM orders WHERE status = 'created'"), 1);
+  const auto c = service.confirm(*store_, 1);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(service.confirm(*store_, 1).has_value()) << "a second confirm is a no-op";
+  EXPECT_EQ(count("SELECT count(*) FROM outbox"), 1);
+  auto read = store_->begin();
+  const Rows rows = read->execute("SELECT payload FROM outbox");
+  const auto event = parse_order_confirmed(rows[0].text(0));
+  ASSERT_TRUE(event.ok());
+  EXPECT_EQ(event.value().event_id, c->event_id);
+  EXPECT_EQ(event.value().order_id, 1);
+  EXPECT_EQ(event.value().customer_id, 7);
+  EXPECT_EQ(event.value().total_amount, Amount::from_hundredths(1234));
+}
+
+TEST_F(OutboxTest, RejectsAnEventIdHeaderAndEmptyTopic) {
+  Outbox outbox;
+  auto tx = store_->begin();
+  EXPECT_THROW(outbox.enqueue(*tx,
+                              [](const Uuid&) {
+                                return OutboxMessage{"order", "1", "t", "{}", {{"event_id", "x"}}, {}};
+                              }),
+               Error);
+  EXPECT_THROW(outbox.enqueue(*tx, [](const Uuid&) { return OutboxMessage{"order", "1", "", "{}", {}, {}}; }),
+               Error);
+}
+
+TEST(OutboxShard, IsAStableHashOfTheKey) {
+  // FNV-1a 32: these values are stored in rows, so they must never change.
+  EXPECT_EQ(outbox_shard(""), static_cast<int>(2166136261U % 64));
+  EXPECT_EQ(outbox_shard("a"), static_cast<int>(0xe40c292cU % 64));
+  for (int i = 0; i < 1000; ++i) {
+    const int s = outbox_shard(std::to_string(i));
+    EXPECT_GE(s, 0);
+    EXPECT_LT(s, kOutboxShards);
+  }
+}
+
+}  // namespace
+}  // namespace idem
