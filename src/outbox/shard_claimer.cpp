@@ -52,8 +52,12 @@ class PostgresShardClaimer final : public ShardClaimer {
     if (member[0].int64(0) == 0) {
       tx->execute("SELECT pg_advisory_lock_shared($1::int, 0)", kMemberLockKey);
     }
+    // Advisory locks are per database, and so are relays: relays of other databases
+    // on the same server must not count, or this relay would take too small a share
+    // and leave shards that nobody publishes.
     const Rows live = tx->execute(
         "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "AND classid::bigint = $1 AND objsubid = 2 AND granted",
         kMemberLockKey);
     const auto relays = std::max<std::int64_t>(1, live[0].int64(0));
