@@ -685,6 +685,143 @@ TYPED_TEST_P(StoreContract, ConcurrentMigratorsApplyEachMigrationOnce) {
   for (const auto& r : reports) EXPECT_EQ(r.to_version, version);
 }
 
+// ---- lazy savepoints (bench/RESULTS.md) ---------------------------------------------
+// Both backends defer SAVEPOINT until a statement runs inside it and (PostgreSQL) send
+// RELEASE with the next statement. These pin down that the semantics did not move.
+
+namespace contract_detail {
+constexpr const char* kInsertOrder =
+    "INSERT INTO orders (id, customer_id, total_amount, created_at) VALUES ($1, $2, $3, $4)";
+}  // namespace contract_detail
+
+// The consumer's pattern: one batch mark, then per event a savepoint; an event whose
+// handler ran no SQL, one whose second statement fails (its effect AND its mark must go,
+// the rest stays), and one after it that succeeds.
+TYPED_TEST_P(StoreContract, LazySavepointFailingStatementRollsBackOnlyItsEvent) {
+  using contract_detail::kInsertOrder;
+  const Uuid a = new_uuid_v7(), b = new_uuid_v7(), c = new_uuid_v7();
+  const std::vector<Uuid> ids{a, b, c};
+  this->run(*this->store_, kInsertOrder, 1, 1, "1.00", "2026-01-02T03:04:05Z");
+  {
+    auto tx = this->store_->begin();
+    const std::vector<bool> fresh = tx->mark_processed_batch(ids, this->kGroup);
+    ASSERT_EQ(fresh, (std::vector<bool>{true, true, true}));
+    {
+      Savepoint sp(*tx);  // a: no SQL at all
+      sp.release();
+    }
+    {
+      Savepoint sp(*tx);  // b: one good statement, then a constraint violation
+      tx->execute(kInsertOrder, 20, 1, "2.00", "2026-01-02T03:04:05Z");
+      try {
+        tx->execute(kInsertOrder, 1, 1, "3.00", "2026-01-02T03:04:05Z");  // id 1 exists
+        ADD_FAILURE() << "the duplicate key was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::Constraint) << e.what();
+      }
+      sp.rollback();
+      tx->execute("DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2", b,
+                  this->kGroup);
+    }
+    {
+      Savepoint sp(*tx);  // c: works after b's failure was undone
+      tx->execute(kInsertOrder, 30, 1, "4.00", "2026-01-02T03:04:05Z");
+      sp.release();
+    }
+    tx->commit();
+  }
+  EXPECT_FALSE(this->mark_committed(a));
+  EXPECT_TRUE(this->mark_committed(b)) << "b's mark survived the failure of its savepoint";
+  EXPECT_FALSE(this->mark_committed(c));
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 20"), 0);
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 30"), 1);
+}
+
+// Savepoints with no statement inside, nested and mixed with ones that have statements:
+// rolling back an outer savepoint undoes the work of an inner one even when the outer
+// one had not been sent when the inner one was made; releasing keeps it.
+TYPED_TEST_P(StoreContract, LazySavepointsNestAndUndoInnerWork) {
+  using contract_detail::kInsertOrder;
+  const Uuid a = new_uuid_v7(), b = new_uuid_v7(), c = new_uuid_v7();
+  {
+    auto tx = this->store_->begin();
+    for (int i = 0; i < 50; ++i) {  // many empty savepoints: nothing to send, nothing to undo
+      Savepoint empty(*tx);
+      if (i % 2 == 0) empty.release();
+    }
+    {
+      Savepoint outer(*tx);  // nothing inside it directly
+      {
+        Savepoint inner(*tx);
+        EXPECT_TRUE(tx->mark_processed(a, this->kGroup));
+        inner.release();
+      }
+      outer.rollback();  // must undo a's mark
+    }
+    {
+      Savepoint outer(*tx);
+      Savepoint inner(*tx);
+      EXPECT_TRUE(tx->mark_processed(b, this->kGroup));
+      inner.release();
+      outer.release();
+    }
+    {
+      Savepoint kept(*tx);
+      tx->execute(kInsertOrder, 40, 1, "1.00", "2026-01-02T03:04:05Z");
+      kept.release();  // deferred on PostgreSQL: rides with the next statement
+      Savepoint undone(*tx);
+      EXPECT_TRUE(tx->mark_processed(c, this->kGroup));
+      undone.rollback();
+    }
+    EXPECT_TRUE(tx->active());
+    tx->commit();
+  }
+  EXPECT_TRUE(this->mark_committed(a)) << "the outer rollback did not undo the inner work";
+  EXPECT_FALSE(this->mark_committed(b));
+  EXPECT_TRUE(this->mark_committed(c));
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 40"), 1);
+}
+
+// A failure right after a deferred RELEASE belongs to the savepoint open when the
+// failing statement ran, not to the one released before: rolling that one back keeps
+// the released savepoint's work, and the transaction commits it.
+TYPED_TEST_P(StoreContract, LazySavepointErrorIsAttributedToTheOpenSavepoint) {
+  using contract_detail::kInsertOrder;
+  {
+    auto tx = this->store_->begin();
+    {
+      Savepoint first(*tx);
+      tx->execute(kInsertOrder, 50, 1, "1.00", "2026-01-02T03:04:05Z");
+      first.release();
+    }
+    {
+      Savepoint second(*tx);
+      EXPECT_THROW(tx->execute("SELECT no_such_column FROM orders"), Error);
+      second.rollback();
+    }
+    {
+      Savepoint third(*tx);
+      tx->execute(kInsertOrder, 51, 1, "1.00", "2026-01-02T03:04:05Z");
+      // destroyed without release(): rolls back
+    }
+    tx->commit();
+  }
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 50"), 1);
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 51"), 0);
+}
+
+// A transaction whose only content is empty savepoints commits (nothing to do) and
+// leaves the store ready for the next one.
+TYPED_TEST_P(StoreContract, TransactionWithOnlyEmptySavepointsCommits) {
+  {
+    auto tx = this->store_->begin();
+    Savepoint sp(*tx);
+    sp.release();
+    tx->commit();
+  }
+  EXPECT_TRUE(this->mark_committed(new_uuid_v7()));
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     StoreContract, ReportsItsBackend, MarkReturnsTrueOnlyTheFirstTime, MarkIsScopedPerConsumerGroup,
     MarkRejectsAnEmptyConsumerGroup, MarkIsInvisibleToOthersUntilCommit, RollbackUndoesTheMark,
@@ -696,6 +833,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     ExecuteBindsParametersAndReturnsRows, ExecuteReportsAffectedRows,
     ExecuteRejectsAMissingOrExtraParameter, SqlErrorNamesTheProblem,
     ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase, MigrateIsIdempotent,
-    ConcurrentMigratorsApplyEachMigrationOnce);
+    ConcurrentMigratorsApplyEachMigrationOnce, LazySavepointFailingStatementRollsBackOnlyItsEvent,
+    LazySavepointsNestAndUndoInnerWork, LazySavepointErrorIsAttributedToTheOpenSavepoint,
+    TransactionWithOnlyEmptySavepointsCommits);
 
 }  // namespace idem::test

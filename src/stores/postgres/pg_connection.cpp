@@ -294,9 +294,9 @@ Statement* Connection::statement(std::string_view sql) {
 }
 
 Reply Connection::exec(Statement* stmt, std::string_view sql, const Params& params,
-                       int result_format, bool begin) {
+                       int result_format, std::span<const std::string> prefix) {
   const bool prepare = stmt != nullptr && stmt->prepared_generation != generation_;
-  if (begin || prepare) return exec_pipelined(stmt, sql, params, result_format, begin);
+  if (!prefix.empty() || prepare) return exec_pipelined(stmt, sql, params, result_format, prefix);
   Reply reply;
   if (stmt != nullptr) {
     reply.result.reset(PQexecPrepared(conn_, stmt->name.c_str(), params.count, params.values,
@@ -334,23 +334,27 @@ Result Connection::next_pipeline_result() {
 //   [BEGIN + mark] pipelined; COMMIT (raw libpq)           14,000-14,200 tx/s
 //   idem: begin(); mark_processed(); commit()              13,800-14,100 tx/s
 //   with one UPDATE as the effect: raw 4 round trips 7,700 tx/s, idem 9,000-9,600 tx/s
-// so the lazy BEGIN is kept. Pipelining anything after the first statement would
-// change when errors surface (a statement's error must reach the caller before it
-// sends the next one), so later statements are plain one-round-trip calls.
+// so the lazy BEGIN is kept. The transaction also defers SAVEPOINT and RELEASE
+// SAVEPOINT the same way (postgres_store.cpp, "Lazy savepoints"): they ride ahead of
+// the next statement in its pipeline. Statements themselves are never pipelined behind
+// each other: a statement's error must reach the caller before it sends the next one.
 //
 // Deadlock safety: in blocking mode libpq could stall if the server filled our
 // receive buffer while we were still sending. That cannot happen here: only the
 // last command can return rows, and the server cannot execute it before it has
 // received all of it; the replies to BEGIN, PREPARE and DESCRIBE are small.
 Reply Connection::exec_pipelined(Statement* stmt, std::string_view sql, const Params& params,
-                                 int result_format, bool begin) {
+                                 int result_format, std::span<const std::string> prefix) {
   Reply reply;
   if (PQenterPipelineMode(conn_) != 1) return reply;  // connection bad or busy: null result
   const bool prepare = stmt != nullptr && stmt->prepared_generation != generation_;
   const std::string text = stmt == nullptr ? std::string(sql) : std::string();
 
   bool sent = true;
-  if (begin) sent = PQsendQueryParams(conn_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+  for (const std::string& command : prefix) {
+    if (!sent) break;
+    sent = PQsendQueryParams(conn_, command.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+  }
   if (sent && prepare) {
     sent = PQsendPrepare(conn_, stmt->name.c_str(), stmt->sql.c_str(),
                          static_cast<int>(stmt->types.size()),
@@ -380,9 +384,9 @@ Reply Connection::exec_pipelined(Statement* stmt, std::string_view sql, const Pa
       first_error = std::move(r);
     }
   };
-  if (begin) {
+  for (std::size_t i = 0; i < prefix.size() && PQstatus(conn_) == CONNECTION_OK; ++i) {
     Result r = next_pipeline_result();
-    reply.began = ok_status(r.get());
+    if (!failed && ok_status(r.get())) ++reply.prefix_done;
     note(std::move(r));
   }
   if (prepare && PQstatus(conn_) == CONNECTION_OK) {

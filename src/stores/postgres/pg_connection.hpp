@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -54,8 +55,9 @@ struct Reply {
   /// a pipelined BEGIN or PREPARE is reported instead of the statement's result).
   /// Null when nothing could be sent or read at all (a broken connection).
   Result result;
-  /// A BEGIN pipelined ahead of the statement succeeded (so a transaction block is open).
-  bool began = false;
+  /// How many of the commands pipelined ahead of the statement (`prefix` of exec())
+  /// succeeded, in order; the ones after a failure did not run.
+  std::size_t prefix_done = 0;
 };
 
 /// The classification of one failed result (see classify()).
@@ -103,15 +105,16 @@ class Connection {
   /// the SQL unprepared, so dynamically built SQL cannot grow the cache forever.
   Statement* statement(std::string_view sql);
 
-  /// Runs one statement in one round trip. When `begin` is set, "BEGIN" is
-  /// pipelined ahead of it; when `stmt` is not prepared in this session yet, its
-  /// PREPARE and a DESCRIBE are pipelined too (on success `stmt` is marked prepared
+  /// Runs one statement in one round trip. The parameterless commands in `prefix`
+  /// (BEGIN, SAVEPOINT x, RELEASE SAVEPOINT x: whatever the transaction deferred) are
+  /// pipelined ahead of it, in order; when `stmt` is not prepared in this session yet,
+  /// its PREPARE and a DESCRIBE are pipelined too (on success `stmt` is marked prepared
   /// and its param_count is set).
   /// `stmt == nullptr` runs `sql` as an unnamed statement; otherwise `sql` is unused.
   /// `result_format`: 0 text, 1 binary. Never throws: SQL and connection errors come
   /// back in the Reply for the caller to classify.
   Reply exec(Statement* stmt, std::string_view sql, const Params& params, int result_format,
-             bool begin);
+             std::span<const std::string> prefix);
 
   /// Simple-query protocol (several statements allowed), for migrations. Not pipelined.
   Result exec_simple(const char* sql);
@@ -131,7 +134,7 @@ class Connection {
 
  private:
   Reply exec_pipelined(Statement* stmt, std::string_view sql, const Params& params,
-                       int result_format, bool begin);
+                       int result_format, std::span<const std::string> prefix);
   /// The result of the next pipelined command (consuming its terminating null).
   Result next_pipeline_result();
 

@@ -166,8 +166,9 @@ class PostgresTransaction final : public Transaction {
   void rollback() noexcept override;
   [[nodiscard]] bool active() const noexcept override { return state_ != State::Finished; }
 
-  /// Sends the deferred BEGIN now (for users of the native handle).
+  /// Sends the deferred BEGIN, RELEASEs and SAVEPOINTs now (for users of the native handle).
   void start_now();
+  [[nodiscard]] std::size_t find_savepoint(std::string_view name) const;
 
  protected:
   void savepoint(std::string_view name) override;
@@ -188,6 +189,7 @@ class PostgresTransaction final : public Transaction {
   struct SavepointMark {
     std::string name;
     std::optional<Earlier> failure_before;
+    bool sent = false;  // its SAVEPOINT has run on the server
   };
 
   void check_usable();
@@ -204,6 +206,12 @@ class PostgresTransaction final : public Transaction {
   bool connection_lost_ = false;
   std::optional<Earlier> failure_;
   std::vector<SavepointMark> savepoints_;
+  // Lazy savepoints: RELEASEs not sent yet. They travel in the pipeline of the next
+  // statement (or ROLLBACK TO), and COMMIT/ROLLBACK make them unnecessary.
+  std::vector<std::string> pending_releases_;
+  std::vector<std::string> prefix_;  // reused: the commands pipelined ahead of a statement
+  /// Sends deferred BEGIN / RELEASEs / SAVEPOINTs synchronously (native-handle use).
+  void flush_deferred();
 };
 
 class PostgresStore final : public Store {
@@ -281,27 +289,96 @@ void PostgresTransaction::check_usable() {
   }
 }
 
+// Lazy savepoints (measured with bench/bench_consumer.cpp: SAVEPOINT and RELEASE were
+// one round trip each per event, i.e. two of the three round trips per event of the
+// count handler and all of the per-event cost of a handler without SQL).
+// savepoint() only records the savepoint; its SAVEPOINT is pipelined ahead of the next
+// statement, together with the RELEASEs of earlier savepoints, which release() also
+// only records. A savepoint that no statement followed was never sent, so releasing it
+// or rolling back to it needs nothing on the server (nothing ran after it); COMMIT and
+// ROLLBACK release every savepoint, so RELEASEs still pending then are dropped.
+// Errors keep their place: every deferred command runs, in order, before the statement
+// it precedes, and a failing one fails that statement (the commands after it in the
+// pipeline do not run), so a failure still surfaces inside the savepoint that was open
+// when the work was done. Only a SAVEPOINT's own failure moves: from Savepoint's
+// constructor to the first statement inside it.
 Reply PostgresTransaction::run(Statement* stmt, std::string_view sql, const Params& params,
                                int result_format) {
   check_usable();
-  if (state_ == State::Open) return conn_.exec(stmt, sql, params, result_format, false);
-  // Lazy BEGIN: it travels in one pipeline with the transaction's first statement.
-  // Nothing has been sent in this transaction yet, so a broken connection can
-  // still be replaced.
-  if (conn_.needs_reset()) conn_.reset();
-  Reply reply = conn_.exec(stmt, sql, params, result_format, true);
-  if (!reply.began && (conn_.needs_reset() ||
-                       conn_.classify(reply.result.get()).code == ErrorCode::Connection)) {
-    // BEGIN did not run because the connection is broken (typically a session the
-    // server ended while we were idle, whose FATAL had not arrived when begin()
-    // looked). Nothing of this transaction can have committed, so reconnecting and
-    // sending the same pipeline again is safe: it is what begin() does when it
-    // notices the break itself.
-    conn_.reset();
-    reply = conn_.exec(stmt, sql, params, result_format, true);
+  const bool begin = state_ == State::Pending;
+  const auto build_prefix = [&] {
+    prefix_.clear();
+    if (begin) prefix_.emplace_back("BEGIN");
+    // Releases first: a pending RELEASE was always queued before any unsent SAVEPOINT
+    // still open (savepoints are sent outermost first, so an unsent one cannot sit
+    // below a sent one that was released later).
+    for (const std::string& r : pending_releases_) prefix_.push_back(r);
+    for (const SavepointMark& sp : savepoints_) {
+      if (!sp.sent) prefix_.push_back(fmt::format("SAVEPOINT {}", sp.name));
+    }
+  };
+  build_prefix();
+  Reply reply;
+  if (!begin) {
+    reply = conn_.exec(stmt, sql, params, result_format, prefix_);
+  } else {
+    // Lazy BEGIN: it travels in one pipeline with the transaction's first statement.
+    // Nothing has been sent in this transaction yet, so a broken connection can
+    // still be replaced.
+    if (conn_.needs_reset()) conn_.reset();
+    reply = conn_.exec(stmt, sql, params, result_format, prefix_);
+    if (reply.prefix_done == 0 &&
+        (conn_.needs_reset() ||
+         conn_.classify(reply.result.get()).code == ErrorCode::Connection)) {
+      // BEGIN did not run because the connection is broken (typically a session the
+      // server ended while we were idle, whose FATAL had not arrived when begin()
+      // looked). Nothing of this transaction can have committed, so reconnecting and
+      // sending the same pipeline again is safe: it is what begin() does when it
+      // notices the break itself.
+      conn_.reset();
+      reply = conn_.exec(stmt, sql, params, result_format, prefix_);
+    }
   }
-  if (reply.began) state_ = State::Open;
+  // Apply what ran, in prefix order; what did not run stays deferred (the transaction
+  // is aborted then, and the error is the caller's).
+  std::size_t done = reply.prefix_done;
+  if (begin && done > 0) {
+    state_ = State::Open;
+    --done;
+  }
+  const std::size_t releases = std::min(done, pending_releases_.size());
+  pending_releases_.erase(pending_releases_.begin(),
+                          pending_releases_.begin() + static_cast<std::ptrdiff_t>(releases));
+  done -= releases;
+  for (SavepointMark& sp : savepoints_) {
+    if (done == 0) break;
+    if (!sp.sent) {
+      sp.sent = true;
+      --done;
+    }
+  }
   return reply;
+}
+
+void PostgresTransaction::flush_deferred() {
+  if (state_ == State::Finished) return;
+  const auto run_one = [&](const std::string& sql) {
+    const Result r(PQexec(conn_.native(), sql.c_str()));
+    if (!ok_status(r.get())) fail(r.get(), sql);
+  };
+  if (state_ == State::Pending) {
+    run_one("BEGIN");
+    state_ = State::Open;
+  }
+  while (!pending_releases_.empty()) {
+    run_one(pending_releases_.front());
+    pending_releases_.erase(pending_releases_.begin());
+  }
+  for (SavepointMark& sp : savepoints_) {
+    if (sp.sent) continue;
+    run_one(fmt::format("SAVEPOINT {}", sp.name));
+    sp.sent = true;
+  }
 }
 
 void PostgresTransaction::fail(const PGresult* result, std::string_view what) {
@@ -491,46 +568,52 @@ void PostgresTransaction::command(const std::string& sql) {
 
 void PostgresTransaction::savepoint(std::string_view name) {
   validate_savepoint_name(name);
-  command(fmt::format("SAVEPOINT {}", name));
-  savepoints_.push_back(SavepointMark{std::string(name), failure_});
+  check_usable();
+  // Deferred: sent with the next statement (see run()).
+  savepoints_.push_back(SavepointMark{std::string(name), failure_, false});
+}
+
+std::size_t PostgresTransaction::find_savepoint(std::string_view name) const {
+  for (std::size_t i = savepoints_.size(); i-- > 0;) {
+    if (savepoints_[i].name == name) return i;
+  }
+  throw Error(ErrorCode::InvalidArgument, ErrorSource::Postgres,
+              fmt::format("postgres: no such savepoint: {}", name));
 }
 
 void PostgresTransaction::release_savepoint(std::string_view name) {
   validate_savepoint_name(name);
-  command(fmt::format("RELEASE SAVEPOINT {}", name));
-  // RELEASE also releases every savepoint made after this one.
-  for (std::size_t i = savepoints_.size(); i-- > 0;) {
-    if (savepoints_[i].name == name) {
-      savepoints_.resize(i);
-      break;
-    }
-  }
+  check_usable();
+  const std::size_t i = find_savepoint(name);
+  // RELEASE also releases every savepoint made after this one. One never sent needs
+  // no RELEASE (nothing ran inside it); a sent one's RELEASE is deferred (see run()).
+  if (savepoints_[i].sent) pending_releases_.push_back(fmt::format("RELEASE SAVEPOINT {}", name));
+  savepoints_.resize(i);
 }
 
 void PostgresTransaction::rollback_to_savepoint(std::string_view name) {
   validate_savepoint_name(name);
-  command(fmt::format("ROLLBACK TO SAVEPOINT {}", name));
-  // The savepoint stays; later ones are gone; failures since it are undone.
-  for (std::size_t i = savepoints_.size(); i-- > 0;) {
-    if (savepoints_[i].name == name) {
-      failure_ = savepoints_[i].failure_before;
-      savepoints_.resize(i + 1);
-      break;
-    }
+  check_usable();
+  const std::size_t i = find_savepoint(name);
+  // The savepoint stays; later ones are gone (never-sent ones need nothing: nothing ran
+  // after them, and dropping them first keeps their SAVEPOINT out of the pipeline).
+  savepoints_.resize(i + 1);
+  if (savepoints_[i].sent) {
+    // Synchronous: the work since the savepoint must be gone before anything else
+    // runs. Deferred RELEASEs (of savepoints released earlier) are pipelined ahead.
+    command(fmt::format("ROLLBACK TO SAVEPOINT {}", name));
   }
+  // Failures since the savepoint are undone.
+  failure_ = savepoints_[i].failure_before;
 }
 
-void PostgresTransaction::start_now() {
-  if (state_ != State::Pending) return;
-  const Result r(PQexec(conn_.native(), "BEGIN"));
-  if (!ok_status(r.get())) fail(r.get(), "BEGIN");
-  state_ = State::Open;
-}
+void PostgresTransaction::start_now() { flush_deferred(); }
 
 void PostgresTransaction::finish() noexcept {
   if (state_ == State::Finished) return;
   state_ = State::Finished;
   savepoints_.clear();
+  pending_releases_.clear();
   store_.transaction_finished();
 }
 

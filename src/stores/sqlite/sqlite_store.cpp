@@ -235,6 +235,16 @@ SqliteStore::SqliteStore(std::string_view path, const StoreOptions& options)
     // effect (the charge) has already happened. The price is one fsync per transaction,
     // which batching (many events per transaction) amortises.
     exec("PRAGMA synchronous = FULL", "cannot set synchronous = FULL");
+    // temp_store=MEMORY keeps the savepoint sub-journal in memory. By default SQLite
+    // spills it to a temp file (/var/tmp/etilqs_*) once it passes 64 KiB, and a spilled
+    // sub-journal is not truncated again until the transaction ends, so every later page
+    // write inside a savepoint becomes a pwrite() to that file. Measured with
+    // idem_bench_consumer (count handler, batches of 1000, savepoint per event): 114,000
+    // pwrite()s to the sub-journal for 20,000 events and ~27,000 events/s; with this
+    // pragma none, and see bench/RESULTS.md. The sub-journal only undoes work inside a
+    // transaction (crash recovery uses the WAL), so durability is unchanged; its size is
+    // bounded by the pages one transaction touches.
+    exec("PRAGMA temp_store = MEMORY", "cannot set temp_store = MEMORY");
 
     const int variables = sqlite3_limit(db_, SQLITE_LIMIT_VARIABLE_NUMBER, -1);
     max_batch_rows_ = std::clamp<std::size_t>(static_cast<std::size_t>(std::max(variables - 1, 1)),
@@ -261,6 +271,7 @@ SqliteStore::~SqliteStore() {
   if (open_tx_ != nullptr) open_tx_->detach();
   // Every statement must be finalized before the connection closes.
   mark_.reset();
+  savepoint_statements_.clear();
   begin_.reset();
   commit_.reset();
   rollback_.reset();
@@ -349,9 +360,27 @@ Statement& SqliteStore::mark_statement() {
   return *mark_;
 }
 
+Statement& SqliteStore::savepoint_statement(std::size_t depth, SavepointOp op) {
+  if (savepoint_statements_.size() <= depth) savepoint_statements_.resize(depth + 1);
+  std::unique_ptr<Statement>& slot = savepoint_statements_[depth][static_cast<std::size_t>(op)];
+  if (!slot) {
+    static constexpr const char* kFormats[] = {"SAVEPOINT idem_sp_d{}", "RELEASE idem_sp_d{}",
+                                               "ROLLBACK TO idem_sp_d{}"};
+    ControlScope control(control_allowed_);
+    slot = std::make_unique<Statement>(
+        db_, fmt::format(fmt::runtime(kFormats[static_cast<std::size_t>(op)]), depth),
+        SQLITE_PREPARE_PERSISTENT);
+  }
+  return *slot;
+}
+
 Statement& SqliteStore::batch_statement(std::size_t rows) {
   if (Statement* st = batch_cache_.find(rows)) return *st;
   return batch_cache_.insert(rows, prepare_schema_statement(batch_sql(rows)));
+}
+
+void SqliteStore::materialize_open_savepoints() {
+  if (open_tx_ != nullptr) open_tx_->materialize_savepoints();
 }
 
 void SqliteStore::transaction_finished(const SqliteTransaction* tx) noexcept {
@@ -480,6 +509,7 @@ SqliteTransaction::~SqliteTransaction() {
 
 void SqliteTransaction::finish(State state) noexcept {
   state_ = state;
+  savepoints_.clear();
   if (store_ != nullptr) store_->transaction_finished(this);
 }
 
@@ -512,6 +542,7 @@ SqliteStore& SqliteTransaction::usable() {
 
 Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Param> params) {
   SqliteStore& store = usable();
+  materialize_savepoints();
   sqlite3* db = store.db();
   Statement& st = store.user_statement(sql);
   StatementUse use(st);
@@ -545,6 +576,7 @@ Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Par
 bool SqliteTransaction::mark_processed(const Uuid& event_id, std::string_view consumer_group) {
   validate_group(consumer_group);
   SqliteStore& store = usable();
+  materialize_savepoints();
   sqlite3* db = store.db();
   Statement& st = store.mark_statement();
   StatementUse use(st);
@@ -574,6 +606,7 @@ std::vector<bool> SqliteTransaction::mark_processed_batch(std::span<const Uuid> 
   SqliteStore& store = usable();
   std::vector<bool> result(event_ids.size(), false);
   if (event_ids.empty()) return result;
+  materialize_savepoints();
 
   // Distinct ids with the position of their first occurrence, sorted by id. Sorting
   // (rather than hashing) needs one allocation, lets RETURNING rows be mapped back to
@@ -612,14 +645,29 @@ std::vector<bool> SqliteTransaction::mark_processed_batch(std::span<const Uuid> 
     const auto first = items.begin() + static_cast<std::ptrdiff_t>(offset);
     const auto last = first + static_cast<std::ptrdiff_t>(rows);
 
-    Statement& st = store.batch_statement(rows);
+    // The statement's row count is rounded up (to a power of two up to 32, then to a
+    // multiple of 32, never past the chunk size) and the extra rows repeat the last id.
+    // A repeated id inside one INSERT ... ON CONFLICT DO NOTHING conflicts with its own
+    // first row, so it inserts nothing and RETURNING does not return it: the result is
+    // the same. Why: the number of distinct ids in a batch varies with its duplicates,
+    // and with exact sizes a batch of 1000 with 10% duplicates needed a new size almost
+    // every batch, so the 16-entry cache thrashed and each batch re-prepared its marker
+    // (1-2 ms for ~900 rows). Measured with idem_bench_consumer, 1M events, dedup-only
+    // handler: batches of 100, 36k events/s with exact sizes (raw loop 137k); see
+    // bench/RESULTS.md for the figures after. Padding costs one failed index probe per row.
+    std::size_t padded = 1;
+    while (padded < rows && padded < 32) padded *= 2;
+    if (rows > 32) padded = (rows + 31) / 32 * 32;
+    padded = std::min(padded, chunk);
+    Statement& st = store.batch_statement(padded);
     StatementUse use(st);
     sqlite3_stmt* s = st.get();
     int rc = sqlite3_bind_text64(s, 1, consumer_group.data(), consumer_group.size(), SQLITE_STATIC,
                                  SQLITE_UTF8);
-    for (std::size_t r = 0; r < rows && rc == SQLITE_OK; ++r) {
+    for (std::size_t r = 0; r < padded && rc == SQLITE_OK; ++r) {
+      const std::size_t k = std::min(r, rows - 1);
       rc = sqlite3_bind_blob(s, static_cast<int>(r + 2),
-                             event_ids[first[static_cast<std::ptrdiff_t>(r)].pos].bytes().data(),
+                             event_ids[first[static_cast<std::ptrdiff_t>(k)].pos].bytes().data(),
                              16, SQLITE_STATIC);
     }
     if (rc != SQLITE_OK) throw make_error(db, rc, "cannot bind dedup batch");
@@ -659,37 +707,72 @@ std::vector<bool> SqliteTransaction::mark_processed_batch(std::span<const Uuid> 
   return result;
 }
 
+// Lazy savepoints. SAVEPOINT runs only when the next statement does (so a savepoint
+// with no statement inside costs nothing: the consumer's dedup-only handlers), and a
+// savepoint that never ran needs no RELEASE or ROLLBACK TO, because nothing ran after
+// it. Every path that runs SQL on the connection (execute_params, the marks, the native
+// handle) calls materialize_savepoints() first, so the connection's savepoint stack is
+// exactly savepoints_ whenever a statement runs. The statements are prepared once per
+// nesting depth instead of parsed per call (sqlite3_exec of "SAVEPOINT \"idem_sp_<n>\""
+// and "RELEASE ..." cost about 2 x 2-3 us per event before).
+std::size_t SqliteTransaction::find_savepoint(std::string_view name) const {
+  for (std::size_t i = savepoints_.size(); i-- > 0;) {
+    if (savepoints_[i].name == name) return i;
+  }
+  invalid(fmt::format("sqlite: no such savepoint: {}", name));
+}
+
+void SqliteTransaction::materialize_savepoints() {
+  if (savepoints_.empty() || savepoints_.back().sent) return;
+  SqliteStore& store = usable();
+  for (std::size_t i = 0; i < savepoints_.size(); ++i) {
+    if (savepoints_[i].sent) continue;
+    std::optional<Error> error;
+    if (store.run_control(store.savepoint_statement(i, SqliteStore::SavepointOp::Create),
+                          "cannot create savepoint", error) != SQLITE_DONE) {
+      check_still_open();
+      throw *error;
+    }
+    savepoints_[i].sent = true;
+  }
+}
+
 void SqliteTransaction::savepoint(std::string_view name) {
   validate_savepoint_name(name);
-  SqliteStore& store = usable();
-  try {
-    store.exec_control(fmt::format("SAVEPOINT \"{}\"", name), "cannot create savepoint");
-  } catch (...) {
-    check_still_open();
-    throw;
-  }
+  (void)usable();
+  savepoints_.push_back({std::string(name), false});
 }
 
 void SqliteTransaction::release_savepoint(std::string_view name) {
   validate_savepoint_name(name);
   SqliteStore& store = usable();
-  try {
-    store.exec_control(fmt::format("RELEASE \"{}\"", name), "cannot release savepoint");
-  } catch (...) {
-    check_still_open();
-    throw;
+  const std::size_t i = find_savepoint(name);
+  if (savepoints_[i].sent) {
+    // RELEASE also releases every savepoint nested inside this one.
+    std::optional<Error> error;
+    if (store.run_control(store.savepoint_statement(i, SqliteStore::SavepointOp::Release),
+                          "cannot release savepoint", error) != SQLITE_DONE) {
+      check_still_open();
+      throw *error;
+    }
   }
+  savepoints_.resize(i);
 }
 
 void SqliteTransaction::rollback_to_savepoint(std::string_view name) {
   validate_savepoint_name(name);
   SqliteStore& store = usable();
-  try {
-    store.exec_control(fmt::format("ROLLBACK TO \"{}\"", name), "cannot roll back to savepoint");
-  } catch (...) {
-    check_still_open();
-    throw;
+  const std::size_t i = find_savepoint(name);
+  if (savepoints_[i].sent) {
+    // The savepoint stays open; the ones nested inside it are gone.
+    std::optional<Error> error;
+    if (store.run_control(store.savepoint_statement(i, SqliteStore::SavepointOp::RollbackTo),
+                          "cannot roll back to savepoint", error) != SQLITE_DONE) {
+      check_still_open();
+      throw *error;
+    }
   }
+  savepoints_.resize(i + 1);
 }
 
 void SqliteTransaction::commit() {
@@ -753,6 +836,9 @@ sqlite3* sqlite_native_handle(Store& store) {
                 fmt::format("sqlite_native_handle: the store is a {} store, not SQLite",
                             to_string(store.backend())));
   }
+  // Whatever the caller runs through the handle belongs inside the savepoints opened so
+  // far, so deferred SAVEPOINTs run now (lazy savepoints, see SqliteTransaction).
+  sqlite->materialize_open_savepoints();
   return sqlite->db();
 }
 

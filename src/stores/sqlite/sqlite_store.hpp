@@ -3,6 +3,7 @@
 // make_sqlite_store() / open_store() as idem::Store and idem::Transaction.
 #include <sqlite3.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -31,6 +32,8 @@ class SqliteStore final : public Store {
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Sqlite; }
 
   [[nodiscard]] sqlite3* db() const noexcept { return db_; }
+  /// Runs the deferred SAVEPOINTs of the open transaction (before native-handle use).
+  void materialize_open_savepoints();
 
  private:
   friend class SqliteTransaction;
@@ -45,6 +48,9 @@ class SqliteStore final : public Store {
   /// Returns the SQLite result; on failure `error` holds the Error built before the reset.
   int run_control(Statement& st, std::string_view what, std::optional<Error>& error);
   void exec_control(const std::string& sql, std::string_view what);
+  /// SAVEPOINT / RELEASE / ROLLBACK TO for the savepoint at nesting `depth`, prepared once.
+  enum class SavepointOp { Create = 0, Release = 1, RollbackTo = 2 };
+  Statement& savepoint_statement(std::size_t depth, SavepointOp op);
   void transaction_finished(const SqliteTransaction* tx) noexcept;
   [[nodiscard]] std::size_t max_batch_rows() const noexcept { return max_batch_rows_; }
 
@@ -68,6 +74,7 @@ class SqliteStore final : public Store {
   std::unique_ptr<Statement> commit_;
   std::unique_ptr<Statement> rollback_;
   std::unique_ptr<Statement> mark_;
+  std::vector<std::array<std::unique_ptr<Statement>, 3>> savepoint_statements_;  // by depth
   SqlStatementCache user_cache_;
   SizedStatementCache batch_cache_;
 };
@@ -88,6 +95,9 @@ class SqliteTransaction final : public Transaction {
 
   /// The store is being destroyed while this transaction is open: roll back and let go.
   void detach() noexcept;
+  /// Sends the SAVEPOINTs that were deferred (see savepoint()); called before every
+  /// statement and when the native handle is handed out.
+  void materialize_savepoints();
 
  protected:
   void savepoint(std::string_view name) override;
@@ -107,6 +117,15 @@ class SqliteTransaction final : public Transaction {
 
   SqliteStore* store_;
   State state_ = State::Active;
+  // Open savepoints, outermost first. On the connection savepoint i is named by its
+  // depth ("idem_sp_d<i>"), so its three statements are prepared once per depth; the
+  // caller's name only finds the entry. `sent`: SAVEPOINT has run on the connection.
+  struct OpenSavepoint {
+    std::string name;
+    bool sent = false;
+  };
+  std::vector<OpenSavepoint> savepoints_;
+  [[nodiscard]] std::size_t find_savepoint(std::string_view name) const;
 };
 
 }  // namespace idem::detail::sqlite
