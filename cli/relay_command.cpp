@@ -48,7 +48,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "relay", "Publish outbox rows to Kafka with an idempotent producer, in order per key");
   cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db")->required();
-  cmd->add_option("--bootstrap-servers", opts->bootstrap, "Kafka bootstrap servers")->required();
+  cmd->add_option("--brokers", opts->bootstrap, "Kafka bootstrap servers (host:port,...)")->required();
   cmd->add_option("--batch-size", opts->batch_size, "Rows per claim")
       ->check(CLI::Range(1, 100'000))->capture_default_str();
   cmd->add_option("--in-flight", opts->in_flight, "Batches produced but not yet marked")

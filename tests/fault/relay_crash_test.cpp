@@ -171,7 +171,7 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   // ...then 6 SIGKILLs of the real `idem relay` at random moments.
   for (int round = 0; round < 6; ++round) {
     ChildProcess relay = ChildProcess::spawn(
-        IDEM_CLI_PATH, {"relay", "--db", this->url_, "--bootstrap-servers", broker.bootstrap,
+        IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap,
                         "--batch-size", "100", "--progress-ms", "0", "--kafka", "log_level=2"});
     ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
     // Fault injection timing, not synchronisation: kill somewhere in 0..300 ms.
@@ -182,7 +182,7 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   }
   EXPECT_GT(this->unpublished(), 0) << "the kills should have left work for the last relay";
   ChildProcess last = ChildProcess::spawn(
-      IDEM_CLI_PATH, {"relay", "--db", this->url_, "--bootstrap-servers", broker.bootstrap,
+      IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap,
                       "--until-empty", "--timeout-s", "120", "--progress-ms", "0"});
   ASSERT_EQ(last.wait(150s), 0);
   EXPECT_EQ(this->unpublished(), 0);
@@ -198,7 +198,7 @@ TYPED_TEST(RelayFault, BrokerDownForAWhileThenTheRelayCatchesUp) {
   auto expected = this->confirm_orders(1, 200);
   ChildProcess relay = ChildProcess::spawn(
       IDEM_CLI_PATH,
-      {"relay", "--db", this->url_, "--bootstrap-servers", broker.bootstrap, "--batch-size", "50",
+      {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size", "50",
        "--progress-ms", "100", "--poll-interval-ms", "50", "--kafka", "reconnect.backoff.max.ms=500",
        "--kafka", "log_level=2"});
   ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
