@@ -198,6 +198,8 @@ class PostgresTransaction final : public Transaction {
   Reply run(Statement* stmt, std::string_view sql, const Params& params, int result_format);
   void command(const std::string& sql);
   [[noreturn]] void fail(const PGresult* result, std::string_view what);
+  /// fail() for the dedup marks, which name a missing processed_event as a schema problem.
+  [[noreturn]] void fail_mark(const PGresult* result, std::string_view what);
   void finish() noexcept;
 
   PostgresStore& store_;
@@ -446,6 +448,16 @@ void PostgresTransaction::check_consumer_group(std::string_view consumer_group) 
   }
 }
 
+void PostgresTransaction::fail_mark(const PGresult* r, std::string_view what) {
+  const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  if (state != nullptr && std::strcmp(state, "42P01") == 0) {
+    failure_ = failure_.value_or(Earlier{ErrorCode::Schema, "processed_event is missing", state});
+    throw Error(ErrorCode::Schema, ErrorSource::Postgres,
+                "postgres: table processed_event does not exist; run migrate() first", state);
+  }
+  fail(r, what);
+}
+
 bool PostgresTransaction::mark_processed(const Uuid& event_id, std::string_view consumer_group) {
   check_usable();
   check_consumer_group(consumer_group);
@@ -458,15 +470,7 @@ bool PostgresTransaction::mark_processed(const Uuid& event_id, std::string_view 
   const Params params{2, values, lengths, formats};
   const Reply reply = run(&store_.mark_one(), {}, params, 0);
   const PGresult* r = reply.result.get();
-  if (!ok_status(r)) {
-    const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-    if (state != nullptr && std::strcmp(state, "42P01") == 0) {
-      failure_ = failure_.value_or(Earlier{ErrorCode::Schema, "processed_event is missing", state});
-      throw Error(ErrorCode::Schema, ErrorSource::Postgres,
-                  "postgres: table processed_event does not exist; run migrate() first", state);
-    }
-    fail(r, "mark_processed");
-  }
+  if (!ok_status(r)) fail_mark(r, "mark_processed");
   // "INSERT 0 1": this call inserted the row, so this is the first delivery.
   // "INSERT 0 0": the key was already there (or is being inserted by a
   // transaction that then committed): a duplicate.
@@ -530,15 +534,7 @@ std::vector<bool> PostgresTransaction::mark_processed_batch(std::span<const Uuid
   const Params params{2, values, lengths, formats};
   const Reply reply = run(&store_.mark_batch(), {}, params, 1);
   const PGresult* r = reply.result.get();
-  if (!ok_status(r)) {
-    const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-    if (state != nullptr && std::strcmp(state, "42P01") == 0) {
-      failure_ = failure_.value_or(Earlier{ErrorCode::Schema, "processed_event is missing", state});
-      throw Error(ErrorCode::Schema, ErrorSource::Postgres,
-                  "postgres: table processed_event does not exist; run migrate() first", state);
-    }
-    fail(r, "mark_processed_batch");
-  }
+  if (!ok_status(r)) fail_mark(r, "mark_processed_batch");
 
   const int rows = PQntuples(r);
   for (int i = 0; i < rows; ++i) {
