@@ -111,7 +111,8 @@ void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, st
   }
 }
 
-double relay_run(const std::string& url, const std::string& bootstrap, std::int64_t n) {
+double relay_run(const std::string& url, const std::string& bootstrap, std::int64_t n,
+                 bool concurrent_marks = true) {
   idem::RelayConfig c;
   c.store_url = url;
   c.producer.bootstrap_servers = bootstrap;
@@ -121,6 +122,7 @@ double relay_run(const std::string& url, const std::string& bootstrap, std::int6
   if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS")) c.producer.linger = std::chrono::milliseconds(std::stol(v));
   c.progress_interval = 0ms;
   c.cleanup_interval = 0ms;
+  c.concurrent_marks = concurrent_marks;
   idem::Relay relay(c);
   const auto t = SteadyClock::now();
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain\n");
@@ -259,10 +261,20 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   auto store = idem::open_store(url);
   store->migrate();
   const bool postgres = store->backend() == idem::Backend::Postgres;
-  const auto [without_us, with_us] = enqueue_cost(*store, 5000);
-  std::printf("%s enqueue: confirm tx without enqueue %.1f us, with enqueue %.1f us (+%.1f us, %.0f%%)\n",
+  // IDEM_BENCH_SKIP_ENQUEUE=1: relay figures only (quicker runs while tuning).
+  const bool skip_enqueue = std::getenv("IDEM_BENCH_SKIP_ENQUEUE") != nullptr;
+  const auto [without_us, with_us] = skip_enqueue ? std::pair{0.0, 0.0} : enqueue_cost(*store, 5000);
+  if (!skip_enqueue) std::printf("%s enqueue: confirm tx without enqueue %.1f us, with enqueue %.1f us (+%.1f us, %.0f%%)\n",
               name.c_str(), without_us, with_us, with_us - without_us,
               (with_us / without_us - 1.0) * 100.0);
+  if (postgres && !skip_enqueue) {
+    // What the NOTIFY trigger costs: the same measurement with it disabled.
+    exec(*store, "ALTER TABLE outbox DISABLE TRIGGER outbox_notify");
+    const auto [wo, wi] = enqueue_cost(*store, 5000);
+    exec(*store, "ALTER TABLE outbox ENABLE TRIGGER outbox_notify");
+    std::printf("%s enqueue without the NOTIFY trigger: without enqueue %.1f us, with %.1f us (+%.1f us)\n",
+                name.c_str(), wo, wi, wi - wo);
+  }
   exec(*store, "DELETE FROM outbox");
 
   const std::string topic = fmt::format("bench-relay-{}-{}", name, (*topic_seq)++);
@@ -290,6 +302,9 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   const double raw = raw_sql_run(*store, postgres, n);
   reset_outbox(*store, postgres);
   const double relay2 = relay_run(url, bootstrap, n);
+  reset_outbox(*store, postgres);
+  // The same relay with marks inline on its one thread (concurrent_marks = false).
+  const double relay_inline = relay_run(url, bootstrap, n, false);
   const std::string ptopic = fmt::format("bench-plain-{}-{}", name, (*topic_seq)++);
   broker.create_topic(ptopic, kPartitions);
   const double plain = plain_producer_run(bootstrap, ptopic, payloads);
@@ -312,6 +327,8 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   }
   const double relay = std::max(relay1, relay2);
   std::printf("%s relay: %.0f events/s (runs: %.0f, %.0f)\n", name.c_str(), relay, relay1, relay2);
+  std::printf("%s relay with inline marks (concurrent_marks=false): %.0f events/s -> %.0f%% of raw\n",
+              name.c_str(), relay_inline, relay_inline / raw * 100.0);
   std::printf("%s raw claim+mark SQL loop: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
               raw, relay / raw * 100.0);
   std::printf("%s plain idempotent producer: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),

@@ -28,15 +28,22 @@ CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
 -- What retention cleanup scans: published rows by age.
 CREATE INDEX outbox_published_at_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
 
--- A wake-up hint for idle relays (LISTEN idem_outbox). Statement-level, so a
--- multi-row insert notifies once; PostgreSQL also folds identical notifications of
--- one transaction into one, and delivers them only on commit. Polling stays the
+-- A wake-up hint for idle relays (LISTEN idem_outbox), sent once per transaction:
+-- the first outbox INSERT of a transaction notifies and sets a transaction-local flag;
+-- the trigger's WHEN clause skips the function for every later INSERT of that
+-- transaction (outbox.enqueue() inserts one row per statement, so a statement-level
+-- trigger alone would run the function once per event). The flag is reverted when the
+-- transaction (or a savepoint around the INSERT) ends, together with the notification
+-- itself. PostgreSQL delivers notifications only on commit. Polling stays the
 -- correctness path: a lost notification only delays publication.
 CREATE FUNCTION idem_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM set_config('idem.outbox_notified', 'on', true);
   PERFORM pg_notify('idem_outbox', '');
   RETURN NULL;
 END;
 $$;
 CREATE TRIGGER outbox_notify AFTER INSERT ON outbox
-  FOR EACH STATEMENT EXECUTE FUNCTION idem_outbox_notify();
+  FOR EACH STATEMENT
+  WHEN (current_setting('idem.outbox_notified', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION idem_outbox_notify();

@@ -4,8 +4,10 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <iterator>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -61,6 +63,20 @@ struct Batch {
   std::string error;
 };
 
+/// A group of acknowledged batches handed to the marker.
+struct MarkJob {
+  std::vector<std::int64_t> ids;
+  std::size_t batches = 0;
+};
+
+/// What the marker did with a job.
+struct MarkResult {
+  std::size_t rows = 0;
+  std::size_t batches = 0;
+  bool ok = true;
+  std::string error;
+};
+
 }  // namespace
 
 struct Relay::Impl {
@@ -83,6 +99,138 @@ struct Relay::Impl {
   bool last_claim_empty = false;
   std::string scratch;  // reused for the id list of a mark
 
+  // Marking runs on its own thread and connection (mark_store), so that the claim ->
+  // produce -> ack pipeline keeps going while the previous acknowledged batches are
+  // being marked: throughput is bounded by the slower of database and broker, not by
+  // their sum. Only acknowledged batches at the front of the pipeline (a prefix, in id
+  // order) are ever handed over, so a row is never marked before every earlier row of
+  // this relay was acknowledged. Without a second connection (sqlite://:memory:) marks
+  // run inline on `store`.
+  std::unique_ptr<Store> mark_store;
+  std::thread marker;
+  std::mutex mark_mu;
+  std::condition_variable mark_cv;       // marker: work or quit
+  std::condition_variable mark_done_cv;  // relay thread: a job finished
+  std::deque<MarkJob> mark_queue;        // guarded by mark_mu
+  std::vector<MarkResult> mark_results;  // guarded by mark_mu
+  bool mark_busy = false;                // guarded by mark_mu
+  bool mark_quit = false;                // guarded by mark_mu
+  std::size_t marks_pending = 0;         // relay thread: batches handed over, not reported
+
+  ~Impl() { stop_marker(); }
+
+  void stop_marker() noexcept {
+    if (!marker.joinable()) return;
+    {
+      std::lock_guard lock(mark_mu);
+      mark_quit = true;
+    }
+    mark_cv.notify_all();
+    marker.join();
+  }
+
+  /// Executes one mark statement for `ids` on `s`.
+  void execute_mark(Store& s, const std::vector<std::int64_t>& ids, std::string& list) const {
+    list.clear();
+    list.reserve(ids.size() * 8 + 2);
+    list.push_back(postgres ? '{' : '[');
+    bool first = true;
+    for (const std::int64_t id : ids) {
+      if (!first) list.push_back(',');
+      first = false;
+      fmt::format_to(std::back_inserter(list), "{}", id);
+    }
+    list.push_back(postgres ? '}' : ']');
+    auto tx = s.begin();
+    tx->execute(postgres ? kMarkPostgres : kMarkSqlite, list);
+    tx->commit();
+  }
+
+  void marker_main() noexcept {
+    std::string list;
+    std::unique_lock lock(mark_mu);
+    while (true) {
+      mark_cv.wait(lock, [&] { return mark_quit || !mark_queue.empty(); });
+      if (mark_queue.empty()) return;  // quit, nothing left
+      // Everything queued goes into one UPDATE: the longer a mark takes, the larger
+      // the next one, so marking keeps up with any ack rate.
+      MarkJob job = std::move(mark_queue.front());
+      mark_queue.pop_front();
+      while (!mark_queue.empty()) {
+        job.ids.insert(job.ids.end(), mark_queue.front().ids.begin(), mark_queue.front().ids.end());
+        job.batches += mark_queue.front().batches;
+        mark_queue.pop_front();
+      }
+      mark_busy = true;
+      lock.unlock();
+      MarkResult r;
+      r.rows = job.ids.size();
+      r.batches = job.batches;
+      try {
+        execute_mark(*mark_store, job.ids, list);
+      } catch (const std::exception& e) {
+        r.ok = false;
+        r.error = e.what();  // the mark store reconnects by itself on its next begin()
+      } catch (...) {
+        r.ok = false;
+        r.error = "unknown error";
+      }
+      lock.lock();
+      mark_busy = false;
+      mark_results.push_back(std::move(r));
+      mark_done_cv.notify_all();
+    }
+  }
+
+  /// Hands acknowledged batches (the front of the pipeline) to the marker.
+  void submit_mark(MarkJob job) {
+    if (!marker.joinable()) {
+      MarkResult r;
+      r.rows = job.ids.size();
+      r.batches = job.batches;
+      execute_mark(*store, job.ids, scratch);  // throws: the caller's error path
+      marks_pending += job.batches;
+      std::lock_guard lock(mark_mu);
+      mark_results.push_back(std::move(r));
+      return;
+    }
+    marks_pending += job.batches;
+    {
+      std::lock_guard lock(mark_mu);
+      mark_queue.push_back(std::move(job));
+    }
+    mark_cv.notify_one();
+  }
+
+  /// Takes what the marker finished; waits until it finished everything when `all`.
+  /// Returns false when a mark failed (its rows stay unpublished; the caller restarts
+  /// from the oldest unpublished row).
+  bool collect_marks(bool all, std::string* error = nullptr) {
+    std::vector<MarkResult> results;
+    {
+      std::unique_lock lock(mark_mu);
+      if (all) {
+        mark_done_cv.wait(lock, [&] { return mark_queue.empty() && !mark_busy; });
+      }
+      results.swap(mark_results);
+    }
+    bool ok = true;
+    for (const MarkResult& r : results) {
+      marks_pending -= r.batches;
+      if (!r.ok) {
+        if (ok && error != nullptr) *error = r.error;
+        ok = false;
+        continue;
+      }
+      prog.published += r.rows;
+      prog.batches += r.batches;
+      step_done(RelayStep::Marked, r.rows);
+    }
+    return ok;
+  }
+
+  [[nodiscard]] bool pipeline_empty() const { return in_flight.empty() && marks_pending == 0; }
+
   void log(std::string_view line) const {
     if (observer.log) observer.log(line);
   }
@@ -94,6 +242,10 @@ struct Relay::Impl {
     store = open_store(config.store_url, config.store_options);
     postgres = store->backend() == Backend::Postgres;
     claimer = detail::make_shard_claimer(*store, config.store_url);
+    if (config.concurrent_marks && config.store_url.find(":memory:") == std::string::npos) {
+      mark_store = open_store(config.store_url, config.store_options);
+      marker = std::thread([this] { marker_main(); });
+    }
     ProducerConfig pc = config.producer;
     if (!pc.log) pc.log = observer.log;
     producer = std::make_unique<Producer>(std::move(pc));
@@ -153,6 +305,16 @@ struct Relay::Impl {
     producer->purge();
     for (const Batch& b : in_flight) prog.resent += b.ids.size();
     in_flight.clear();
+    // Marks already handed over cover acknowledged rows only: let them finish (or fail)
+    // before scanning again from the oldest unpublished row.
+    try {
+      std::string error;
+      if (!collect_marks(true, &error)) {
+        log(fmt::format("idem relay: mark failed ({}); those rows are sent again", error));
+      }
+    } catch (...) {
+      marks_pending = 0;  // only bad_alloc: nothing is being marked any more anyway
+    }
     cursor = 0;
   }
 
@@ -254,44 +416,40 @@ struct Relay::Impl {
     deliveries.clear();
   }
 
-  /// Marks the first `count` batches in flight published, in one statement.
-  void mark(std::size_t count) {
-    std::string& list = scratch;
-    list.clear();
-    list.push_back(postgres ? '{' : '[');
-    bool first = true;
-    for (std::size_t b = 0; b < count; ++b) {
-      for (const std::int64_t id : in_flight[b].ids) {
-        if (!first) list.push_back(',');
-        first = false;
-        fmt::format_to(std::back_inserter(list), "{}", id);
-      }
-    }
-    list.push_back(postgres ? '}' : ']');
-    auto tx = store->begin();
-    tx->execute(postgres ? kMarkPostgres : kMarkSqlite, list);
-    tx->commit();
-  }
-
-  /// Marks the fully acknowledged batches at the front. A failed delivery (a permanent
-  /// error; with no message timeout there are no timeouts) stops the pipeline: what was
-  /// not marked is sent again from the oldest unpublished row, so the key's order holds.
+  /// Hands the fully acknowledged batches at the front to the marker and takes the
+  /// marker's results. A failed delivery (a permanent error; with no message timeout
+  /// there are no timeouts) or a failed mark stops the pipeline: what was not marked is
+  /// sent again from the oldest unpublished row, so the key's order holds.
   void settle() {
-    // Every fully acknowledged batch at the front is marked with one UPDATE.
     std::size_t ready = 0;
     while (ready < in_flight.size() && !in_flight[ready].failed &&
            in_flight[ready].acked == in_flight[ready].ids.size()) {
       ++ready;
     }
     if (ready > 0) {
-      std::size_t rows = 0;
-      for (std::size_t i = 0; i < ready; ++i) rows += in_flight[i].ids.size();
-      step_done(RelayStep::Acked, rows);
-      mark(ready);
-      prog.published += rows;
-      prog.batches += ready;
+      MarkJob job;
+      job.batches = ready;
+      if (ready == 1) {
+        job.ids = std::move(in_flight.front().ids);
+      } else {
+        std::size_t rows = 0;
+        for (std::size_t i = 0; i < ready; ++i) rows += in_flight[i].ids.size();
+        job.ids.reserve(rows);
+        for (std::size_t i = 0; i < ready; ++i) {
+          job.ids.insert(job.ids.end(), in_flight[i].ids.begin(), in_flight[i].ids.end());
+        }
+      }
       in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(ready));
-      step_done(RelayStep::Marked, rows);
+      step_done(RelayStep::Acked, job.ids.size());
+      submit_mark(std::move(job));
+    }
+    std::string error;
+    if (!collect_marks(false, &error)) {
+      log(fmt::format("idem relay: mark failed ({}); resending from the oldest unpublished row",
+                      error));
+      reset_pipeline();
+      wait_for_stop(config.error_backoff);
+      return;
     }
     if (!in_flight.empty() && in_flight.front().failed) {
       log(fmt::format("idem relay: delivery failed ({}); resending from the oldest "
@@ -301,7 +459,7 @@ struct Relay::Impl {
       wait_for_stop(config.error_backoff);
       return;
     }
-    if (in_flight.empty()) cursor = 0;
+    if (pipeline_empty()) cursor = 0;
   }
 
   void report_progress() {
@@ -342,17 +500,23 @@ struct Relay::Impl {
     if (config.progress_interval.count() > 0 && now >= next_progress) report_progress();
     if (config.cleanup_interval.count() > 0 && now >= next_cleanup) cleanup();
     const bool due = now >= next_rebalance;
-    if (due && in_flight.empty()) rebalance();
+    if (due && pipeline_empty()) rebalance();
     bool claimed = false;
     if (!draining && !due && !claimer->owned().empty() &&
         in_flight.size() < config.max_batches_in_flight) {
       claimed = claim_and_produce() > 0;
     }
-    if (!in_flight.empty()) {
-      // More to claim: only serve what is ready. Otherwise wait briefly for acks.
+    if (!pipeline_empty()) {
+      // More to claim: only serve what is ready. Otherwise wait briefly for acks (or,
+      // with nothing left at the broker, for the marker).
       const bool can_claim_more = claimed && in_flight.size() < config.max_batches_in_flight;
-      producer->poll(can_claim_more ? milliseconds(0) : milliseconds(5), deliveries);
-      apply_deliveries();
+      if (!in_flight.empty()) {
+        producer->poll(can_claim_more ? milliseconds(0) : milliseconds(5), deliveries);
+        apply_deliveries();
+      } else if (!can_claim_more) {
+        std::unique_lock lock(mark_mu);
+        mark_done_cv.wait_for(lock, milliseconds(5), [&] { return !mark_results.empty(); });
+      }
       settle();
       return false;
     }
@@ -385,8 +549,8 @@ struct Relay::Impl {
   void shutdown() {
     const auto deadline = SteadyClock::now() + config.shutdown_timeout;
     try {
-      while (!in_flight.empty() && SteadyClock::now() < deadline) {
-        producer->poll(milliseconds(20), deliveries);
+      while (!pipeline_empty() && SteadyClock::now() < deadline) {
+        producer->poll(milliseconds(in_flight.empty() ? 1 : 20), deliveries);
         apply_deliveries();
         settle();
       }
