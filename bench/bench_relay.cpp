@@ -30,6 +30,7 @@
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/relay.hpp"
+#include "outbox/relay_sql.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/postgres.hpp"
 
@@ -42,19 +43,11 @@ double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-// The relay's statements, verbatim (src/outbox/relay.cpp).
-constexpr std::string_view kClaimPostgres =
-    "SELECT id, event_id, topic, message_key, payload, headers::text, pg_backend_pid() "
-    "FROM outbox WHERE published_at IS NULL AND id > $1 AND shard = ANY($2::int[]) "
-    "ORDER BY id LIMIT $3";
-constexpr std::string_view kClaimSqlite =
-    "SELECT id, event_id, topic, message_key, payload, headers, 0 "
-    "FROM outbox WHERE published_at IS NULL AND id > $1 ORDER BY id LIMIT $2";
-constexpr std::string_view kMarkPostgres =
-    "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[]) AND published_at IS NULL";
-constexpr std::string_view kMarkSqlite =
-    "UPDATE outbox SET published_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
-    "WHERE id IN (SELECT value FROM json_each($1)) AND published_at IS NULL";
+// The relay's statements, from the relay's own source.
+using idem::detail::kClaimPostgres;
+using idem::detail::kClaimSqlite;
+using idem::detail::kMarkPostgres;
+using idem::detail::kMarkSqlite;
 
 // Rows per claim (relay and raw loop alike); IDEM_BENCH_BATCH overrides.
 const std::size_t kBatch = std::getenv("IDEM_BENCH_BATCH") ? std::stoul(std::getenv("IDEM_BENCH_BATCH")) : 1000;
