@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/kafka_handle.hpp"
+
 #include "support/process.hpp"
 
 namespace idem {
@@ -25,7 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-using Props = std::vector<std::pair<std::string, std::string>>;
+using Props = test::KafkaProps;
 using test::ChildProcess;
 
 std::string unique_name(std::string_view prefix) {
@@ -39,29 +41,8 @@ std::string unique_name(std::string_view prefix) {
     GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
   }
 
-struct HandleDeleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
-using Handle = std::unique_ptr<rd_kafka_t, HandleDeleter>;
+using Handle = test::KafkaHandle;
 
-Handle make_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf, const Props& props) {
-  char errstr[512];
-  Props all{{"log_level", "2"}};
-  all.insert(all.end(), props.begin(), props.end());
-  for (const auto& [key, value] : all) {
-    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
-        RD_KAFKA_CONF_OK) {
-      rd_kafka_conf_destroy(conf);
-      throw std::runtime_error(fmt::format("{}={}: {}", key, value, errstr));
-    }
-  }
-  rd_kafka_t* rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    throw std::runtime_error(errstr);
-  }
-  return Handle(rk);
-}
 
 /// Produces `count` messages `prefix-i` to `topic` and waits for their delivery
 /// reports (up to 10 s). Returns how many were delivered successfully.
@@ -74,7 +55,7 @@ int produce(const std::string& bootstrap, const std::string& topic, const std::s
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++*static_cast<int*>(opaque);
   });
   const Handle producer =
-      make_handle(RD_KAFKA_PRODUCER, conf, {{"bootstrap.servers", bootstrap}, {"linger.ms", "5"}});
+      test::make_kafka_handle(RD_KAFKA_PRODUCER, conf, {{"bootstrap.servers", bootstrap}, {"linger.ms", "5"}});
   for (int i = 0; i < count; ++i) {
     std::string value = fmt::format("{}-{}", prefix, i);
     rd_kafka_vu_t vus[3]{};
@@ -97,7 +78,7 @@ int produce(const std::string& bootstrap, const std::string& topic, const std::s
 /// commits and leaves the group. Returns the values received.
 std::vector<std::string> consume(const std::string& bootstrap, const std::string& topic,
                                  std::size_t count) {
-  const Handle consumer = make_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
+  const Handle consumer = test::make_kafka_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
                                       {{"bootstrap.servers", bootstrap},
                                        {"group.id", unique_name("group")},
                                        {"enable.auto.commit", "false"},
@@ -130,7 +111,7 @@ std::vector<std::string> consume(const std::string& bootstrap, const std::string
 /// Partition count per topic, from a Metadata request.
 std::map<std::string, int> topic_partitions(const std::string& bootstrap) {
   const Handle client =
-      make_handle(RD_KAFKA_PRODUCER, rd_kafka_conf_new(), {{"bootstrap.servers", bootstrap}});
+      test::make_kafka_handle(RD_KAFKA_PRODUCER, rd_kafka_conf_new(), {{"bootstrap.servers", bootstrap}});
   const rd_kafka_metadata_t* md = nullptr;
   if (rd_kafka_metadata(client.get(), 1, nullptr, &md, 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return {};

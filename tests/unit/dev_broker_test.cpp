@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/kafka_handle.hpp"
+
 #include "idem/error.hpp"
 
 namespace idem {
@@ -26,7 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-using Props = std::vector<std::pair<std::string, std::string>>;
+using Props = test::KafkaProps;
 using Header = std::pair<std::string, std::optional<std::string>>;
 
 std::string unique_name(std::string_view prefix) {
@@ -34,9 +36,6 @@ std::string unique_name(std::string_view prefix) {
   return fmt::format("{}-{:016x}", prefix, rng());
 }
 
-struct HandleDeleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
 struct MessageDeleter {
   void operator()(rd_kafka_message_t* m) const { rd_kafka_message_destroy(m); }
 };
@@ -48,31 +47,13 @@ struct PartitionListDeleter {
 struct MetadataDeleter {
   void operator()(const rd_kafka_metadata_t* md) const { rd_kafka_metadata_destroy(md); }
 };
-using Handle = std::unique_ptr<rd_kafka_t, HandleDeleter>;
+using Handle = test::KafkaHandle;
 using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, PartitionListDeleter>;
 
 int to_ms(std::chrono::milliseconds d) {
   return static_cast<int>(d.count());
 }
 
-Handle make_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf, const Props& props) {
-  char errstr[512];
-  Props all{{"log_level", "2"}};  // faults are injected on purpose: keep the test log readable
-  all.insert(all.end(), props.begin(), props.end());
-  for (const auto& [key, value] : all) {
-    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
-        RD_KAFKA_CONF_OK) {
-      rd_kafka_conf_destroy(conf);
-      throw std::runtime_error(fmt::format("{}={}: {}", key, value, errstr));
-    }
-  }
-  rd_kafka_t* rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    throw std::runtime_error(errstr);
-  }
-  return Handle(rk);
-}
 
 /// A producer that records delivery reports; reports arrive during flush().
 class TestProducer {
@@ -90,7 +71,7 @@ class TestProducer {
     });
     Props props{{"bootstrap.servers", bootstrap}, {"linger.ms", "5"}};
     props.insert(props.end(), extra.begin(), extra.end());
-    handle_ = make_handle(RD_KAFKA_PRODUCER, conf, props);
+    handle_ = test::make_kafka_handle(RD_KAFKA_PRODUCER, conf, props);
   }
   TestProducer(const TestProducer&) = delete;
   TestProducer& operator=(const TestProducer&) = delete;
@@ -165,7 +146,7 @@ struct Received {
 class TestConsumer {
  public:
   TestConsumer(const std::string& bootstrap, const std::string& group, const std::string& topic) {
-    handle_ = make_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
+    handle_ = test::make_kafka_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
                           {{"bootstrap.servers", bootstrap},
                            {"group.id", group},
                            {"enable.auto.commit", "false"},
