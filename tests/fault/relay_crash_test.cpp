@@ -130,12 +130,7 @@ class RelayFault : public ::testing::Test {
   Outbox outbox_;
 };
 
-using Backends = ::testing::Types<test::SqliteBackend
-#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
-                                  , test::PostgresBackend
-#endif
-                                  >;
-TYPED_TEST_SUITE(RelayFault, Backends, test::BackendName);
+TYPED_TEST_SUITE(RelayFault, test::AllBackends, test::BackendName);
 
 TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   IDEM_REQUIRE_CLI();

@@ -53,14 +53,7 @@ class StoreCrash : public ::testing::Test {
   std::string url_;
 };
 
-#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
-using Backends = ::testing::Types<idem::test::SqliteBackend, idem::test::PostgresBackend>;
-#else
-// tests/support/postgres_test_db.hpp (fresh_postgres_url) is not in this tree yet;
-// the PostgreSQL case appears here as soon as it is.
-using Backends = ::testing::Types<idem::test::SqliteBackend>;
-#endif
-TYPED_TEST_SUITE(StoreCrash, Backends, idem::test::BackendName);
+TYPED_TEST_SUITE(StoreCrash, idem::test::AllBackends, idem::test::BackendName);
 
 TYPED_TEST(StoreCrash, KillAfterCommitKeepsTheMarkAndTheEffect) {
   for (int i = 0; i < kIterations; ++i) {

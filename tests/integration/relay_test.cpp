@@ -141,12 +141,7 @@ class RelayTest : public ::testing::Test {
   Outbox outbox_;
 };
 
-using Backends = ::testing::Types<test::SqliteBackend
-#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
-                                  , test::PostgresBackend
-#endif
-                                  >;
-TYPED_TEST_SUITE(RelayTest, Backends, test::BackendName);
+TYPED_TEST_SUITE(RelayTest, test::AllBackends, test::BackendName);
 
 TYPED_TEST(RelayTest, PublishesEveryConfirmedOrderExactlyOnceKeyedByOrderId) {
   if (this->url_.empty()) return;

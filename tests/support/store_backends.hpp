@@ -144,6 +144,13 @@ struct PostgresBackend : TransactionalReader {
 };
 #endif
 
+/// Every backend this tree can test, for typed suites that run on all of them.
+#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
+using AllBackends = ::testing::Types<SqliteBackend, PostgresBackend>;
+#else
+using AllBackends = ::testing::Types<SqliteBackend>;
+#endif
+
 /// Names typed tests after the backend ("StoreContract/sqlite.MarkReturnsTrue...").
 struct BackendName {
   template <class Backend>
