@@ -9,8 +9,10 @@
 // Usage: idem_bench_relay [EVENTS]   (default 100000)
 // PostgreSQL is measured when IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN is set (e.g. under
 // scripts/with-postgres.sh); SQLite always, in a file under /tmp.
+#include <dirent.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
@@ -18,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +45,78 @@ using namespace std::chrono_literals;
 
 double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+/// CPU time used so far by this process (all threads: relay, marker, librdkafka, the
+/// in-process mock broker) and by the bench's PostgreSQL server: its postmaster and
+/// every child, exited ones included (the postmaster's reaped-children time holds
+/// them). Other helpers' servers on the machine do not count. Differences between two
+/// readings show where a run's CPU went: on a shared 2-core machine a run is bounded by
+/// CPU as much as by round trips.
+struct CpuReading {
+  double self_s = 0;
+  double postgres_s = 0;
+
+  /// `postmaster` 0: this process only.
+  static CpuReading now(long postmaster) {
+    CpuReading r;
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    r.self_s = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+               static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+    if (postmaster == 0) return r;
+    const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    if (DIR* d = ::opendir("/proc")) {
+      while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        const ProcStat st = read_stat(std::atol(e->d_name));
+        if (st.pid == postmaster || st.ppid == postmaster) {
+          r.postgres_s += st.cpu_ticks / tick;
+        }
+      }
+      ::closedir(d);
+    }
+    return r;
+  }
+
+  struct ProcStat {
+    long pid = 0;
+    long ppid = 0;
+    double cpu_ticks = 0;  // utime + stime + cutime + cstime
+  };
+  static ProcStat read_stat(long pid) {
+    ProcStat st;
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(in, line)) return st;
+    const auto close = line.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) return st;
+    // Fields after ")": state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 17 && rest >> field; ++i) {
+      if (i == 4) st.ppid = std::stol(field);
+      if (i >= 14) st.cpu_ticks += std::stod(field);
+    }
+    st.pid = pid;
+    return st;
+  }
+};
+
+/// The postmaster of the server `store` is connected to (the parent of its backend).
+long postmaster_of(idem::Store& store) {
+  auto tx = store.begin();
+  const long backend = static_cast<long>(tx->execute("SELECT pg_backend_pid()")[0].int64(0));
+  tx->commit();
+  return CpuReading::read_stat(backend).ppid;
+}
+
+/// "bench us/ev, postgres us/ev" of CPU between two readings, for `n` events.
+std::string cpu_per_event(const CpuReading& a, const CpuReading& b, std::int64_t n) {
+
+  const auto dn = static_cast<double>(n);
+  return fmt::format("cpu/event: bench {:.1f} us, postgres {:.1f} us", (b.self_s - a.self_s) / dn * 1e6,
+                     (b.postgres_s - a.postgres_s) / dn * 1e6);
 }
 
 // The relay's statements, from the relay's own source.
@@ -105,7 +181,7 @@ void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, st
 }
 
 double relay_run(const std::string& url, const std::string& bootstrap, std::int64_t n,
-                 bool concurrent_marks = true) {
+                 long postmaster, bool concurrent_marks = true) {
   idem::RelayConfig c;
   c.store_url = url;
   c.producer.bootstrap_servers = bootstrap;
@@ -117,9 +193,13 @@ double relay_run(const std::string& url, const std::string& bootstrap, std::int6
   c.cleanup_interval = 0ms;
   c.concurrent_marks = concurrent_marks;
   idem::Relay relay(c);
+  const auto cpu = CpuReading::now(postmaster);
   const auto t = SteadyClock::now();
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain\n");
   const double s = seconds_since(t);
+  // Read before the relay closes its connections (their backends' CPU goes with them).
+  std::printf("  relay run (%s marks): %.0f events/s, %s\n", concurrent_marks ? "concurrent" : "inline",
+              static_cast<double>(n) / s, cpu_per_event(cpu, CpuReading::now(postmaster), n).c_str());
   if (relay.progress().published != static_cast<std::uint64_t>(n)) {
     std::fprintf(stderr, "relay published %llu of %lld\n",
                  static_cast<unsigned long long>(relay.progress().published),
@@ -128,8 +208,9 @@ double relay_run(const std::string& url, const std::string& bootstrap, std::int6
   return static_cast<double>(n) / s;
 }
 
-double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n) {
+double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postmaster) {
   const std::string shards = all_shards();
+  const auto cpu = CpuReading::now(postmaster);
   const auto t = SteadyClock::now();
   std::int64_t done = 0;
   std::int64_t cursor = 0;
@@ -155,6 +236,8 @@ double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n) {
     done += static_cast<std::int64_t>(rows.size());
   }
   const double s = seconds_since(t);
+  std::printf("  raw claim+mark loop: %.0f events/s, %s\n", static_cast<double>(done) / s,
+              cpu_per_event(cpu, CpuReading::now(postmaster), done).c_str());
   if (done != n) std::fprintf(stderr, "raw loop marked %lld of %lld\n", static_cast<long long>(done),
                               static_cast<long long>(n));
   return static_cast<double>(done) / s;
@@ -167,7 +250,7 @@ struct Payload {
 };
 
 double plain_producer_run(const std::string& bootstrap, const std::string& topic,
-                          const std::vector<Payload>& payloads) {
+                          const std::vector<Payload>& payloads, long postmaster) {
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   const std::array<std::pair<const char*, const char*>, 6> props = {{
@@ -180,6 +263,7 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++*static_cast<std::size_t*>(opaque);
   });
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  const auto cpu = CpuReading::now(postmaster);
   const auto t = SteadyClock::now();
   for (const Payload& p : payloads) {
     while (true) {
@@ -206,6 +290,8 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
   }
   rd_kafka_flush(rk, 60'000);
   const double s = seconds_since(t);
+  std::printf("  plain producer: %.0f events/s, %s\n", static_cast<double>(acked) / s,
+              cpu_per_event(cpu, CpuReading::now(postmaster), static_cast<std::int64_t>(acked)).c_str());
   rd_kafka_destroy(rk);
   if (acked != payloads.size()) std::fprintf(stderr, "plain producer: %zu of %zu acked\n", acked, payloads.size());
   return static_cast<double>(acked) / s;
@@ -289,18 +375,24 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
     }
   }
 
+  if (postgres) {
+    // Each run starts from an explicit VACUUM ANALYZE (reset_outbox); an autovacuum
+    // worker waking up in the middle of one run and not another would only add noise.
+    exec(*store, "ALTER TABLE outbox SET (autovacuum_enabled = off)");
+  }
   reset_outbox(*store, postgres);
-  const double relay1 = relay_run(url, bootstrap, n);
+  const long postmaster = postgres ? postmaster_of(*store) : 0;
+  const double relay1 = relay_run(url, bootstrap, n, postmaster);
   reset_outbox(*store, postgres);
-  const double raw = raw_sql_run(*store, postgres, n);
+  const double raw = raw_sql_run(*store, postgres, n, postmaster);
   reset_outbox(*store, postgres);
-  const double relay2 = relay_run(url, bootstrap, n);
+  const double relay2 = relay_run(url, bootstrap, n, postmaster);
   reset_outbox(*store, postgres);
   // The same relay with marks inline on its one thread (concurrent_marks = false).
-  const double relay_inline = relay_run(url, bootstrap, n, false);
+  const double relay_inline = relay_run(url, bootstrap, n, postmaster, false);
   const std::string ptopic = fmt::format("bench-plain-{}-{}", name, (*topic_seq)++);
   broker.create_topic(ptopic, kPartitions);
-  const double plain = plain_producer_run(bootstrap, ptopic, payloads);
+  const double plain = plain_producer_run(bootstrap, ptopic, payloads, postmaster);
   {
     const std::string itopic = fmt::format("bench-idem-producer-{}-{}", name, (*topic_seq)++);
     broker.create_topic(itopic, kPartitions);
@@ -336,7 +428,10 @@ int main(int argc, char** argv) {
   idem::DevBroker broker;
   int topic_seq = 0;
   const std::string sqlite_path = fmt::format("/tmp/idem-bench-relay-{}.sqlite", ::getpid());
-  bench_backend("sqlite", "sqlite://" + sqlite_path, broker.bootstrap_servers(), broker, n, &topic_seq);
+  // IDEM_BENCH_SKIP_SQLITE=1: PostgreSQL only (quicker runs while tuning).
+  if (std::getenv("IDEM_BENCH_SKIP_SQLITE") == nullptr) {
+    bench_backend("sqlite", "sqlite://" + sqlite_path, broker.bootstrap_servers(), broker, n, &topic_seq);
+  }
   for (const char* suffix : {"", "-wal", "-shm", "-relay.lock"}) {
     std::filesystem::remove(sqlite_path + suffix);
   }

@@ -467,13 +467,23 @@ struct Relay::Impl {
     next_cleanup = SteadyClock::now() + config.cleanup_interval;
     const auto batch = static_cast<std::int64_t>(config.cleanup_batch);
     // Bounded: at most 100 batches per round, so cleanup never starves publishing.
-    for (int i = 0; i < 100 && !stop.load(std::memory_order_relaxed); ++i) {
+    // One transaction per batch keeps each DELETE's locks and WAL small.
+    std::int64_t deleted = 0;
+    int batches = 0;
+    while (batches < 100 && !stop.load(std::memory_order_relaxed)) {
       auto tx = store->begin();
       const Rows r = tx->execute(postgres ? kCleanupPostgres : kCleanupSqlite,
                                  static_cast<std::int64_t>(config.retention.count()), batch);
       tx->commit();
+      ++batches;
+      deleted += r.affected();
       prog.cleaned += static_cast<std::uint64_t>(r.affected());
       if (r.affected() < batch) break;
+    }
+    if (deleted > 0) {
+      log(fmt::format("idem relay: cleanup deleted {} published rows older than {} ms in {} "
+                      "batch(es) of at most {}",
+                      deleted, config.retention.count(), batches, batch));
     }
   }
 
@@ -487,8 +497,16 @@ struct Relay::Impl {
     // then nothing new is claimed.
     if (config.progress_interval.count() > 0 && now >= next_progress) report_progress();
     if (config.cleanup_interval.count() > 0 && now >= next_cleanup) cleanup();
-    const bool due = now >= next_rebalance;
-    if (due && pipeline_empty()) rebalance();
+    bool due = now >= next_rebalance;
+    if (due && pipeline_empty()) {
+      rebalance();
+    } else if (due && claimer->balanced()) {
+      // Ownership would not change: no need to drain the pipeline for it (a drain every
+      // rebalance_interval is a bubble in the throughput). Only a change waits for an
+      // empty pipeline.
+      next_rebalance = now + config.rebalance_interval;
+      due = false;
+    }
     bool claimed = false;
     if (!draining && !due && !claimer->owned().empty() &&
         in_flight.size() < config.max_batches_in_flight) {
@@ -526,7 +544,12 @@ struct Relay::Impl {
       }
       if (!idle) continue;
       if (until_empty && !claimer->owned().empty() && last_claim_empty) return true;
-      const auto until_housekeeping = std::min(next_rebalance, next_progress) - SteadyClock::now();
+      // Progress is a deadline only when enabled: a disabled one (interval 0) stays in
+      // the past and would turn the idle wait into a 1 ms busy poll.
+      const auto housekeeping = config.progress_interval.count() > 0
+                                    ? std::min(next_rebalance, next_progress)
+                                    : next_rebalance;
+      const auto until_housekeeping = housekeeping - SteadyClock::now();
       wait_for_work(std::clamp(std::chrono::duration_cast<milliseconds>(until_housekeeping),
                                milliseconds(1), config.poll_interval));
     }

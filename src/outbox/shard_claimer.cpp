@@ -88,6 +88,21 @@ class PostgresShardClaimer final : public ShardClaimer {
     return changed;
   }
 
+  bool balanced() override {
+    auto tx = store_.begin();
+    // Live relays and shards held by anyone, in this database (see rebalance()).
+    const Rows r = tx->execute(
+        "SELECT count(DISTINCT pid) FILTER (WHERE classid::bigint = $1), "
+        "count(*) FILTER (WHERE classid::bigint = $2), pg_backend_pid() FROM pg_locks "
+        "WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        kMemberLockKey, kShardLockKey);
+    tx->commit();
+    if (r[0].int64(2) != session_) return false;  // a new session: our locks are gone
+    const auto relays = std::max<std::int64_t>(1, r[0].int64(0));
+    const auto share = static_cast<std::size_t>((kOutboxShards + relays - 1) / relays);
+    return owned_.size() == share || (owned_.size() < share && r[0].int64(1) >= kOutboxShards);
+  }
   void lost() noexcept override { owned_.clear(); }
   [[nodiscard]] const std::vector<int>& owned() const noexcept override { return owned_; }
   [[nodiscard]] std::int64_t session() const noexcept override { return session_; }
@@ -121,6 +136,8 @@ class SqliteShardClaimer final : public ShardClaimer {
     for (int s = 0; s < kOutboxShards; ++s) owned_.push_back(s);
     return true;
   }
+  // The owner owns everything; a standby has nothing in flight and tries the lock.
+  bool balanced() override { return !owned_.empty(); }
   void lost() noexcept override {}  // the file lock does not depend on the connection
   [[nodiscard]] const std::vector<int>& owned() const noexcept override { return owned_; }
   [[nodiscard]] std::int64_t session() const noexcept override { return 0; }

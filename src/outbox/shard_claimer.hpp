@@ -30,6 +30,10 @@ class ShardClaimer {
   /// changed (the caller must then restart its scan from the oldest unpublished row).
   /// Call only when nothing is in flight. Throws idem::Error on database failure.
   virtual bool rebalance() = 0;
+  /// True when rebalance() would change nothing (this relay holds its fair share, or
+  /// less with no free shard left). Cheap; safe with batches in flight. Throws
+  /// idem::Error on database failure.
+  [[nodiscard]] virtual bool balanced() = 0;
   /// Forgets ownership after the connection broke (the server dropped the locks).
   virtual void lost() noexcept = 0;
   [[nodiscard]] virtual const std::vector<int>& owned() const noexcept = 0;

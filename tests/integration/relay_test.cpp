@@ -1,13 +1,17 @@
 // The outbox relay end to end, on SQLite and PostgreSQL, with the in-process dev broker:
 // every confirmed order on the topic exactly once (keyed by order_id, with its event_id
 // in payload and header); a rolled-back confirmation publishes nothing; per-key order
-// with many events per key; a broker that goes down and comes back; and on PostgreSQL
-// two relays at once. Waits are conditions with deadlines, never sleeps.
+// with many events per key; a broker that goes down and comes back; produce requests
+// the broker refuses; retention cleanup; progress and lag reports; and on PostgreSQL two
+// relays at once and the LISTEN wake-up. Waits are conditions with deadlines, never
+// sleeps.
 #include "idem/relay.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <array>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -65,6 +69,20 @@ RelayConfig relay_config(const std::string& url) {
   return c;
 }
 
+/// Takes broker 1 of the shared dev broker down for a scope, so that a failing assertion
+/// cannot leave it down for the tests that follow.
+struct BrokerDownScope {
+  BrokerDownScope() { broker().set_broker_down(1); }
+  ~BrokerDownScope() { up(); }
+  BrokerDownScope(const BrokerDownScope&) = delete;
+  BrokerDownScope& operator=(const BrokerDownScope&) = delete;
+  void up() {
+    if (down_) broker().set_broker_up(1);
+    down_ = false;
+  }
+  bool down_ = true;
+};
+
 std::size_t topic_size(const std::string& topic, int partitions) {
   std::size_t n = 0;
   for (const auto o : test::end_offsets(broker().bootstrap_servers(), topic, partitions)) {
@@ -106,6 +124,20 @@ class RelayTest : public ::testing::Test {
 
   std::int64_t unpublished() {
     return Backend::read_scalar(*store_, "SELECT count(*) FROM outbox WHERE published_at IS NULL");
+  }
+
+  void execute(const std::string& sql) {
+    auto tx = store_->begin();
+    tx->execute(sql);
+    tx->commit();
+  }
+
+  /// Moves `column` (created_at or published_at) of the rows matching `where` two hours
+  /// into the past. SQLite stores both as Unix milliseconds.
+  void two_hours_earlier(const std::string& column, const std::string& where) {
+    execute(Backend::kind == idem::Backend::Postgres
+                ? fmt::format("UPDATE outbox SET {0} = {0} - interval '2 hours' WHERE {1}", column, where)
+                : fmt::format("UPDATE outbox SET {0} = {0} - 7200000 WHERE {1}", column, where));
   }
 
   /// Reads the whole topic and checks every message against `expected`: key = order id,
@@ -232,6 +264,103 @@ TYPED_TEST(RelayTest, CatchesUpAfterTheBrokerWasDown) {
   this->check_topic(expected, /*exactly_once=*/false);
 }
 
+TYPED_TEST(RelayTest, RetriesProduceRequestsTheBrokerRefuses) {
+  if (this->url_.empty()) return;
+  const auto expected = this->confirm_orders(1, 100);
+  // The next produce requests fail: first with a retriable error (librdkafka retries),
+  // then with a permanent one (the delivery fails; the relay resends from the oldest
+  // unpublished row, or rebuilds the producer if librdkafka deems it fatal).
+  constexpr int kNotEnoughReplicas = 19;
+  constexpr int kTopicAuthorizationFailed = 29;
+  constexpr int kProduce = 0;
+  const std::array<int, 4> errors = {kNotEnoughReplicas, kNotEnoughReplicas, kNotEnoughReplicas,
+                                     kTopicAuthorizationFailed};
+  broker().push_request_errors(kProduce, errors);
+  Relay relay(relay_config(this->url_));
+  ASSERT_TRUE(relay.run_until_empty(90s));
+  EXPECT_EQ(this->unpublished(), 0);
+  this->check_topic(expected, /*exactly_once=*/false);
+}
+
+TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
+  if (this->url_.empty()) return;
+  auto expected = this->confirm_orders(1, 60);
+  {
+    Relay first(relay_config(this->url_));
+    ASSERT_TRUE(first.run_until_empty(60s));
+  }
+  // 50 published rows become two hours old; 10 stay recent.
+  this->two_hours_earlier("published_at", "id IN (SELECT id FROM outbox ORDER BY id LIMIT 50)");
+  // 5 orders confirmed two hours ago and not published yet: old, but never deleted.
+  const auto waiting = this->confirm_orders(61, 5);
+  expected.insert(waiting.begin(), waiting.end());
+  this->two_hours_earlier("created_at", "published_at IS NULL");
+
+  RelayConfig c = relay_config(this->url_);
+  c.retention = std::chrono::hours(1);
+  c.cleanup_batch = 7;
+  c.cleanup_interval = std::chrono::hours(1);  // one round, when the relay starts
+  std::vector<std::string> logs;
+  RelayObserver observer;
+  observer.log = [&](std::string_view line) { logs.emplace_back(line); };  // relay thread = this one
+  Relay relay(c, observer);
+  ASSERT_TRUE(relay.run_until_empty(60s));
+  EXPECT_EQ(relay.progress().cleaned, 50U);
+  EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM outbox"), 15)
+      << "the 10 recent published rows and the 5 old unpublished ones stay";
+  EXPECT_EQ(this->unpublished(), 0);
+  // 50 rows in DELETEs of at most 7: seven full batches and one of 1.
+  bool batched = false;
+  std::string all_logs;
+  for (const auto& line : logs) {
+    all_logs += line + "\n";
+    if (line.find("cleanup deleted 50 ") != std::string::npos &&
+        line.find("in 8 batch(es) of at most 7") != std::string::npos) {
+      batched = true;
+    }
+  }
+  EXPECT_TRUE(batched) << "no cleanup log line with 50 rows in 8 batches of at most 7:\n"
+                       << all_logs;
+  // The old unpublished rows were published after the cleanup, not deleted by it.
+  this->check_topic(expected, /*exactly_once=*/true);
+}
+
+TYPED_TEST(RelayTest, ReportsTheLagWhileRowsWaitAndNoneOnceDrained) {
+  if (this->url_.empty()) return;
+  const auto expected = this->confirm_orders(1, 20);
+  this->two_hours_earlier("created_at", "true");
+  BrokerDownScope down;  // nothing can be acknowledged: the rows wait
+  RelayConfig c = relay_config(this->url_);
+  c.progress_interval = 20ms;
+  std::mutex mu;
+  std::vector<RelayProgress> reports;
+  RelayObserver observer;
+  observer.on_progress = [&](const RelayProgress& p) {
+    const std::lock_guard lock(mu);
+    reports.push_back(p);
+  };
+  const auto last = [&] {
+    const std::lock_guard lock(mu);
+    return reports.empty() ? RelayProgress{} : reports.back();
+  };
+  Relay relay(c, observer);
+  std::thread runner([&] { relay.run(); });
+  ASSERT_TRUE(eventually([&] { return last().backlog == 20; }, 30s));
+  const RelayProgress waiting = last();
+  ASSERT_TRUE(waiting.oldest_unpublished_age.has_value()) << "rows wait: the lag must be reported";
+  // The oldest row was created two hours ago (give or take this test's own runtime).
+  EXPECT_GE(*waiting.oldest_unpublished_age, std::chrono::minutes(119));
+  EXPECT_LE(*waiting.oldest_unpublished_age, std::chrono::minutes(130));
+
+  down.up();
+  EXPECT_TRUE(eventually([&] { return last().backlog == 0; }, 90s))
+      << "the relay did not catch up after the broker came back";
+  EXPECT_FALSE(last().oldest_unpublished_age.has_value()) << "drained: no lag to report";
+  relay.request_stop();
+  runner.join();
+  this->check_topic(expected, /*exactly_once=*/false);
+}
+
 #ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
 class RelayPostgres : public RelayTest<test::PostgresBackend> {};
 
@@ -276,6 +405,32 @@ TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
     EXPECT_EQ(seq, next[r.key]++) << "key " << r.key << " out of order";
   }
   EXPECT_EQ(payloads.size(), static_cast<std::size_t>(kKeys * kPerKey)) << "nothing lost";
+}
+
+TEST_F(RelayPostgres, NotifyWakesARelayThatWouldNotPollForAnHour) {
+  if (url_.empty()) return;
+  RelayConfig c = relay_config(url_);
+  c.poll_interval = std::chrono::hours(1);
+  c.rebalance_interval = std::chrono::hours(1);  // no other reason to wake up either
+  std::atomic<bool> owns{false};
+  RelayObserver observer;
+  observer.log = [&](std::string_view line) {
+    if (line.find(" owns ") != std::string_view::npos) owns = true;
+  };
+  Relay relay(c, observer);
+  std::thread runner([&] { relay.run(); });
+  // After its first rebalance the relay claims once (nothing is there) and waits an
+  // hour, unless a NOTIFY on idem_outbox wakes it. (Should the confirmation commit
+  // before that one claim, the claim would find the row: that can only make this test
+  // pass without NOTIFY, never fail with it.)
+  ASSERT_TRUE(eventually([&] { return owns.load(); }, 30s));
+  const auto expected = confirm_orders(1, 1);
+  EXPECT_TRUE(eventually([&] { return unpublished() == 0; }, 30s))
+      << "an idle relay with a one-hour poll interval did not publish a new row: "
+         "LISTEN/NOTIFY did not wake it";
+  relay.request_stop();
+  runner.join();
+  check_topic(expected, /*exactly_once=*/true);
 }
 #endif
 
