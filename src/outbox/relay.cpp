@@ -507,8 +507,13 @@ struct Relay::Impl {
       next_rebalance = now + config.rebalance_interval;
       due = false;
     }
+    // After an empty claim nothing lies beyond the cursor: claiming again before the
+    // pipeline empties would repeat that empty round trip every few milliseconds while
+    // the last batches wait for acks and marks (and rows that commit meanwhile are found
+    // once it is empty, when the cursor returns to the oldest unpublished row).
+    const bool caught_up = last_claim_empty && !pipeline_empty();
     bool claimed = false;
-    if (!draining && !due && !claimer->owned().empty() &&
+    if (!draining && !due && !caught_up && !claimer->owned().empty() &&
         in_flight.size() < config.max_batches_in_flight) {
       claimed = claim_and_produce() > 0;
     }
