@@ -3,7 +3,6 @@
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <functional>
 
@@ -280,38 +279,21 @@ constexpr rd_kafka_resp_err_t kPending = RD_KAFKA_RESP_ERR__IN_PROGRESS;
 
 rd_kafka_resp_err_t produce(rd_kafka_t* rk, const DeadLetterRecord& r, const std::string& target,
                             std::size_t index) {
-  rd_kafka_headers_t* headers = rd_kafka_headers_new(r.headers.size() + 1);
-  for (const auto& [name, value] : r.headers) {
-    // The idem.* headers describe the failure; a replay that fails again gets new ones.
-    if (std::string_view(name).starts_with("idem.")) continue;
-    rd_kafka_header_add(headers, name.c_str(), -1, value.data(), static_cast<ssize_t>(value.size()));
-  }
-  const std::string from = fmt::format("{}/{}/{}", r.topic, r.partition, r.offset);
-  rd_kafka_header_add(headers, "idem.replayed.from", -1, from.data(), static_cast<ssize_t>(from.size()));
-
-  // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.
-  std::array<rd_kafka_vu_t, 6> vus{};
-  vus[0].vtype = RD_KAFKA_VTYPE_TOPIC;
-  vus[0].u.cstr = target.c_str();
-  vus[1].vtype = RD_KAFKA_VTYPE_KEY;
-  vus[1].u.mem = {const_cast<char*>(r.key.data()), r.key.size()};
-  vus[2].vtype = RD_KAFKA_VTYPE_VALUE;
-  vus[2].u.mem = {const_cast<char*>(r.payload.data()), r.payload.size()};
-  vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
-  vus[3].u.i = RD_KAFKA_MSG_F_COPY;
-  vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
-  vus[4].u.headers = headers;
-  vus[5].vtype = RD_KAFKA_VTYPE_OPAQUE;
-  vus[5].u.ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(index));
-  for (;;) {
-    rd_kafka_error_t* e = rd_kafka_produceva(rk, vus.data(), vus.size());
-    if (e == nullptr) return RD_KAFKA_RESP_ERR_NO_ERROR;
-    const auto code = rd_kafka_error_code(e);
-    rd_kafka_error_destroy(e);
-    if (code != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-      rd_kafka_headers_destroy(headers);  // ownership passes only on success
-      return code;
+  const auto headers_for_replay = [&] {
+    rd_kafka_headers_t* headers = rd_kafka_headers_new(r.headers.size() + 1);
+    for (const auto& [name, value] : r.headers) {
+      // The idem.* headers describe the failure; a replay that fails again gets new ones.
+      if (std::string_view(name).starts_with("idem.")) continue;
+      rd_kafka_header_add(headers, name.c_str(), -1, value.data(), static_cast<ssize_t>(value.size()));
     }
+    const std::string from = fmt::format("{}/{}/{}", r.topic, r.partition, r.offset);
+    rd_kafka_header_add(headers, "idem.replayed.from", -1, from.data(), static_cast<ssize_t>(from.size()));
+    return headers;
+  };
+  void* opaque = reinterpret_cast<void*>(static_cast<std::uintptr_t>(index));
+  for (;;) {
+    const auto err = detail::produce_copy(rk, target.c_str(), r.key, r.payload, headers_for_replay(), opaque);
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err;
     rd_kafka_poll(rk, 100);  // make room by serving acknowledgements
   }
 }

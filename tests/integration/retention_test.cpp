@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,6 +23,7 @@
 #include "idem/handlers/count.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/postgres_test_db.hpp"
@@ -224,8 +224,7 @@ OrderConfirmed make_event(std::int64_t order_id) {
 
 void delete_while_consuming(const std::string& url) {
   static DevBroker broker;
-  static std::mt19937_64 rng{std::random_device{}()};
-  const std::string topic = fmt::format("ttl-{:012x}", rng() & 0xffffffffffffULL);
+  const std::string topic = test::unique_name("ttl");
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
   auto observer = open_store(url);
@@ -259,25 +258,11 @@ void delete_while_consuming(const std::string& url) {
   };
   produce(first_half);
 
-  ConsumerConfig config;
-  config.bootstrap_servers = broker.bootstrap_servers();
-  config.group_id = kGroup;
-  config.topics = {topic};
-  config.batch_size = 20;
-  config.batch_window = 5ms;
-  config.retry.initial_backoff = 10ms;
-  config.retry.max_backoff = 100ms;
-  config.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-  auto consumer = std::make_unique<Consumer>(config, open_store(url));
-  consumer->on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
-  std::atomic<bool> consumer_failed{false};
-  std::thread consumer_thread([&] {
-    try {
-      consumer->run();
-    } catch (...) {
-      consumer_failed.store(true);
-    }
-  });
+  ConsumerConfig config = test::mock_consumer_config(broker.bootstrap_servers(), kGroup, {topic});
+  config.batch_size = 20;  // many small transactions, interleaving with the cleanup's
+  auto c = std::make_unique<Consumer>(config, open_store(url));
+  c->on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
+  test::RunningConsumer consumer(std::move(c));
   ASSERT_TRUE(test::wait_until([&] { return consumer->stats().processed > 0; }, 60s, 10ms));
 
   // Cleanup starts while the consumer is mid-stream, in small batches on its own connection.
@@ -299,10 +284,9 @@ void delete_while_consuming(const std::string& url) {
       [&] { return count_effects(*observer, kGroup) >= 400 && consumer->stats().duplicates >= 80; }, 60s, 10ms);
   cleaning.store(false);
   cleaner.join();
-  consumer->stop();
-  consumer_thread.join();
+  EXPECT_TRUE(consumer.stop());
   ASSERT_TRUE(caught_up);
-  EXPECT_FALSE(consumer_failed.load());
+  EXPECT_FALSE(consumer.error());
   EXPECT_GT(passes_during_consumption.load(), 0);
 
   // Exactly the expired rows went; every consumed event is still marked, once; one effect each.

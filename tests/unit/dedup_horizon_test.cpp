@@ -6,9 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +20,7 @@
 #include "idem/handlers/count.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
@@ -31,17 +30,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class DedupHorizonGuardTest : public ::testing::Test {
+class DedupHorizonGuardTest : public test::DevBrokerSuite {
  protected:
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
   void SetUp() override {
-    static std::mt19937_64 rng{std::random_device{}()};
-    topic_ = fmt::format("horizon-{:012x}", rng() & 0xffffffffffffULL);
+    topic_ = test::unique_name("horizon");
     broker_->create_topic(topic_, 1);
     broker_->create_topic(topic_ + ".dlq", 1);
     db_url_ = test::fresh_sqlite_url();
@@ -71,12 +63,7 @@ class DedupHorizonGuardTest : public ::testing::Test {
   ConsumerStats consume_until(StaleEventPolicy policy, const std::function<bool(const ConsumerStats&)>& done,
                               std::vector<std::string>* log_lines = nullptr,
                               std::mutex* log_mutex = nullptr) {
-    ConsumerConfig c;
-    c.bootstrap_servers = broker_->bootstrap_servers();
-    c.group_id = "billing";
-    c.topics = {topic_};
-    c.batch_window = 20ms;
-    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), "billing", {topic_});
     c.dedup_horizon = DedupHorizon{7 * 24h, 1h};
     c.stale_events = policy;
     c.clock = &clock_;
@@ -87,14 +74,14 @@ class DedupHorizonGuardTest : public ::testing::Test {
       std::lock_guard lock(mutex);
       if (log_lines != nullptr) log_lines->emplace_back(line);
     };
-    Consumer consumer(c, open_store(db_url_), hooks);
-    consumer.on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
-    std::thread t([&] { consumer.run(); });
-    const bool reached = test::wait_until([&] { return done(consumer.stats()); }, 60s, 20ms);
-    consumer.stop();
-    t.join();
+    auto consumer = std::make_unique<Consumer>(c, open_store(db_url_), hooks);
+    consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
+    test::RunningConsumer running(std::move(consumer));
+    const bool reached = test::wait_until([&] { return done(running->stats()); }, 60s, 20ms);
+    EXPECT_TRUE(running.stop());
+    EXPECT_FALSE(running.error());
     EXPECT_TRUE(reached);
-    return consumer.stats();
+    return running->stats();
   }
 
   std::int64_t count(const std::string& sql, const Uuid& id) {
@@ -108,14 +95,11 @@ class DedupHorizonGuardTest : public ::testing::Test {
     return count("SELECT count(*) FROM processed_event WHERE event_id = $1", id);
   }
 
-  static DevBroker* broker_;
   test::ManualClock clock_{std::chrono::system_clock::now()};
   std::string topic_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
 };
-
-DevBroker* DedupHorizonGuardTest::broker_ = nullptr;
 
 TEST_F(DedupHorizonGuardTest, StaleEventIsQuarantinedAndNotExecutedFreshOneIsExecuted) {
   const auto now = clock_.now();

@@ -9,9 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,6 +22,7 @@
 #include "idem/handlers/count.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/process.hpp"
@@ -36,10 +35,7 @@ using namespace std::chrono_literals;
 using test::KafkaTestProducer;
 using test::TestRecord;
 
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
+using test::unique_name;
 
 OrderConfirmed make_event(std::int64_t order_id, Uuid id = new_uuid_v7()) {
   OrderConfirmed e;
@@ -55,41 +51,8 @@ TestRecord record_of(const std::string& topic, const OrderConfirmed& e) {
   return {topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
 }
 
-/// Runs a Consumer on its own thread until destruction.
-class Running {
- public:
-  explicit Running(std::unique_ptr<Consumer> c) : consumer_(std::move(c)) {
-    thread_ = std::thread([this] {
-      try {
-        consumer_->run();
-      } catch (...) {
-        failed_.store(true);
-      }
-    });
-  }
-  Running(const Running&) = delete;
-  Running& operator=(const Running&) = delete;
-  ~Running() {
-    consumer_->stop();
-    thread_.join();
-  }
-  Consumer* operator->() { return consumer_.get(); }
-  [[nodiscard]] bool failed() const { return failed_.load(); }
-
- private:
-  std::unique_ptr<Consumer> consumer_;
-  std::thread thread_;
-  std::atomic<bool> failed_{false};
-};
-
-class DlqTest : public ::testing::Test {
+class DlqTest : public test::DevBrokerSuite {
  protected:
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
   void SetUp() override {
     db_url_ = test::fresh_sqlite_url();
     open_store(db_url_)->migrate();
@@ -104,14 +67,7 @@ class DlqTest : public ::testing::Test {
   }
 
   ConsumerConfig config_for(const std::string& group) const {
-    ConsumerConfig c;
-    c.bootstrap_servers = broker_->bootstrap_servers();
-    c.group_id = group;
-    c.topics = {topic_};
-    c.batch_size = 100;
-    c.batch_window = 20ms;
-    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-    return c;
+    return test::mock_consumer_config(broker_->bootstrap_servers(), group, {topic_});
   }
 
   void produce(const std::vector<TestRecord>& records) {
@@ -127,13 +83,10 @@ class DlqTest : public ::testing::Test {
         .int64(0);
   }
 
-  static DevBroker* broker_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
   std::string topic_;
 };
-
-DevBroker* DlqTest::broker_ = nullptr;
 
 TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   std::vector<OrderConfirmed> events;
@@ -157,8 +110,8 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
       }));
   auto analytics_consumer = std::make_unique<Consumer>(config_for(analytics), open_store(db_url_));
   analytics_consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
-  Running b(std::move(billing_consumer));
-  Running a(std::move(analytics_consumer));
+  test::RunningConsumer b(std::move(billing_consumer));
+  test::RunningConsumer a(std::move(analytics_consumer));
   ASSERT_TRUE(test::wait_until(
       [&] {
         return b->stats().dead_lettered == 4 && count_effects(*observer_, billing) == 8 &&
@@ -225,8 +178,10 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
     EXPECT_EQ(effects_of(e.event_id, billing), 1) << e.order_id;
     EXPECT_EQ(effects_of(e.event_id, analytics), 1) << e.order_id;
   }
-  EXPECT_FALSE(a.failed());
-  EXPECT_FALSE(b.failed());
+  EXPECT_TRUE(a.stop());
+  EXPECT_TRUE(b.stop());
+  EXPECT_FALSE(a.error());
+  EXPECT_FALSE(b.error());
 }
 
 TEST_F(DlqTest, EventsPastTheDedupHorizonAreRefusedUnlessForced) {
