@@ -143,64 +143,78 @@ class FixedClock final : public idem::Clock {
 struct LoadFigures {
   double marks_per_s = 0;
   milliseconds slowest_tx{0};
-  std::uint64_t transactions = 0;
 };
 
 /// Commits batches of 1000 fresh UUIDv7 marks in a loop on its own connection while
-/// `running` holds (and at least once).
+/// `running` holds. Counters are readable from another thread, so a window of the run
+/// (exactly the cleanup's duration) can be measured.
 class MarkLoad {
  public:
   explicit MarkLoad(const std::string& url) : store_(idem::open_store(url)) {}
 
-  LoadFigures run_while(const std::atomic<bool>& running) {
+  void run_while(const std::atomic<bool>& running) {
     std::vector<idem::Uuid> ids(1000);
-    LoadFigures f;
-    std::uint64_t marks = 0;
-    const auto start = Clock::now();
     do {
       for (auto& id : ids) id = idem::new_uuid_v7();
       const auto t0 = Clock::now();
       auto tx = store_->begin();
       static_cast<void>(tx->mark_processed_batch(ids, kGroup));
       tx->commit();
-      f.slowest_tx = std::max(f.slowest_tx, std::chrono::duration_cast<milliseconds>(Clock::now() - t0));
-      marks += ids.size();
-      ++f.transactions;
+      const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+      if (measuring_.load() && took > slowest_ms_.load()) slowest_ms_.store(took);
+      marks_.fetch_add(ids.size());
     } while (running.load());
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    f.marks_per_s = static_cast<double>(marks) / secs;
+  }
+
+  /// Starts a window: from now on the slowest transaction counts.
+  void open_window() {
+    window_marks_ = marks_.load();
+    window_start_ = Clock::now();
+    measuring_.store(true);
+  }
+  /// Ends the window: marks/s within it (transactions that finished in it) and the
+  /// slowest transaction that finished in it.
+  LoadFigures close_window() {
+    measuring_.store(false);
+    LoadFigures f;
+    const double secs = std::chrono::duration<double>(Clock::now() - window_start_).count();
+    f.marks_per_s = static_cast<double>(marks_.load() - window_marks_) / secs;
+    f.slowest_tx = milliseconds(slowest_ms_.load());
     return f;
   }
 
  private:
   std::unique_ptr<idem::Store> store_;
+  std::atomic<std::uint64_t> marks_{0};
+  std::atomic<std::int64_t> slowest_ms_{0};
+  std::atomic<bool> measuring_{false};
+  std::uint64_t window_marks_ = 0;
+  Clock::time_point window_start_{};
 };
 
-/// Runs `op` while a MarkLoad runs; returns op's wall time and the load's figures.
+/// Runs `op` while a MarkLoad runs; returns op's wall time and the load's figures during op.
+/// The window is at least `min_window` long (a 100 ms DROP would otherwise be measured
+/// by one or two transactions): it stays open that long after op started.
 template <class Op>
-std::pair<milliseconds, LoadFigures> under_load(const std::string& url, Op op) {
+std::pair<milliseconds, LoadFigures> under_load(const std::string& url, Op op,
+                                                milliseconds min_window = milliseconds(1000)) {
   MarkLoad load(url);
   std::atomic<bool> running{true};
-  LoadFigures figures;
-  std::thread t([&] { figures = load.run_while(running); });
-  std::this_thread::sleep_for(300ms);  // let the load reach its steady state first
+  std::thread t([&] { load.run_while(running); });
+  std::this_thread::sleep_for(500ms);  // let the load reach its steady state first
+  load.open_window();
   const auto t0 = Clock::now();
   op();
   const auto wall = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  if (wall < min_window) std::this_thread::sleep_for(min_window - wall);
+  const LoadFigures figures = load.close_window();
   running.store(false);
   t.join();
   return {wall, figures};
 }
 
 LoadFigures baseline_load(const std::string& url, milliseconds duration) {
-  MarkLoad load(url);
-  std::atomic<bool> running{true};
-  LoadFigures figures;
-  std::thread t([&] { figures = load.run_while(running); });
-  std::this_thread::sleep_for(duration);
-  running.store(false);
-  t.join();
-  return figures;
+  return under_load(url, [] {}, duration).second;
 }
 
 struct Spread {
@@ -286,7 +300,8 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
               delete_ms.range().c_str());
   std::printf("  %-44s %7.0f ms %12s\n", "VACUUM after the DELETE", vacuum_ms.best_low(), vacuum_ms.range().c_str());
   std::printf("  DELETE / DROP: %.0fx (best vs best)\n", delete_ms.best_low() / std::max(1.0, drop_ms.best_low()));
-  std::printf("  consumer mark loop (1000 marks/tx), marks/s: no cleanup %s, during DROP %s, during DELETE %s\n",
+  std::printf("  consumer mark loop (1000 marks/tx; DROP window: 1 s from its start), marks/s: no cleanup %s, "
+              "during DROP %s, during DELETE %s\n",
               base_load.range().c_str(), drop_load.range().c_str(), delete_load.range().c_str());
   std::printf("  ... best during DROP / no cleanup = %.0f%%, best during DELETE / no cleanup = %.0f%%\n",
               100.0 * drop_load.best_high() / base_load.best_high(),
