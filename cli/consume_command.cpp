@@ -7,6 +7,7 @@
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "idem/error.hpp"
 #include "idem/events/order_confirmed.hpp"
 #include "idem/handlers/count.hpp"
+#include "idem/retention.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
@@ -83,6 +85,10 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     int batch_window_ms = 50;
     std::vector<std::string> kafka;
     std::string auto_offset_reset;
+    int dedup_retention_hours = 24 * 7;
+    int safety_margin_hours = 1;
+    std::string stale = "quarantine";
+    int maintain_every_s = 0;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -108,6 +114,16 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
   cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
                   "Where a group without committed offsets starts (default earliest)")
       ->check(CLI::IsMember({"earliest", "latest"}));
+  cmd->add_option("--dedup-retention-hours", opts->dedup_retention_hours,
+                  "Dedup rows are kept this long (event time); older events are stale")
+      ->check(CLI::Range(1, 24 * 3650))->capture_default_str();
+  cmd->add_option("--safety-margin-hours", opts->safety_margin_hours, "Dedup horizon = retention - margin")
+      ->check(CLI::Range(0, 24 * 3650))->capture_default_str();
+  cmd->add_option("--stale", opts->stale, "Events past the dedup horizon: quarantine (DLQ), process, skip")
+      ->check(CLI::IsMember({"quarantine", "process", "skip"}))->capture_default_str();
+  cmd->add_option("--maintain-every-s", opts->maintain_every_s,
+                  "Run retention maintenance (idem maintain) in the background this often; 0: off")
+      ->check(CLI::Range(0, 86'400))->capture_default_str();
 
   cmd->callback([opts, &exit_code] {
     ConsumerConfig config;
@@ -120,8 +136,23 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     if (!opts->auto_offset_reset.empty())
       config.kafka.emplace_back("auto.offset.reset", opts->auto_offset_reset);
 
+    config.dedup_horizon.retention = std::chrono::hours(opts->dedup_retention_hours);
+    config.dedup_horizon.safety_margin = std::chrono::hours(opts->safety_margin_hours);
+    config.stale_events = opts->stale == "process" ? StaleEventPolicy::Process
+                          : opts->stale == "skip"  ? StaleEventPolicy::Skip
+                                                   : StaleEventPolicy::Quarantine;
+
     auto store = open_store(opts->db);
     store->migrate();
+    std::optional<MaintenanceTask> maintenance;
+    if (opts->maintain_every_s > 0) {
+      RetentionPolicy policy;
+      policy.dedup = config.dedup_horizon;
+      maintenance.emplace(
+          opts->db, policy, std::chrono::seconds(opts->maintain_every_s),
+          [](const MaintenanceReport& r) { std::cerr << "idem maintenance: " << r.summary() << '\n'; },
+          [](std::string_view line) { std::cerr << line << '\n'; });
+    }
 
     // Signals are blocked before the consumer creates librdkafka's threads.
     StopOnSignal signals;
@@ -136,9 +167,11 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     const ConsumerStats s = consumer.stats();
     std::cout << fmt::format(
                      "stopped: delivered={} processed={} duplicates={} dead_lettered={} "
-                     "retries={} transactions={} offset_commits={}",
+                     "retries={} transactions={} offset_commits={} stale={} oldest_event_age_s={} "
+                     "dedup_horizon_s={}",
                      s.delivered, s.processed, s.duplicates, s.dead_lettered, s.retries,
-                     s.transactions, s.offset_commits)
+                     s.transactions, s.offset_commits, s.stale, s.oldest_event_age.count() / 1000,
+                     s.dedup_horizon.count() / 1000)
               << std::endl;
     exit_code.value = 0;
   });

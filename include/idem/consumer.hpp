@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "idem/clock.hpp"
+#include "idem/dedup_horizon.hpp"
 #include "idem/events/event_codec.hpp"
 #include "idem/events/validation.hpp"
 #include "idem/store.hpp"
@@ -75,6 +77,14 @@ struct RetryPolicy {
   double jitter = 0.2;  ///< 0 to 1
 };
 
+/// What the consumer does with an event born past the dedup horizon (its dedup row may
+/// already be deleted by retention, so a redelivery could run its effect twice).
+enum class StaleEventPolicy {
+  Quarantine,  ///< send it to the DLQ with reason `stale`; never execute it (default)
+  Process,     ///< execute it like any other event (counted in ConsumerStats::stale)
+  Skip,        ///< neither execute nor dead-letter it; its offset advances
+};
+
 /// How to run a Consumer. Plain data; validated by the Consumer constructor.
 struct ConsumerConfig {
   std::string bootstrap_servers;     ///< librdkafka `bootstrap.servers`; required
@@ -94,6 +104,15 @@ struct ConsumerConfig {
   /// How long to wait for the broker to acknowledge the DLQ records of one batch
   /// before treating the DLQ as unavailable (the partition then retries).
   std::chrono::milliseconds dlq_ack_timeout{30000};
+  /// The dedup retention of the store (see RetentionPolicy::dedup) and the horizon derived
+  /// from it: events born before now - (retention - safety_margin) are stale.
+  DedupHorizon dedup_horizon;
+  StaleEventPolicy stale_events = StaleEventPolicy::Quarantine;
+  /// At start, read each topic's retention.ms from the broker (where it answers) and log a
+  /// warning when the topic keeps records longer than the dedup rows are kept.
+  bool check_topic_retention = true;
+  /// The clock of the horizon guard; must outlive the Consumer.
+  const Clock* clock = &SystemClock::instance();
 };
 
 /// Where the fault-injection hook is called. In processing order.
@@ -131,6 +150,11 @@ struct ConsumerStats {
   std::uint64_t retries = 0;        ///< partition pauses for a retry (per partition and attempt)
   std::uint64_t transactions = 0;   ///< database transactions committed
   std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
+  std::uint64_t stale = 0;          ///< events seen past the dedup horizon (handled per StaleEventPolicy)
+  /// The oldest event seen (age from its UUIDv7 at the time it was seen), to compare with
+  /// dedup_horizon: when it comes close, consumers are reading events whose dedup rows expire.
+  std::chrono::milliseconds oldest_event_age{0};
+  std::chrono::milliseconds dedup_horizon{0};  ///< the stale age: retention - safety margin
 };
 
 /// A typed handler: gets the validated event, its record, and the batch's transaction.

@@ -35,7 +35,7 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
 
 BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
                                const ConsumerHooks& hooks)
-    : config_(config), store_(store), routes_(routes), hooks_(hooks) {}
+    : config_(config), store_(store), routes_(routes), hooks_(hooks), horizon_guard_(config) {}
 
 void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
   // Partition order: group by (topic, partition); a stable sort keeps each partition's
@@ -72,6 +72,7 @@ void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
     item.msg = &m;
     item.slot = i;
     item.fresh = false;
+    item.skip = false;
     item.error_class.clear();
     item.error_message.clear();
     if (item.route == nullptr) {
@@ -85,6 +86,17 @@ void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
+      switch (horizon_guard_.check(item.event_id, item.error_message)) {
+        case HorizonVerdict::Fresh: break;
+        case HorizonVerdict::Quarantine:
+          item.valid = false;
+          item.error_class = kStaleErrorClass;
+          break;
+        case HorizonVerdict::Skip:
+          item.valid = false;
+          item.skip = true;
+          break;
+      }
     } else {
       item.error_class = fmt::format("validation.{}", to_string(parsed.error().reason));
       item.error_message = parsed.error().message;
@@ -158,7 +170,7 @@ void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult&
       continue;
     }
     if (!item.valid) {
-      result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
+      if (!item.skip) result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
       out.next_offset = offset + 1;
       continue;
     }

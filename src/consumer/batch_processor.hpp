@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "consumer/dead_letter_producer.hpp"
+#include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/kafka_handle.hpp"
 #include "consumer/retry_schedule.hpp"
 #include "consumer/topic_partition.hpp"
@@ -64,6 +65,8 @@ class BatchProcessor {
   [[nodiscard]] BatchResult process(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule);
 
+  [[nodiscard]] const DedupHorizonGuard& horizon_guard() const noexcept { return horizon_guard_; }
+
  private:
   struct Item {
     const rd_kafka_message_t* msg = nullptr;
@@ -71,6 +74,7 @@ class BatchProcessor {
     std::size_t slot = 0;
     bool valid = false;
     bool fresh = false;  // first time this event is marked for the group
+    bool skip = false;   // invalid, but neither executed nor dead-lettered (stale, Skip)
     Uuid event_id;
     std::string error_class;
     std::string error_message;
@@ -92,6 +96,7 @@ class BatchProcessor {
   Store& store_;
   RouteTable& routes_;
   const ConsumerHooks& hooks_;
+  DedupHorizonGuard horizon_guard_;
   // Reused from batch to batch.
   std::vector<Item> items_;
   std::vector<Group> groups_;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 #include "consumer/offset_tracker.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_schedule.hpp"
+#include "consumer/topic_retention_check.hpp"
 #include "idem/error.hpp"
 
 namespace idem {
@@ -55,6 +57,11 @@ void validate(const ConsumerConfig& c) {
   if (c.dlq_ack_timeout.count() <= 0) bad_config("dlq_ack_timeout must be positive");
   if (c.limits.max_payload_bytes == 0) bad_config("limits.max_payload_bytes must be positive");
   detail::Backoff::validate(c.retry);
+  if (c.dedup_horizon.retention <= std::chrono::hours(0) || c.dedup_horizon.safety_margin.count() < 0 ||
+      c.dedup_horizon.safety_margin >= c.dedup_horizon.retention) {
+    bad_config("dedup_horizon: retention must be positive and the safety margin shorter than it");
+  }
+  if (c.clock == nullptr) bad_config("clock is null");
   for (const auto& [key, value] : c.kafka) {
     if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
       bad_config(fmt::format("kafka property {} is owned by idem (always false: offsets are "
@@ -172,6 +179,8 @@ void Consumer::Impl::resume_due() {
 }
 
 void Consumer::Impl::run() {
+  std::optional<detail::TopicRetentionCheck> retention_check;
+  if (config.check_topic_retention) retention_check.emplace(config, log);
   poll->subscribe(config.topics);
   try {
     while (!stop_requested.load()) {
@@ -307,7 +316,9 @@ void Consumer::stop() noexcept {
 
 ConsumerStats Consumer::stats() const {
   std::lock_guard lock(impl_->stats_mutex);
-  return impl_->stats;
+  ConsumerStats out = impl_->stats;
+  impl_->processor.horizon_guard().fill(out);
+  return out;
 }
 
 }  // namespace idem

@@ -1,6 +1,7 @@
 #include "consumer/kafka_handle.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 
 #include <fmt/format.h>
@@ -39,6 +40,30 @@ PartitionList make_partition_list(int capacity) {
 
 int to_kafka_ms(std::chrono::milliseconds d) noexcept {
   return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(d.count(), 0, INT_MAX));
+}
+
+rd_kafka_resp_err_t produce_copy(rd_kafka_t* rk, const char* topic, std::string_view key,
+                                 std::string_view payload, rd_kafka_headers_t* headers,
+                                 void* opaque) noexcept {
+  std::array<rd_kafka_vu_t, 6> vus{};
+  vus[0].vtype = RD_KAFKA_VTYPE_TOPIC;
+  vus[0].u.cstr = topic;
+  vus[1].vtype = RD_KAFKA_VTYPE_KEY;
+  vus[1].u.mem = {const_cast<char*>(key.data()), key.size()};
+  vus[2].vtype = RD_KAFKA_VTYPE_VALUE;
+  vus[2].u.mem = {const_cast<char*>(payload.data()), payload.size()};
+  vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+  vus[3].u.i = RD_KAFKA_MSG_F_COPY;
+  vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
+  vus[4].u.headers = headers;
+  vus[5].vtype = RD_KAFKA_VTYPE_OPAQUE;
+  vus[5].u.ptr = opaque;
+  rd_kafka_error_t* e = rd_kafka_produceva(rk, vus.data(), vus.size());
+  if (e == nullptr) return RD_KAFKA_RESP_ERR_NO_ERROR;
+  const rd_kafka_resp_err_t err = rd_kafka_error_code(e);
+  rd_kafka_error_destroy(e);
+  rd_kafka_headers_destroy(headers);  // ownership passes only on success
+  return err;
 }
 
 namespace {

@@ -1,0 +1,43 @@
+#pragma once
+// The dedup-horizon guard (SPEC "Dedup horizon"): an event born before
+// now - (retention - safety margin) may have lost its dedup row to retention, so a
+// redelivery of it could run its effect a second time. The guard sees every valid
+// event before it is marked and decides, per ConsumerConfig::stale_events, whether it
+// is quarantined (DLQ, reason `stale`), skipped, or processed anyway. It also keeps
+// the oldest event age seen, for the stats/metrics next to the horizon.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "idem/consumer.hpp"
+
+namespace idem::detail {
+
+enum class HorizonVerdict {
+  Fresh,       ///< process normally (also: stale under StaleEventPolicy::Process)
+  Quarantine,  ///< dead-letter with error class kStaleErrorClass; do not execute
+  Skip,        ///< do not execute, do not dead-letter; the offset advances
+};
+
+inline constexpr std::string_view kStaleErrorClass = "stale";
+
+class DedupHorizonGuard {
+ public:
+  explicit DedupHorizonGuard(const ConsumerConfig& config) noexcept;
+
+  /// Checks one valid event. On Quarantine, `why` says how old it is against the horizon.
+  /// Called from the run() thread only.
+  [[nodiscard]] HorizonVerdict check(const Uuid& event_id, std::string& why);
+
+  /// Copies the guard's counters into `stats`. Thread-safe.
+  void fill(ConsumerStats& stats) const noexcept;
+
+ private:
+  const ConsumerConfig& config_;
+  std::atomic<std::uint64_t> stale_{0};
+  std::atomic<std::int64_t> oldest_age_ms_{0};
+};
+
+}  // namespace idem::detail
