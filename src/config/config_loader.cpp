@@ -359,10 +359,15 @@ void validate_kafka(const Validator& v, const Settings& settings, Config& config
     char errstr[512];
     if (rd_kafka_conf_set(conf.get(), property.c_str(), setting.value.c_str(), errstr,
                           sizeof errstr) != RD_KAFKA_CONF_OK) {
-      // librdkafka's message may quote the value: show it only for non-secret keys.
-      v.fail(key, is_secret_key(property)
-                      ? std::string("librdkafka rejects this property")
-                      : fmt::format("librdkafka rejects {}: {}", v.shown(key), errstr));
+      // librdkafka's message may quote the value: a secret's is cut out of it.
+      std::string reason = errstr;
+      if (is_secret_key(property) && !setting.value.empty()) {
+        for (auto at = reason.find(setting.value); at != std::string::npos;
+             at = reason.find(setting.value, at)) {
+          reason.replace(at, setting.value.size(), "<redacted>");
+        }
+      }
+      v.fail(key, fmt::format("librdkafka rejects {}: {}", v.shown(key), reason));
       continue;
     }
     config.kafka.emplace_back(property, setting.value);
