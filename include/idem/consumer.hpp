@@ -107,6 +107,15 @@ enum class HookPoint {
 
 [[nodiscard]] std::string_view to_string(HookPoint point) noexcept;
 
+/// What one processed batch looked like; for metrics (ConsumerHooks::on_batch).
+struct BatchReport {
+  std::size_t records = 0;   ///< records delivered in the batch
+  bool committed = false;    ///< its database transaction committed
+  /// From the start of processing (validation) to the database commit returning:
+  /// the transaction's latency as the consumer sees it.
+  std::chrono::nanoseconds duration{0};
+};
+
 /// Injected behaviour. Everything is optional.
 struct ConsumerHooks {
   /// Called on the run() thread at each HookPoint. Tests use it to kill the process
@@ -119,6 +128,21 @@ struct ConsumerHooks {
   /// librdkafka's own log lines, from librdkafka's threads: must be thread-safe.
   /// Default (empty): write to stderr.
   std::function<void(std::string_view)> log;
+  /// Called on the run() thread after each batch (after its offsets were handed to
+  /// librdkafka). Must be cheap: it runs once per batch on the hot path.
+  std::function<void(const BatchReport&)> on_batch;
+};
+
+/// Consumer lag of one assigned partition.
+struct PartitionLag {
+  std::string topic;
+  std::int32_t partition = 0;
+  /// High watermark minus the next offset to process; 0 when caught up; -1 while
+  /// unknown (no fetch response or position yet). The high watermark is librdkafka's
+  /// cached value from the last fetch response; the position is the next offset to
+  /// process, or, before anything of the partition was processed, the offset after the
+  /// last record handed to the consumer.
+  std::int64_t lag = -1;
 };
 
 /// Counters since construction. A snapshot; consistent per batch.
@@ -131,6 +155,9 @@ struct ConsumerStats {
   std::uint64_t retries = 0;        ///< partition pauses for a retry (per partition and attempt)
   std::uint64_t transactions = 0;   ///< database transactions committed
   std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
+  /// When the poll loop last turned (steady clock); readiness uses it to detect a
+  /// consumer stuck in a handler or a database call. Epoch until run() starts.
+  std::chrono::steady_clock::time_point last_loop{};
 };
 
 /// A typed handler: gets the validated event, its record, and the batch's transaction.
@@ -232,6 +259,10 @@ class Consumer {
 
   /// A snapshot of the counters. Thread-safe.
   [[nodiscard]] ConsumerStats stats() const;
+
+  /// The current assignment with each partition's lag, computed now from librdkafka's
+  /// cached watermarks (no broker round trip). Thread-safe; for metrics and readiness.
+  [[nodiscard]] std::vector<PartitionLag> lag() const;
 
  private:
   void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
