@@ -9,6 +9,7 @@ pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3>=3.35)  # RETURNING n
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib>=0.11)
 find_package(simdjson REQUIRED)
 find_package(tomlplusplus REQUIRED)  # the configuration file (TOML)
+find_package(nlohmann_json REQUIRED)  # JSON log lines
 find_package(prometheus-cpp REQUIRED COMPONENTS core)  # metrics registry and text format
 find_package(fmt REQUIRED)
 find_package(Threads REQUIRED)
