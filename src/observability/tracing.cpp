@@ -11,19 +11,27 @@ namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
 
+// Writes 2*N hex digits at `out` (the caller sized the string): no per-character
+// capacity checks, since every consumed record goes through here when tracing is on.
 template <std::size_t N>
-void append_hex(std::string& out, const std::array<std::uint8_t, N>& bytes) {
+char* write_hex(char* out, const std::array<std::uint8_t, N>& bytes) noexcept {
   for (const std::uint8_t b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 0x0f]);
+    *out++ = kHex[b >> 4];
+    *out++ = kHex[b & 0x0f];
   }
+  return out;
 }
 
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;  // upper case is invalid in version 00
-}
+// -1 for anything but 0-9 a-f (upper case is invalid in version 00).
+constexpr std::array<std::int8_t, 256> kHexValue = [] {
+  std::array<std::int8_t, 256> t{};
+  t.fill(-1);
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
+  return t;
+}();
+
+int hex_value(char c) noexcept { return kHexValue[static_cast<unsigned char>(c)]; }
 
 template <std::size_t N>
 bool parse_hex(std::string_view text, std::array<std::uint8_t, N>& out) noexcept {
@@ -74,20 +82,20 @@ TraceContext TraceContext::child() const {
 }
 
 std::string TraceContext::traceparent() const {
-  std::string out = "00-";
-  out.reserve(55);
-  append_hex(out, trace_id);
-  out.push_back('-');
-  append_hex(out, span_id);
-  out.push_back('-');
-  out.push_back(kHex[flags >> 4]);
-  out.push_back(kHex[flags & 0x0f]);
+  std::string out(55, '-');
+  char* p = out.data();
+  *p++ = '0';
+  *p++ = '0';
+  p = write_hex(p + 1, trace_id);
+  p = write_hex(p + 1, span_id);
+  p[1] = kHex[flags >> 4];
+  p[2] = kHex[flags & 0x0f];
   return out;
 }
 
 std::string TraceContext::trace_id_hex() const {
-  std::string out;
-  append_hex(out, trace_id);
+  std::string out(32, '0');
+  write_hex(out.data(), trace_id);
   return out;
 }
 
