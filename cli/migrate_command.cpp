@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
@@ -21,7 +22,10 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "migrate", "Create or upgrade the schema; safe to re-run and to run from several processes");
-  cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db")->required();
+  auto cfg = std::make_shared<ConfigOptions>(cmd);
+  cfg->bind(cmd->add_option("--db", opts->db,
+                            "Store URL: postgresql://... or sqlite:///path.db (key store.url)"),
+            "store.url");
   cmd->add_flag("--partitioned", opts->partitioned,
                 "PostgreSQL: RANGE-partition processed_event on event_id (UUIDv7 time bounds)");
   cmd->add_option("--partition-hours", opts->period_hours, "Partition period in hours")
@@ -33,8 +37,10 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
   cmd->add_option("--partitions-ahead", opts->ahead, "Periods after now that get a partition")
       ->check(CLI::Range(1, 3660))
       ->capture_default_str();
-  cmd->callback([opts] {
-    auto store = open_store(opts->db);
+  cmd->callback([opts, cfg] {
+    const Config config = cfg->load();
+    config.require({"store.url"});
+    auto store = open_store(config.store_url, config.store_options);
     MigrateOptions mo;
     mo.partitioned = opts->partitioned;
     mo.partition_period = std::chrono::hours(opts->period_hours);

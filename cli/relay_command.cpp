@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
 #include "idem/error.hpp"
+#include "idem/metrics.hpp"
 #include "idem/relay.hpp"
 
 namespace idem::cli {
@@ -32,35 +34,38 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db;
     std::string bootstrap;
-    std::size_t batch_size = 1000;
-    std::size_t in_flight = 8;
-    int poll_interval_ms = 500;
+    std::string batch_size;
+    std::string in_flight;
+    std::string poll_interval_ms;
     int rebalance_ms = 2000;
-    double retention_hours = 24;
-    int progress_ms = 5000;
+    std::string retention_hours;
+    std::string progress_ms;
     int shutdown_timeout_ms = 10'000;
     bool no_listen = false;
     bool until_empty = false;
     int timeout_s = 600;
-    std::vector<std::string> kafka;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "relay", "Publish outbox rows to Kafka with an idempotent producer, in order per key");
-  cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db")->required();
-  cmd->add_option("--brokers", opts->bootstrap, "Kafka bootstrap servers (host:port,...)")->required();
-  cmd->add_option("--batch-size", opts->batch_size, "Rows per claim")
-      ->check(CLI::Range(1, 100'000))->capture_default_str();
-  cmd->add_option("--in-flight", opts->in_flight, "Batches produced but not yet marked")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--poll-interval-ms", opts->poll_interval_ms, "Idle polling interval")
-      ->check(CLI::Range(1, 600'000))->capture_default_str();
+  // Settings with a configuration key come from the loader (file, environment, flags).
+  auto cfg = std::make_shared<ConfigOptions>(cmd);
+  cfg->bind(cmd->add_option("--db", opts->db, "Store URL (store.url)"), "store.url");
+  cfg->bind(cmd->add_option("--brokers", opts->bootstrap, "Kafka bootstrap servers (kafka.bootstrap.servers)"),
+            "kafka.bootstrap.servers");
+  cfg->bind(cmd->add_option("--batch-size", opts->batch_size, "Rows per claim (relay.batch_size)"),
+            "relay.batch_size");
+  cfg->bind(cmd->add_option("--in-flight", opts->in_flight, "Batches produced but not yet marked (relay.in_flight)"),
+            "relay.in_flight");
+  cfg->bind(cmd->add_option("--poll-interval-ms", opts->poll_interval_ms, "Idle polling interval"),
+            "relay.poll_interval_ms");
+  cfg->bind(cmd->add_option("--retention-hours", opts->retention_hours,
+                            "Delete published rows older than this"),
+            "relay.retention_hours");
+  cfg->bind(cmd->add_option("--progress-ms", opts->progress_ms, "Progress interval (0: none)"),
+            "relay.progress_interval_ms");
   cmd->add_option("--rebalance-ms", opts->rebalance_ms, "Shard rebalance interval")
       ->check(CLI::Range(10, 600'000))->capture_default_str();
-  cmd->add_option("--retention-hours", opts->retention_hours,
-                  "Delete published rows older than this")->capture_default_str();
-  cmd->add_option("--progress-ms", opts->progress_ms, "Progress interval (0: none)")
-      ->check(CLI::Range(0, 3'600'000))->capture_default_str();
   cmd->add_option("--shutdown-timeout-ms", opts->shutdown_timeout_ms,
                   "On SIGTERM, wait this long for acknowledgements")->capture_default_str();
   cmd->add_flag("--no-listen", opts->no_listen, "PostgreSQL: poll only, no LISTEN/NOTIFY");
@@ -68,28 +73,12 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
                 "Exit 0 once nothing is left to publish (exit 3 after --timeout-s)");
   cmd->add_option("--timeout-s", opts->timeout_s, "Deadline for --until-empty")
       ->capture_default_str();
-  cmd->add_option("--kafka", opts->kafka, "librdkafka property KEY=VALUE; repeatable");
-  cmd->callback([opts, &exit_code] {
-    RelayConfig config;
-    config.store_url = opts->db;
+  cmd->callback([opts, cfg, &exit_code] {
+    const Config settings = cfg->load();
+    settings.require({"store.url", "kafka.bootstrap.servers"});
+    RelayConfig config = settings.relay_config();
     config.store_options.application_name = "idem-relay";
-    config.producer.bootstrap_servers = opts->bootstrap;
-    config.producer.client_id = "idem-relay";
-    for (const std::string& kv : opts->kafka) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                    "--kafka expects KEY=VALUE, got " + kv);
-      }
-      config.producer.kafka.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-    }
-    config.batch_size = opts->batch_size;
-    config.max_batches_in_flight = opts->in_flight;
-    config.poll_interval = std::chrono::milliseconds(opts->poll_interval_ms);
     config.rebalance_interval = std::chrono::milliseconds(opts->rebalance_ms);
-    config.retention = std::chrono::milliseconds(
-        static_cast<std::int64_t>(opts->retention_hours * 3'600'000.0));
-    config.progress_interval = std::chrono::milliseconds(opts->progress_ms);
     config.shutdown_timeout = std::chrono::milliseconds(opts->shutdown_timeout_ms);
     config.listen = !opts->no_listen;
 
@@ -104,6 +93,16 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
                        p.owned_shards, p.producer_rebuilds)
                 << std::flush;
     };
+    // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.
+    Metrics metrics;
+    std::unique_ptr<AdminServer> admin;
+    if (!settings.admin.listen.empty()) {
+      observer = metrics.instrument(std::move(observer));
+      admin = std::make_unique<AdminServer>(
+          settings.admin.listen, metrics,
+          std::vector<ReadinessCheck>{store_readiness(settings.store_url, settings.store_options)});
+      std::cerr << fmt::format("admin server on port {}\n", admin->port());
+    }
     Relay relay(std::move(config), std::move(observer));
     g_relay.store(&relay);
     struct sigaction sa {};

@@ -126,6 +126,15 @@ enum class HookPoint {
 
 [[nodiscard]] std::string_view to_string(HookPoint point) noexcept;
 
+/// What one processed batch looked like; for metrics (ConsumerHooks::on_batch).
+struct BatchReport {
+  std::size_t records = 0;   ///< records delivered in the batch
+  bool committed = false;    ///< its database transaction committed
+  /// From the start of processing (validation) to the database commit returning:
+  /// the transaction's latency as the consumer sees it.
+  std::chrono::nanoseconds duration{0};
+};
+
 /// Injected behaviour. Everything is optional.
 struct ConsumerHooks {
   /// Called on the run() thread at each HookPoint. Tests use it to kill the process
@@ -138,6 +147,21 @@ struct ConsumerHooks {
   /// librdkafka's own log lines, from librdkafka's threads: must be thread-safe.
   /// Default (empty): write to stderr.
   std::function<void(std::string_view)> log;
+  /// Called on the run() thread after each batch (after its offsets were handed to
+  /// librdkafka). Must be cheap: it runs once per batch on the hot path.
+  std::function<void(const BatchReport&)> on_batch;
+};
+
+/// Consumer lag of one assigned partition.
+struct PartitionLag {
+  std::string topic;
+  std::int32_t partition = 0;
+  /// High watermark minus the next offset to process; 0 when caught up; -1 while
+  /// unknown (no fetch response or position yet). The high watermark is librdkafka's
+  /// cached value from the last fetch response; the position is the next offset to
+  /// process, or, before anything of the partition was processed, the offset after the
+  /// last record handed to the consumer.
+  std::int64_t lag = -1;
 };
 
 /// Counters since construction. A snapshot; consistent per batch.
@@ -155,6 +179,9 @@ struct ConsumerStats {
   /// dedup_horizon: when it comes close, consumers are reading events whose dedup rows expire.
   std::chrono::milliseconds oldest_event_age{0};
   std::chrono::milliseconds dedup_horizon{0};  ///< the stale age: retention - safety margin
+  /// When the poll loop last turned (steady clock); readiness uses it to detect a
+  /// consumer stuck in a handler or a database call. Epoch until run() starts.
+  std::chrono::steady_clock::time_point last_loop{};
 };
 
 /// A typed handler: gets the validated event, its record, and the batch's transaction.
@@ -256,6 +283,10 @@ class Consumer {
 
   /// A snapshot of the counters. Thread-safe.
   [[nodiscard]] ConsumerStats stats() const;
+
+  /// The current assignment with each partition's lag, computed now from librdkafka's
+  /// cached watermarks (no broker round trip). Thread-safe; for metrics and readiness.
+  [[nodiscard]] std::vector<PartitionLag> lag() const;
 
  private:
   void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);

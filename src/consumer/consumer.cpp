@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -118,6 +119,7 @@ struct Consumer::Impl {
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
   void close_quietly() noexcept;
   void commit_all_sync();
+  std::vector<PartitionLag> lag() const;
 
   ConsumerConfig config;
   std::unique_ptr<Store> store;
@@ -132,6 +134,11 @@ struct Consumer::Impl {
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
   std::vector<detail::KafkaMessage> batch;
+
+  // Next offset to process per partition, for lag() (the tracker's positions are
+  // consumed by commits); guarded by stats_mutex, dropped on revoke.
+  std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> processed_next;
+  std::atomic<std::chrono::steady_clock::rep> last_loop{0};
 
   std::atomic<bool> stop_requested{false};
   std::atomic<bool> started{false};
@@ -150,6 +157,38 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   }
   tracker.forget(tps);
   schedule.forget(tps);
+  std::lock_guard lock(stats_mutex);
+  for (const auto& tp : tps) processed_next.erase(tp);
+}
+
+std::vector<PartitionLag> Consumer::Impl::lag() const {
+  // librdkafka's assignment, position and cached-watermark calls are thread-safe and
+  // local (no broker round trip), so this runs on the caller's (scrape) thread.
+  rd_kafka_t* rk = poll->handle();
+  rd_kafka_topic_partition_list_t* assignment = nullptr;
+  if (rk == nullptr || rd_kafka_assignment(rk, &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+  const detail::PartitionList owned(assignment);
+  rd_kafka_position(rk, owned.get());  // offset after the last record handed out
+  std::vector<PartitionLag> out;
+  std::vector<std::int64_t> high(static_cast<std::size_t>(owned->cnt), -1);
+  for (int i = 0; i < owned->cnt; ++i) {
+    const auto& p = owned->elems[i];
+    std::int64_t low = -1;
+    if (rd_kafka_get_watermark_offsets(rk, p.topic, p.partition, &low,
+                                       &high[static_cast<std::size_t>(i)]) != RD_KAFKA_RESP_ERR_NO_ERROR)
+      high[static_cast<std::size_t>(i)] = -1;
+  }
+  // No librdkafka call under the lock: the poll thread takes it from callbacks.
+  std::lock_guard lock(stats_mutex);
+  for (int i = 0; i < owned->cnt; ++i) {
+    const auto& p = owned->elems[i];
+    PartitionLag& l = out.emplace_back(PartitionLag{p.topic, p.partition, -1});
+    const auto it = processed_next.find({p.topic, p.partition});
+    const std::int64_t next = it != processed_next.end() ? it->second : p.offset;
+    const std::int64_t hw = high[static_cast<std::size_t>(i)];
+    if (next >= 0 && hw >= 0) l.lag = std::max<std::int64_t>(0, hw - next);
+  }
+  return out;
 }
 
 void Consumer::Impl::commit_all_sync() {
@@ -184,6 +223,8 @@ void Consumer::Impl::run() {
   poll->subscribe(config.topics);
   try {
     while (!stop_requested.load()) {
+      last_loop.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                      std::memory_order_relaxed);
       resume_due();
       auto wait = kIdleWait;
       if (const auto due = schedule.next_due()) {
@@ -240,7 +281,9 @@ void Consumer::Impl::process_batch() {
   ConsumerStats delta;
   delta.delivered = batch.size();
 
+  const auto started_at = std::chrono::steady_clock::now();
   detail::BatchResult r = processor.process(batch, schedule);
+  const auto processed_at = std::chrono::steady_clock::now();
   if (!r.failure.empty()) {
     log(fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
                     "partitions after a backoff: {}",
@@ -280,8 +323,12 @@ void Consumer::Impl::process_batch() {
     stats.retries += delta.retries;
     stats.transactions += delta.transactions;
     stats.offset_commits += delta.offset_commits;
+    for (const auto& p : r.partitions) {
+      if (p.next_offset > p.first_offset) processed_next[p.tp] = p.next_offset;
+    }
   }
   if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+  if (hooks.on_batch) hooks.on_batch({batch.size(), r.committed, processed_at - started_at});
 }
 
 Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks) {
@@ -314,10 +361,14 @@ void Consumer::stop() noexcept {
   impl_->poll->wake();
 }
 
+std::vector<PartitionLag> Consumer::lag() const { return impl_->lag(); }
+
 ConsumerStats Consumer::stats() const {
   std::lock_guard lock(impl_->stats_mutex);
   ConsumerStats out = impl_->stats;
   impl_->processor.horizon_guard().fill(out);
+  out.last_loop = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(impl_->last_loop.load(std::memory_order_relaxed)));
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 
 namespace idem::detail {
@@ -16,7 +17,9 @@ void set_properties(rd_kafka_conf_t* conf, std::span<const Property> properties)
     if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr, sizeof errstr) !=
         RD_KAFKA_CONF_OK) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  fmt::format("kafka property {}={}: {}", key, value, errstr));
+                  is_secret_key(key)  // never echo a secret (nor librdkafka's quote of it)
+                      ? fmt::format("kafka property {}: rejected by librdkafka", key)
+                      : fmt::format("kafka property {}={}: {}", key, value, errstr));
     }
   }
 }

@@ -67,6 +67,9 @@ class PollLoop : private CallbackContext {
   /// Makes a blocked poll_batch() return promptly. Thread-safe, never blocks.
   void wake() noexcept;
 
+  /// The consumer handle, for read-only queries (assignment, cached watermarks).
+  [[nodiscard]] rd_kafka_t* handle() const noexcept { return rk_.get(); }
+
  private:
   static void rebalance_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                    rd_kafka_topic_partition_list_t* partitions, void* opaque);

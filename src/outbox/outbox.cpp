@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "idem/tracing.hpp"
 
 namespace idem {
 
@@ -89,12 +90,17 @@ Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
                 "outbox: topic, aggregate_type and the message key must not be empty");
   }
+  bool has_trace = false;
   for (const auto& h : m.headers) {
     if (h.first == "event_id") {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
                   "outbox: the event_id header is added by the relay from the row");
     }
+    has_trace = has_trace || h.first == kTraceparentHeader;
   }
+  // The trace starts with the event unless the caller continues its own (tracing.hpp);
+  // a caller's value is kept as given (consumers ignore an invalid one).
+  if (!has_trace) m.headers.emplace_back(kTraceparentHeader, TraceContext::new_root().traceparent());
   tx.execute(kInsertSql, event_id, m.aggregate_type, m.aggregate_id, m.topic, key,
              static_cast<std::int64_t>(outbox_shard(key)), m.payload,
              outbox_headers_to_json(m.headers));

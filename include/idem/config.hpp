@@ -1,0 +1,197 @@
+#pragma once
+/// \file
+/// The one configuration loader of idem. Every command and every service takes its
+/// settings from load_config(); no other code reads the environment or parses config.
+///
+/// Layers, each overriding the one before, key by key:
+///   1. defaults (written next to each key in src/config/keys.cpp)
+///   2. a TOML file (`--config PATH`, else the `IDEM_CONFIG` environment variable)
+///   3. the environment: `IDEM_<KEY>` (upper case, dots become `_`; e.g.
+///      `IDEM_CONSUMER_BATCH_SIZE` for `consumer.batch_size`), `IDEM_KAFKA_<PROP>` for a
+///      librdkafka property (`IDEM_KAFKA_SECURITY_PROTOCOL` -> `kafka.security.protocol`),
+///      the conventional `KAFKA_BOOTSTRAP_SERVERS`, and libpq's `PGHOST`, `PGPORT`,
+///      `PGDATABASE`, `PGUSER`, `PGPASSWORD`, `PGSSLMODE`, ... (-> `postgres.*`).
+///      An `IDEM_*` name is more specific than a conventional one and wins over it.
+///   4. command-line flags (each command maps its flags to keys; `--set key=value`
+///      reaches any key)
+///
+/// Keys under `kafka.` are librdkafka properties, passed through unchanged (this is how
+/// TLS and SASL are configured); the loader checks each one against librdkafka once.
+/// Everything is validated in one pass and every problem is reported together, each
+/// naming its key and the layer it came from (ConfigError).
+///
+/// Secrets (passwords, SASL credentials, private keys, the password inside a store URL)
+/// are redacted by every function here that produces text.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/consumer.hpp"
+#include "idem/error.hpp"
+#include "idem/relay.hpp"
+#include "idem/store.hpp"
+
+namespace idem {
+
+/// Where a configuration value came from.
+enum class ConfigLayer { Default, File, Environment, Flag };
+
+[[nodiscard]] std::string_view to_string(ConfigLayer layer) noexcept;
+
+/// The origin of one value, precise enough to find it: `file /etc/idem.toml:12`,
+/// `env IDEM_CONSUMER_BATCH_SIZE`, `flag --batch`.
+struct ConfigOrigin {
+  ConfigLayer layer = ConfigLayer::Default;
+  std::string where;  ///< file path and line, variable name or flag; empty for defaults
+
+  [[nodiscard]] std::string describe() const;
+};
+
+/// One flag value, already mapped to its key by the command that parsed it.
+struct FlagSetting {
+  std::string key;    ///< e.g. "consumer.group"
+  std::string value;  ///< lists are comma-separated
+  std::string flag;   ///< e.g. "--group"; used only to name the origin
+};
+
+/// Everything the loader reads. The caller supplies the environment as a snapshot, so
+/// tests pass a vector and never call setenv; the CLI passes process_environment().
+struct ConfigSources {
+  /// TOML file to read. Empty: none (then `IDEM_CONFIG` in `environment`, if set, names it).
+  std::string file;
+  std::vector<std::pair<std::string, std::string>> environment;
+  std::vector<FlagSetting> flags;
+};
+
+/// The process environment as name/value pairs. The only place idem reads it.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> process_environment();
+
+/// One problem found while loading.
+struct ConfigProblem {
+  std::string key;      ///< the key concerned (or the file/variable when there is no key)
+  ConfigOrigin origin;  ///< where the offending value came from
+  std::string message;  ///< what is wrong; never contains a secret value
+};
+
+/// Thrown by load_config(): every problem at once. what() lists them, one per line.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(std::vector<ConfigProblem> problems);
+  [[nodiscard]] const std::vector<ConfigProblem>& problems() const noexcept { return problems_; }
+
+ private:
+  std::vector<ConfigProblem> problems_;
+};
+
+enum class LogLevel { Debug, Info, Warn, Error };
+enum class LogFormat { Plain, Json };
+
+[[nodiscard]] std::string_view to_string(LogLevel level) noexcept;
+
+/// `log.*`
+struct LogSettings {
+  LogLevel level = LogLevel::Info;
+  LogFormat format = LogFormat::Plain;
+};
+
+/// `admin.*`: the HTTP port serving /metrics, /healthz and /readyz.
+struct AdminSettings {
+  std::string listen;  ///< host:port; empty = no admin server (port 0 picks a free port)
+  /// /readyz reports "stuck" when the consumer loop has not turned for this long.
+  std::chrono::milliseconds stuck_after{60'000};
+};
+
+/// `tracing.*`
+struct TracingSettings {
+  bool enabled = true;  ///< create/forward W3C traceparent headers and log trace ids
+};
+
+/// `consumer.*`
+struct ConsumerSettings {
+  std::string group;
+  std::vector<std::string> topics;
+  std::size_t batch_size = 500;
+  std::chrono::milliseconds batch_window{50};
+  std::string dlq_suffix = ".dlq";
+  RetryPolicy retry;
+  std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)
+  std::size_t max_headers = 64;               ///< records with more headers are refused
+  std::chrono::milliseconds dlq_ack_timeout{30'000};
+};
+
+/// `relay.*`
+struct RelaySettings {
+  std::size_t batch_size = 1000;
+  std::size_t in_flight = 8;
+  std::chrono::milliseconds poll_interval{500};
+  std::chrono::milliseconds retention{std::chrono::hours(24)};
+  std::chrono::milliseconds progress_interval{5000};
+};
+
+/// One effective key with its value and origin, for `idem config check`.
+struct ConfigEntry {
+  std::string key;
+  std::string value;  ///< as given (lists comma-separated); see `secret`
+  bool secret = false;
+  ConfigOrigin origin;
+
+  /// The value as it may be shown: `<redacted>` for a secret, a store URL with its
+  /// password replaced.
+  [[nodiscard]] std::string display_value() const;
+};
+
+/// The validated, typed configuration.
+struct Config {
+  /// The store to open: `store.url`, with `postgres.*` (and so PG*) applied to a
+  /// PostgreSQL URL as libpq key/value parameters. Contains the password if one was
+  /// given: show it only through redact_store_url().
+  std::string store_url;
+  StoreOptions store_options;
+  std::string bootstrap_servers;  ///< `kafka.bootstrap.servers`
+  /// Every other `kafka.*` key, without the prefix, in key order.
+  std::vector<std::pair<std::string, std::string>> kafka;
+  ConsumerSettings consumer;
+  RelaySettings relay;
+  AdminSettings admin;
+  LogSettings log;
+  TracingSettings tracing;
+  /// Every key with a value (defaults included), sorted by key.
+  std::vector<ConfigEntry> entries;
+
+  /// A ConsumerConfig from these settings. Does not check `consumer.group`/`topics`
+  /// (commands that need them use require()).
+  [[nodiscard]] ConsumerConfig consumer_config() const;
+  /// A RelayConfig from these settings (client id `idem-relay`).
+  [[nodiscard]] RelayConfig relay_config() const;
+
+  /// Throws ConfigError listing each of `keys` that has no non-empty value, e.g. a
+  /// command's required settings: require({"store.url", "consumer.group"}).
+  void require(std::initializer_list<std::string_view> keys) const;
+
+  /// The effective configuration as `key = value  # origin` lines, secrets redacted.
+  [[nodiscard]] std::string describe() const;
+};
+
+/// Applies the layers, validates once and returns the result.
+/// \throws ConfigError with every problem: unreadable or malformed file, unknown key
+///   (in the file, as IDEM_* variable or as flag), a value of the wrong type or out of
+///   range, a librdkafka property librdkafka rejects or idem owns, and inconsistent
+///   combinations.
+[[nodiscard]] Config load_config(const ConfigSources& sources);
+
+/// True for keys whose values are secrets (passwords, SASL credentials, private keys,
+/// tokens). Matching is on the key name, so it covers librdkafka properties too.
+[[nodiscard]] bool is_secret_key(std::string_view key) noexcept;
+
+/// `url` with any password replaced by `<redacted>`: the user-info password of a URI
+/// (`postgresql://u:secret@h/db`), a `password=` key/value parameter, a `password=`
+/// query parameter.
+[[nodiscard]] std::string redact_store_url(std::string_view url);
+
+}  // namespace idem

@@ -1,0 +1,346 @@
+// The configuration loader: layer precedence, pass-through, PG* composition, redaction,
+// and every validation error (each naming its key and where the value came from).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "idem/config.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem {
+namespace {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+std::string write_toml(const std::string& text) {
+  static std::atomic<int> counter{0};
+  const auto path = test::scratch_dir() / fmt::format("config-{}.toml", counter.fetch_add(1));
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+const ConfigEntry& entry(const Config& c, std::string_view key) {
+  for (const auto& e : c.entries) {
+    if (e.key == key) return e;
+  }
+  throw std::runtime_error("no entry " + std::string(key));
+}
+
+ConfigSources from_file(std::string path, Env environment = {}) {
+  ConfigSources s;
+  s.file = std::move(path);
+  s.environment = std::move(environment);
+  return s;
+}
+ConfigSources from_env(Env environment) { return from_file("", std::move(environment)); }
+ConfigSources from_flags(std::vector<FlagSetting> flags) {
+  ConfigSources s;
+  s.flags = std::move(flags);
+  return s;
+}
+
+std::vector<ConfigProblem> problems_of(const ConfigSources& sources) {
+  try {
+    static_cast<void>(load_config(sources));
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+TEST(ConfigLoader, DefaultsEqualTheLibraryStructs) {
+  const Config c = load_config({});
+  const ConsumerConfig lib_consumer;
+  const ConsumerConfig consumer = c.consumer_config();
+  EXPECT_EQ(consumer.batch_size, lib_consumer.batch_size);
+  EXPECT_EQ(consumer.batch_window, lib_consumer.batch_window);
+  EXPECT_EQ(consumer.dlq_suffix, lib_consumer.dlq_suffix);
+  EXPECT_EQ(consumer.retry.initial_backoff, lib_consumer.retry.initial_backoff);
+  EXPECT_EQ(consumer.retry.max_backoff, lib_consumer.retry.max_backoff);
+  EXPECT_EQ(consumer.retry.multiplier, lib_consumer.retry.multiplier);
+  EXPECT_EQ(consumer.retry.jitter, lib_consumer.retry.jitter);
+  EXPECT_EQ(consumer.limits.max_payload_bytes, lib_consumer.limits.max_payload_bytes);
+  EXPECT_EQ(consumer.dlq_ack_timeout, lib_consumer.dlq_ack_timeout);
+  const RelayConfig lib_relay;
+  const RelayConfig relay = c.relay_config();
+  EXPECT_EQ(relay.batch_size, lib_relay.batch_size);
+  EXPECT_EQ(relay.max_batches_in_flight, lib_relay.max_batches_in_flight);
+  EXPECT_EQ(relay.poll_interval, lib_relay.poll_interval);
+  EXPECT_EQ(relay.retention, lib_relay.retention);
+  EXPECT_EQ(relay.progress_interval, lib_relay.progress_interval);
+  const StoreOptions lib_store;
+  EXPECT_EQ(c.store_options.busy_timeout, lib_store.busy_timeout);
+  EXPECT_EQ(c.store_options.connect_timeout, lib_store.connect_timeout);
+  EXPECT_EQ(c.store_options.statement_timeout, lib_store.statement_timeout);
+  EXPECT_EQ(c.store_options.application_name, lib_store.application_name);
+  EXPECT_EQ(entry(c, "consumer.batch_size").origin.layer, ConfigLayer::Default);
+}
+
+TEST(ConfigLoader, FileThenEnvironmentThenFlagsEachOverrideTheLayerBefore) {
+  const std::string file = write_toml(R"(
+[consumer]
+batch_size = 100        # file only
+batch_window_ms = 10    # file, then env
+retry_initial_ms = 7    # file, env, then flag
+topics = ["a", "b"]
+)");
+  ConfigSources s;
+  s.file = file;
+  s.environment = {{"IDEM_CONSUMER_BATCH_WINDOW_MS", "20"}, {"IDEM_CONSUMER_RETRY_INITIAL_MS", "8"}};
+  s.flags = {{"consumer.retry_initial_ms", "9", "--retry-initial-ms"}};
+  const Config c = load_config(s);
+
+  EXPECT_EQ(c.consumer.batch_size, 100U);
+  EXPECT_EQ(entry(c, "consumer.batch_size").origin.describe(), "file " + file + ":3");
+  EXPECT_EQ(c.consumer.batch_window, std::chrono::milliseconds(20));
+  EXPECT_EQ(entry(c, "consumer.batch_window_ms").origin.describe(),
+            "env IDEM_CONSUMER_BATCH_WINDOW_MS");
+  EXPECT_EQ(c.consumer.retry.initial_backoff, std::chrono::milliseconds(9));
+  EXPECT_EQ(entry(c, "consumer.retry_initial_ms").origin.describe(), "flag --retry-initial-ms");
+  EXPECT_EQ(c.consumer.topics, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.consumer.batch_size, c.consumer_config().batch_size);
+}
+
+TEST(ConfigLoader, ConfigFileComesFromTheFlagBeforeIdemConfig) {
+  const std::string env_file = write_toml("[consumer]\ngroup = \"from-env-file\"\n");
+  const std::string from_flag = write_toml("[consumer]\ngroup = \"from-flag-file\"\n");
+  EXPECT_EQ(load_config(from_env({{"IDEM_CONFIG", env_file}})).consumer.group, "from-env-file");
+  EXPECT_EQ(load_config(from_file(from_flag, {{"IDEM_CONFIG", env_file}})).consumer.group,
+            "from-flag-file");
+}
+
+TEST(ConfigLoader, KafkaKeysPassThroughFromEveryLayer) {
+  const std::string file = write_toml(R"(
+[kafka]
+"security.protocol" = "ssl"
+ssl.ca.location = "/etc/ca.pem"
+"session.timeout.ms" = 6000
+)");
+  ConfigSources s = from_file(file);
+  s.environment = {{"KAFKA_BOOTSTRAP_SERVERS", "conventional:9092"},
+                   {"IDEM_KAFKA_CLIENT_ID", "billing"}};
+  s.flags = {{"kafka.session.timeout.ms", "7000", "--kafka"}};
+  const Config c = load_config(s);
+  EXPECT_EQ(c.bootstrap_servers, "conventional:9092");
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"client.id", "billing"},
+      {"security.protocol", "ssl"},
+      {"session.timeout.ms", "7000"},
+      {"ssl.ca.location", "/etc/ca.pem"}};
+  EXPECT_EQ(c.kafka, expected);
+  EXPECT_EQ(c.consumer_config().kafka, expected);
+  EXPECT_EQ(c.consumer_config().bootstrap_servers, "conventional:9092");
+  EXPECT_EQ(c.relay_config().producer.kafka, expected);
+
+  // The IDEM_ name is more specific than the conventional one and wins.
+  s.environment.emplace_back("IDEM_KAFKA_BOOTSTRAP_SERVERS", "specific:9092");
+  EXPECT_EQ(load_config(s).bootstrap_servers, "specific:9092");
+}
+
+TEST(ConfigLoader, LibpqVariablesComposeWithTheStoreUrl) {
+  ConfigSources s;
+  s.environment = {{"PGHOST", "db.internal"}, {"PGPASSWORD", "hunter2"}, {"PGSSLMODE", "require"}};
+  // Only PG*: a libpq key/value URL built from them.
+  EXPECT_EQ(load_config(s).store_url,
+            "postgresql:host='db.internal' password='hunter2' sslmode='require'");
+
+  // A URL plus PG*: the variables fill in and override its parameters; IDEM_POSTGRES_* wins over PG*.
+  s.flags = {{"store.url", "postgresql://app@old-host:5433/orders?sslmode=disable", "--db"}};
+  s.environment.emplace_back("IDEM_POSTGRES_HOST", "idem-host");
+  EXPECT_EQ(load_config(s).store_url,
+            "postgresql:dbname='orders' host='idem-host' password='hunter2' port='5433' "
+            "sslmode='require' user='app'");
+
+  // SQLite: a PGHOST lying around in the environment does not apply.
+  s.flags = {{"store.url", "sqlite:///tmp/x.db", "--db"}};
+  EXPECT_EQ(load_config(s).store_url, "sqlite:///tmp/x.db");
+}
+
+TEST(ConfigLoader, QuotesLibpqValuesSoTheyCannotAddParameters) {
+  ConfigSources s;
+  s.environment = {{"PGDATABASE", "x' host='evil"}};
+  EXPECT_EQ(load_config(s).store_url, R"(postgresql:dbname='x\' host=\'evil')");
+}
+
+TEST(ConfigLoader, IgnoresTheTestHarnessVariables) {
+  ConfigSources s;
+  s.environment = {{"IDEM_TEST_PG_DSN", "postgresql://x"}, {"IDEM_BENCH_BATCH", "1"},
+                   {"IDEM_PG_BINDIR", "/usr/lib"}, {"PATH", "/bin"}};
+  EXPECT_NO_THROW(static_cast<void>(load_config(s)));
+}
+
+struct BadCase {
+  std::string name;
+  ConfigSources sources;
+  std::string key;
+  std::string origin;   ///< ConfigOrigin::describe(), or a prefix of it ending in '*'
+  std::string message;  ///< a substring of the problem's message
+};
+
+std::vector<BadCase> bad_cases() {
+  const auto flag = [](std::string key, std::string value) {
+    return from_flags({{std::move(key), std::move(value), "--set"}});
+  };
+  const auto env = [](std::string name, std::string value) {
+    return from_env({{std::move(name), std::move(value)}});
+  };
+  const std::string unknown_in_file = write_toml("[consumer]\nbatchsize = 5\n");
+  const std::string broken = write_toml("[consumer\nbatch_size = 5\n");
+  const std::string table_array = write_toml("[consumer]\ntopics = [[\"a\"]]\n");
+  const std::string date_value = write_toml("[consumer]\ngroup = 1979-05-27\n");
+  return {
+      {"UnknownKeyInFile", from_file(unknown_in_file), "consumer.batchsize", "file " + unknown_in_file + ":2", "unknown key"},
+      {"UnparsableFile", from_file(broken), broken, "flag --config", "cannot parse TOML file (line 1)"},
+      {"MissingFile", from_file("/nonexistent/idem.toml"), "/nonexistent/idem.toml", "flag --config", "cannot read TOML file"},
+      {"MissingFileNamedByEnv", env("IDEM_CONFIG", "/nonexistent/x.toml"), "/nonexistent/x.toml", "env IDEM_CONFIG", "cannot read"},
+      {"NestedArray", from_file(table_array), "consumer.topics", "file " + table_array + ":2", "array elements must be strings or numbers"},
+      {"DateValue", from_file(date_value), "consumer.group", "file " + date_value + ":2", "expected a string, number or boolean"},
+      {"UnknownEnvVariable", env("IDEM_CONSUMER_BATCHSIZE", "5"), "IDEM_CONSUMER_BATCHSIZE", "env IDEM_CONSUMER_BATCHSIZE", "unknown environment variable"},
+      {"UnknownFlagKey", flag("consumer.nope", "1"), "consumer.nope", "flag --set", "unknown key"},
+      {"NotAnInteger", flag("consumer.batch_size", "ten"), "consumer.batch_size", "flag --set", "expected an integer from 1 to 100000, got 'ten'"},
+      {"IntegerTooSmall", env("IDEM_CONSUMER_BATCH_SIZE", "0"), "consumer.batch_size", "env IDEM_CONSUMER_BATCH_SIZE", "from 1 to 100000"},
+      {"IntegerTooLarge", flag("relay.in_flight", "65"), "relay.in_flight", "flag --set", "from 1 to 64"},
+      {"BadPort", env("PGPORT", "99999"), "postgres.port", "env PGPORT", "from 1 to 65535"},
+      {"NotANumber", flag("consumer.retry_jitter", "lots"), "consumer.retry_jitter", "flag --set", "expected a number from 0 to 1"},
+      {"NumberOutOfRange", flag("consumer.retry_multiplier", "0.5"), "consumer.retry_multiplier", "flag --set", "from 1 to 1000"},
+      {"NotABoolean", flag("tracing.enabled", "maybe"), "tracing.enabled", "flag --set", "expected true or false"},
+      {"BadLogLevel", flag("log.level", "verbose"), "log.level", "flag --set", "expected one of debug, info, warn, error"},
+      {"BadLogFormat", flag("log.format", "xml"), "log.format", "flag --set", "expected one of plain, json"},
+      {"BadSslMode", env("PGSSLMODE", "sometimes"), "postgres.sslmode", "env PGSSLMODE", "expected one of disable"},
+      {"EmptyListElement", flag("consumer.topics", "a,,b"), "consumer.topics", "flag --set", "empty list element"},
+      {"DuplicateTopic", flag("consumer.topics", "a,a"), "consumer.topics", "flag --set", "topic 'a' is listed twice"},
+      {"TopicIsDlqOfAnother", flag("consumer.topics", "a,a.dlq"), "consumer.topics", "flag --set", "is also the DLQ of 'a'"},
+      {"EmptyDlqSuffix", flag("consumer.dlq_suffix", ""), "consumer.dlq_suffix", "flag --set", "must not be empty"},
+      {"RetryCapBelowInitial", flag("consumer.retry_max_ms", "50"), "consumer.retry_max_ms", "flag --set", "at least consumer.retry_initial_ms"},
+      {"BadStoreScheme", flag("store.url", "mysql://x"), "store.url", "flag --set", "expected a postgresql://"},
+      {"MalformedPostgresUrl", flag("store.url", "postgresql:host"), "store.url", "flag --set", "not a valid libpq connection string"},
+      {"BadAdminListen", flag("admin.listen", "localhost"), "admin.listen", "flag --set", "expected host:port"},
+      {"BadAdminPort", flag("admin.listen", "127.0.0.1:70000"), "admin.listen", "flag --set", "expected host:port"},
+      {"UnknownKafkaProperty", env("IDEM_KAFKA_NO_SUCH_PROPERTY", "1"), "kafka.no.such.property", "env IDEM_KAFKA_NO_SUCH_PROPERTY", "librdkafka rejects '1': No such configuration property"},
+      {"BadKafkaValue", flag("kafka.security.protocol", "carrier-pigeon"), "kafka.security.protocol", "flag --set", "librdkafka rejects 'carrier-pigeon'"},
+      {"OwnedAutoCommit", flag("kafka.enable.auto.commit", "true"), "kafka.enable.auto.commit", "flag --set", "owned by idem"},
+      {"OwnedOffsetStore", flag("kafka.enable.auto.offset.store", "true"), "kafka.enable.auto.offset.store", "flag --set", "owned by idem"},
+      {"OwnedGroupId", flag("kafka.group.id", "g"), "kafka.group.id", "flag --set", "consumer.group"},
+      {"OwnedIdempotence", flag("kafka.enable.idempotence", "false"), "kafka.enable.idempotence", "flag --set", "owned by idem"},
+      {"OwnedAcks", flag("kafka.acks", "1"), "kafka.acks", "flag --set", "owned by idem"},
+  };
+}
+
+class ConfigValidation : public testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigValidation, ReportsTheKeyAndWhereItsValueCameFrom) {
+  const BadCase& c = GetParam();
+  const std::vector<ConfigProblem> problems = problems_of(c.sources);
+  ASSERT_EQ(problems.size(), 1U) << (problems.empty() ? "no problem reported" : problems[1].message);
+  EXPECT_EQ(problems[0].key, c.key);
+  EXPECT_EQ(problems[0].origin.describe(), c.origin);
+  EXPECT_NE(problems[0].message.find(c.message), std::string::npos) << problems[0].message;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryError, ConfigValidation, testing::ValuesIn(bad_cases()),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+TEST(ConfigLoader, ReportsEveryProblemTogether) {
+  ConfigSources all;
+  for (const BadCase& c : bad_cases()) {
+    if (!c.sources.file.empty()) continue;  // one file per load
+    all.environment.insert(all.environment.end(), c.sources.environment.begin(),
+                           c.sources.environment.end());
+  }
+  all.flags = {{"consumer.batch_size", "ten", "--batch"},
+               {"log.level", "verbose", "--log-level"},
+               {"kafka.enable.auto.commit", "true", "--kafka"}};
+  all.file = write_toml("[consumer]\nbatchsize = 5\n");
+  const auto problems = problems_of(all);
+  std::set<std::string> keys;
+  for (const auto& p : problems) keys.insert(p.key);
+  for (const auto* key : {"consumer.batchsize", "IDEM_CONSUMER_BATCHSIZE", "consumer.batch_size",
+                          "postgres.port", "postgres.sslmode", "log.level", "kafka.enable.auto.commit",
+                          "kafka.no.such.property"}) {
+    EXPECT_TRUE(keys.contains(key)) << key;
+  }
+  try {
+    static_cast<void>(load_config(all));
+  } catch (const ConfigError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find(fmt::format("configuration has {} problems:", problems.size())), std::string::npos);
+    EXPECT_NE(text.find("consumer.batch_size (flag --batch): expected an integer"), std::string::npos) << text;
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_EQ(e.source(), ErrorSource::Config);
+  }
+}
+
+TEST(ConfigLoader, RequireNamesEveryMissingKeyAndItsVariable) {
+  const Config c = load_config(from_flags({{"consumer.group", "billing", "--group"}}));
+  EXPECT_NO_THROW(c.require({"consumer.group"}));
+  try {
+    c.require({"store.url", "consumer.group", "consumer.topics"});
+    FAIL() << "require() accepted missing keys";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 2U);
+    EXPECT_EQ(e.problems()[0].key, "store.url");
+    EXPECT_NE(e.problems()[0].message.find("IDEM_STORE_URL"), std::string::npos);
+    EXPECT_EQ(e.problems()[1].key, "consumer.topics");
+  }
+}
+
+TEST(ConfigRedaction, SecretKeysAreRecognisedByName) {
+  for (const auto* key : {"postgres.password", "kafka.sasl.password", "kafka.ssl.key.password",
+                          "kafka.ssl.keystore.password", "kafka.ssl.key.pem",
+                          "kafka.sasl.oauthbearer.client.secret", "kafka.sasl.oauthbearer.config",
+                          "kafka.sasl.jaas.config"}) {
+    EXPECT_TRUE(is_secret_key(key)) << key;
+  }
+  for (const auto* key : {"kafka.sasl.username", "kafka.ssl.key.location", "kafka.ssl.ca.location",
+                          "store.url", "postgres.user", "consumer.batch_size"}) {
+    EXPECT_FALSE(is_secret_key(key)) << key;
+  }
+}
+
+TEST(ConfigRedaction, StoreUrlsLoseTheirPasswords) {
+  EXPECT_EQ(redact_store_url("postgresql://app:s3cr%40t@db:5432/orders?sslmode=require"),
+            "postgresql://app:<redacted>@db:5432/orders?sslmode=require");
+  EXPECT_EQ(redact_store_url("postgresql://app@db/orders?password=s3cret&sslmode=require"),
+            "postgresql://app@db/orders?password=<redacted>&sslmode=require");
+  EXPECT_EQ(redact_store_url("postgresql:host=db password = s3cret sslpassword=k user=app"),
+            "postgresql:host=db password = <redacted> sslpassword=<redacted> user=app");
+  EXPECT_EQ(redact_store_url("postgresql:password='a\\' b' user='app'"),
+            "postgresql:password=<redacted> user='app'");
+  EXPECT_EQ(redact_store_url("sqlite:///var/lib/idem.db"), "sqlite:///var/lib/idem.db");
+}
+
+TEST(ConfigRedaction, DescribeAndProblemsNeverShowSecrets) {
+  ConfigSources s;
+  s.environment = {{"PGPASSWORD", "pg-Secret-1"}, {"IDEM_KAFKA_SASL_PASSWORD", "sasl-Secret-2"}};
+  s.flags = {{"store.url", "postgresql://app:url-Secret-3@db/orders", "--db"},
+             {"kafka.ssl.key.pem", "pem-Secret-4", "--kafka"}};
+  const std::string text = load_config(s).describe();
+  for (const auto* secret : {"pg-Secret-1", "sasl-Secret-2", "url-Secret-3", "pem-Secret-4"}) {
+    EXPECT_EQ(text.find(secret), std::string::npos) << secret << " in\n" << text;
+  }
+  const auto line_start = text.find("kafka.sasl.password = <redacted> ");
+  ASSERT_NE(line_start, std::string::npos) << text;
+  const std::string line = text.substr(line_start, text.find('\n', line_start) - line_start);
+  EXPECT_TRUE(line.ends_with("# env IDEM_KAFKA_SASL_PASSWORD")) << line;
+
+  // A rejected secret is named, not quoted.
+  s.flags.push_back({"kafka.custom.password", "kafka-Secret-5", "--kafka"});
+  s.flags.push_back({"store.url", "postgresql:host password=url-Secret-6", "--db"});
+  try {
+    static_cast<void>(load_config(s));
+    FAIL() << "an unknown librdkafka property was accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 2U) << e.what();
+    EXPECT_EQ(e.problems()[0].key, "store.url");
+    EXPECT_EQ(e.problems()[1].key, "kafka.custom.password");
+    EXPECT_EQ(std::string(e.what()).find("Secret"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace idem
