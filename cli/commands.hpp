@@ -16,5 +16,6 @@ void register_demo(CLI::App& app, ExitCode& exit_code);
 void register_dev_broker(CLI::App& app, ExitCode& exit_code);
 void register_relay(CLI::App& app, ExitCode& exit_code);
 void register_orders(CLI::App& app, ExitCode& exit_code);
+void register_provider(CLI::App& app, ExitCode& exit_code);
 
 }  // namespace idem::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   idem::cli::register_dev_broker(app, exit_code);
   idem::cli::register_relay(app, exit_code);
   idem::cli::register_orders(app, exit_code);
+  idem::cli::register_provider(app, exit_code);
 
   try {
     app.parse(argc, argv);
