@@ -462,6 +462,9 @@ PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig co
   impl.server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  // Idle keep-alive connections hold a server thread each and delay stop() by up to
+  // this long; clients reconnect (and retry, with the same key) if one was closed.
+  impl.server.set_keep_alive_timeout(1);
   impl.server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown error";
@@ -489,6 +492,10 @@ int PaymentProvider::start(const std::string& host, int port) {
   }
   impl_->url = fmt::format("http://{}:{}", host, bound);
   impl_->server_thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  // cpp-httplib 0.11 ignores a stop() that comes before its accept loop runs, and has no
+  // readiness callback: wait for is_running() so that a stop() right after start() holds.
+  // Connections are accepted (queued by the kernel) already, so nobody waits on this.
+  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return bound;
 }
 
