@@ -38,12 +38,17 @@ std::int64_t scalar(Store& store, std::string_view sql) {
   return rows.empty() || rows[0].is_null(0) ? 0 : rows[0].int64(0);
 }
 
+/// On every backend: the consumer's database and the provider's key store.
+template <class Backend>
 class BillingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = open_store(test::fresh_sqlite_url());
+    const std::string db = Backend::fresh_url();
+    const std::string provider_db = Backend::fresh_url();
+    if (this->IsSkipped() || this->HasFatalFailure()) return;
+    store_ = open_store(db);
     store_->migrate();
-    provider_ = std::make_unique<http::PaymentProvider>(open_store(test::fresh_sqlite_url()));
+    provider_ = std::make_unique<http::PaymentProvider>(open_store(provider_db));
     provider_->start("127.0.0.1", 0);
     auto tx = store_->begin();
     for (std::int64_t id = 1; id <= 3; ++id) {
@@ -94,20 +99,22 @@ class BillingTest : public ::testing::Test {
   std::unique_ptr<http::PaymentProvider> provider_;
 };
 
-TEST_F(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
-  const auto handler = billing();
-  const OrderConfirmed e = event(1);
+TYPED_TEST_SUITE(BillingTest, test::AllBackends, test::BackendName);
+
+TYPED_TEST(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
+  const auto handler = this->billing();
+  const OrderConfirmed e = this->event(1);
   const auto [outcome, reason] =
-      run(handler, e, true, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+      this->run(handler, e, true, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
   ASSERT_EQ(outcome, Outcome::Done) << reason;
 
-  const auto charges = provider_->charges(1);
+  const auto charges = this->provider_->charges(1);
   ASSERT_EQ(charges.size(), 1u);
   EXPECT_EQ(charges[0].idempotency_key, e.event_id.to_string()) << "IDEM-4: the key is the event id";
   EXPECT_EQ(charges[0].amount, "10.50");
   EXPECT_EQ(charges[0].traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
 
-  auto tx = store_->begin();
+  auto tx = this->store_->begin();
   const Rows ledger = tx->execute(
       "SELECT order_id, event_id, amount, provider_payment_id FROM billing_ledger");
   ASSERT_EQ(ledger.size(), 1u);
@@ -121,43 +128,43 @@ TEST_F(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
 
 // IDEM-4's scenario inside the consumer: the provider charged, then our transaction
 // rolled back (a crash, a DB error). The redelivered event charges with the same key.
-TEST_F(BillingTest, RedeliveryAfterRollbackDoesNotChargeAgain) {
-  const auto handler = billing();
-  const OrderConfirmed e = event(2);
-  ASSERT_EQ(run(handler, e, /*commit=*/false).first, Outcome::Done);
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM billing_ledger"), 0) << "rolled back";
-  ASSERT_EQ(run(handler, e).first, Outcome::Done);
-  EXPECT_EQ(provider_->charges(2).size(), 1u);
-  EXPECT_EQ(provider_->summary().replays, 1);
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM billing_ledger WHERE order_id = 2"), 1);
+TYPED_TEST(BillingTest, RedeliveryAfterRollbackDoesNotChargeAgain) {
+  const auto handler = this->billing();
+  const OrderConfirmed e = this->event(2);
+  ASSERT_EQ(this->run(handler, e, /*commit=*/false).first, Outcome::Done);
+  EXPECT_EQ(scalar(*this->store_, "SELECT count(*) FROM billing_ledger"), 0) << "rolled back";
+  ASSERT_EQ(this->run(handler, e).first, Outcome::Done);
+  EXPECT_EQ(this->provider_->charges(2).size(), 1u);
+  EXPECT_EQ(this->provider_->summary().replays, 1);
+  EXPECT_EQ(scalar(*this->store_, "SELECT count(*) FROM billing_ledger WHERE order_id = 2"), 1);
 }
 
-TEST_F(BillingTest, DeclinedIsADeadLetterWithTheProvidersAnswer) {
-  provider_->set_faults(declining_all());
-  const auto [outcome, reason] = run(billing(), event(3));
+TYPED_TEST(BillingTest, DeclinedIsADeadLetterWithTheProvidersAnswer) {
+  this->provider_->set_faults(declining_all());
+  const auto [outcome, reason] = this->run(this->billing(), this->event(3));
   EXPECT_EQ(outcome, Outcome::DeadLetter);
   EXPECT_NE(reason.find("402"), std::string::npos) << reason;
   EXPECT_NE(reason.find("card_declined"), std::string::npos) << reason;
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM billing_ledger"), 0);
-  EXPECT_TRUE(provider_->charges(3).empty());
+  EXPECT_EQ(scalar(*this->store_, "SELECT count(*) FROM billing_ledger"), 0);
+  EXPECT_TRUE(this->provider_->charges(3).empty());
 }
 
-TEST_F(BillingTest, ProviderDownOutlastingTheRetriesIsARetry) {
-  provider_->set_faults(unavailable());
-  const OrderConfirmed e = event(1);
-  EXPECT_EQ(run(billing(2), e).first, Outcome::Retry);
-  EXPECT_EQ(provider_->summary().unavailable, 2);
-  provider_->set_faults({});
-  EXPECT_EQ(run(billing(2), e).first, Outcome::Done);
-  EXPECT_EQ(provider_->summary().charges, 1);
+TYPED_TEST(BillingTest, ProviderDownOutlastingTheRetriesIsARetry) {
+  this->provider_->set_faults(unavailable());
+  const OrderConfirmed e = this->event(1);
+  EXPECT_EQ(this->run(this->billing(2), e).first, Outcome::Retry);
+  EXPECT_EQ(this->provider_->summary().unavailable, 2);
+  this->provider_->set_faults({});
+  EXPECT_EQ(this->run(this->billing(2), e).first, Outcome::Done);
+  EXPECT_EQ(this->provider_->summary().charges, 1);
 }
 
-TEST_F(BillingTest, AnalyticsSumsRevenueAndOrdersPerCustomer) {
+TYPED_TEST(BillingTest, AnalyticsSumsRevenueAndOrdersPerCustomer) {
   const auto handler = analytics_handler();
   for (std::int64_t order = 1; order <= 3; ++order) {
-    ASSERT_EQ(run(handler, event(order)).first, Outcome::Done);
+    ASSERT_EQ(this->run(handler, this->event(order)).first, Outcome::Done);
   }
-  auto tx = store_->begin();
+  auto tx = this->store_->begin();
   const auto odd = customer_revenue(*tx, 101);   // orders 1 and 3
   const auto even = customer_revenue(*tx, 100);  // order 2
   ASSERT_TRUE(odd && even);
