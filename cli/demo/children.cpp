@@ -80,17 +80,24 @@ ManagedChild::ManagedChild(std::string name, std::vector<std::string> args,
 
 std::string ManagedChild::start() {
   if (process_) throw std::logic_error(name_ + " is already running");
-  ++generations_;
-  process_.emplace(ChildProcess::spawn(self_program(), args_, {}, log_.string()));
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    auto line = process_->read_line(std::max(left, std::chrono::milliseconds(1)));
-    if (!line) break;
-    if (line->starts_with(ready_prefix_)) return *line;
+  // A child that exits before it is ready is started again (3 attempts): on SQLite a
+  // starting consumer's migration check can time out on the database lock while a
+  // billing batch holds it through its calls to the provider.
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    ++generations_;
+    process_.emplace(ChildProcess::spawn(self_program(), args_, {}, log_.string()));
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      auto line = process_->read_line(std::max(left, std::chrono::milliseconds(1)));
+      if (!line) break;
+      if (line->starts_with(ready_prefix_)) return *line;
+    }
+    const bool exited = process_->stdout_closed();
+    process_.reset();  // SIGKILLs and reaps
+    if (!exited) break;  // silent for 30 s: starting again will not help
   }
-  process_.reset();  // SIGKILLs and reaps
   throw std::runtime_error(fmt::format("{} did not start (no '{}' line); see {}", name_,
                                        ready_prefix_, log_.string()));
 }

@@ -26,9 +26,9 @@ struct FaultMix {
 struct DemoOptions {
   std::string db;       // empty: a fresh SQLite file in a temp dir
   std::string brokers;  // empty: the embedded dev broker, in this process
-  int orders = 1000;
+  int orders = 300;
   int partitions = 6;   // of the topic, when the demo creates it (embedded broker)
-  std::size_t batch = 100;
+  std::size_t batch = 20;  // small: a billing batch holds its transaction through its provider calls
   std::uint64_t seed = 42;
   int timeout_s = 120;
   std::string faults = "all";

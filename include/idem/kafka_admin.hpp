@@ -68,10 +68,14 @@ struct KafkaRecord {
 /// (waiting out the session of members that were killed) and commits offset 0 for
 /// every partition. (Not DeleteConsumerGroupOffsets: librdkafka 2.0.2's mock cluster
 /// has no OffsetDelete and the admin request aborts the calling process.)
+/// `kafka` adds librdkafka properties to the joining client (after session.timeout.ms=6000
+/// and heartbeat.interval.ms=1000): give it the session timeout the group's members use,
+/// since the mock cluster can leave the next member's join unanswered when they differ.
 /// \throws Error(Kafka, Timeout) when the group does not assign every partition or the
 ///   commit does not succeed before `timeout`.
 void rewind_group(const std::string& bootstrap_servers, const std::string& group,
                   const std::string& topic, int partitions,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                  std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                  const std::vector<std::pair<std::string, std::string>>& kafka = {});
 
 }  // namespace idem

@@ -164,15 +164,17 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
 }
 
 void rewind_group(const std::string& bootstrap_servers, const std::string& group,
-                  const std::string& topic, int partitions, std::chrono::milliseconds timeout) {
+                  const std::string& topic, int partitions, std::chrono::milliseconds timeout,
+                  const std::vector<std::pair<std::string, std::string>>& kafka) {
   // Not rd_kafka_DeleteConsumerGroupOffsets: librdkafka 2.0.2's mock cluster has no
   // OffsetDelete handler, and the admin request against it ABORTS the calling process
   // ("rdkafka_queue.h:1038: rd_kafka_enq_once_del_source_return: Assertion
   // `eonce->refcnt > 0' failed"). Nor a plain commit from a client outside the group:
   // once the group exists, the mock answers UNKNOWN_MEMBER_ID to an OffsetCommit from a
   // non-member. So: join the group as its only member and commit offset 0 everywhere.
-  KafkaHandle rk = consumer_handle(bootstrap_servers, group,
-                                   {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}});
+  std::vector<Property> props{{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}};
+  props.insert(props.end(), kafka.begin(), kafka.end());
+  KafkaHandle rk = consumer_handle(bootstrap_servers, group, std::move(props));
   rd_kafka_poll_set_consumer(rk.get());
   {
     PartitionList sub = detail::make_partition_list(1);
