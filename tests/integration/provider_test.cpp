@@ -18,6 +18,7 @@
 #include "idem/http/idempotent_client.hpp"
 #include "idem/http/payment_provider.hpp"
 #include "idem/store.hpp"
+#include "support/consumer_scenario.hpp"
 #include "support/fixed_clock.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -259,6 +260,38 @@ TEST(ProviderProcessTest, ReplaysAfterARestart) {
   const auto summary = http_get(restarted.url(), "/payments/summary");
   EXPECT_EQ(summary.body.value("charges", -1), 1);
   EXPECT_EQ(summary.body.value("replays", -1), 1);
+  EXPECT_EQ(restarted.stop(), 0);
+}
+
+// A provider killed while a charge is in flight leaves only the key's claim (the charge
+// and its answer commit together, so nothing was charged). The restarted provider
+// forgets the claim: the retry charges once instead of meeting 409 forever.
+TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
+  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  const std::string db = test::fresh_sqlite_url();
+  auto store = open_store(db);  // the test reads the provider's tables through it
+  const auto count = [&](const std::string& sql) { return test::SqliteBackend::read_scalar(*store, sql); };
+  {
+    // The latency holds every new charge in flight after its claim committed.
+    test::ProviderProcess provider(IDEM_CLI_PATH, db, {"--latency-ms", "600000"});
+    ClientConfig config = one_attempt();
+    config.total_timeout = 300ms;
+    IdempotentClient client(config);
+    const CallResult r =
+        client.post_json(provider.url() + "/payments/charge", charge_body(5, "3.00"), "key-k");
+    EXPECT_EQ(r.http_status, 0) << "no answer while in flight";
+    ASSERT_TRUE(test::wait_until(
+        [&] { return count("SELECT count(*) FROM provider_idempotency_key WHERE state = 'in_flight'") == 1; },
+        30s));
+    provider.crash();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM provider_charge"), 0);
+  test::ProviderProcess restarted(IDEM_CLI_PATH, db);
+  IdempotentClient client(one_attempt());
+  const CallResult retry =
+      client.post_json(restarted.url() + "/payments/charge", charge_body(5, "3.00"), "key-k");
+  EXPECT_TRUE(retry.ok()) << retry.http_status << " " << retry.body;
+  EXPECT_EQ(count("SELECT count(*) FROM provider_charge WHERE order_id = 5"), 1);
   EXPECT_EQ(restarted.stop(), 0);
 }
 

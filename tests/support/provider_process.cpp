@@ -34,6 +34,11 @@ int ProviderProcess::stop() {
   return process_.wait(std::chrono::seconds(30));
 }
 
+void ProviderProcess::crash() {
+  process_.kill(SIGKILL);
+  (void)process_.wait(std::chrono::seconds(30));
+}
+
 namespace {
 JsonAnswer to_answer(const httplib::Result& r) {
   JsonAnswer a;

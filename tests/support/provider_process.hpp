@@ -22,6 +22,8 @@ class ProviderProcess {
   [[nodiscard]] pid_t pid() const noexcept { return process_.pid(); }
   /// SIGTERM, then waits; returns the exit status (0 for a clean stop).
   int stop();
+  /// SIGKILL, then waits: a crash.
+  void crash();
 
  private:
   ChildProcess process_;
