@@ -9,15 +9,16 @@
 //                 idem consume ×2           billing group (charges the provider)
 //                 idem consume              analytics group (revenue per customer)
 //
-// Phases: (1) orders while the relay is SIGKILLed at random points, consumers are
-// SIGKILLed at random points and restarted, one billing consumer is killed for good
-// (its partitions move to the survivor: a rebalance), and the provider resets
-// connections after committing charges and answers 503; (2) a producer resend: a
-// range of outbox rows is marked unpublished and the relay sends them again, same
-// event_id; (3) malformed messages; (4) declines that land in the DLQ, the cause is
-// fixed and `idem dlq replay` sends them back; (5) the billing group is rewound to the
-// earliest offset and re-reads the topic. Then everything stops and the audit checks
-// the invariant (see audit.hpp).
+// Phases (docs/demo.md): warm-up (the consumers join their groups); (1) a steady
+// stream of orders during which the relay is SIGKILLed at random points, billing-1 and
+// analytics are SIGKILLed and restarted, billing-2 is SIGKILLed for good (a rebalance:
+// billing-1 takes its partitions), and the provider resets connections after storing
+// charges and answers 503; (2) a producer resend: a range of outbox rows is marked
+// unpublished and the relay sends them again with the same event_id; (3) malformed
+// messages; (4) the provider declines, declined charges land in the DLQ, the cause is
+// fixed and `idem dlq replay` sends them back; (5), overlapping (4): the analytics group
+// is rewound to offset 0 and re-reads the whole topic. Then every child stops and the
+// audit checks the invariant (audit.hpp).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -495,7 +496,7 @@ class Demo {
     ChildProcess replayer = ChildProcess::spawn(
         self_program(),
         {"dlq", "replay", "--brokers", scope_.brokers, "--topic", scope_.dlq_topic, "--to", scope_.topic,
-         "--reason", "handler.dead_letter"},
+         "--reason", "handler.dead_letter", "--group", std::string(kBilling)},
         {}, log("dlq-replay").string());
     std::string last;
     while (auto line = replayer.read_line(60s)) {
