@@ -22,21 +22,6 @@ std::string self_program() {
 
 namespace {
 
-/// Reads the child's stdout until a line starts with `prefix` (returned), the child
-/// closes it, or `timeout` passes (both nullopt).
-std::optional<std::string> line_starting_with(ChildProcess& child, std::string_view prefix,
-                                              std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    auto line = child.read_line(std::max(left, std::chrono::milliseconds(1)));
-    if (!line) return std::nullopt;
-    if (line->starts_with(prefix)) return line;
-  }
-  return std::nullopt;
-}
-
 /// The names of the subcommands listed by `idem <words...> --help`.
 std::vector<std::string> listed_subcommands(const std::vector<std::string>& words) {
   std::vector<std::string> args = words;
@@ -101,7 +86,7 @@ std::string ManagedChild::start() {
   for (int attempt = 1; attempt <= 3; ++attempt) {
     ++generations_;
     process_.emplace(ChildProcess::spawn(self_program(), args_, {}, log_.string()));
-    if (auto line = line_starting_with(*process_, ready_prefix_, 30s)) return *line;
+    if (auto line = read_line_starting_with(*process_, ready_prefix_, 30s)) return *line;
     const bool exited = process_->stdout_closed();
     process_.reset();  // SIGKILLs and reaps
     if (!exited) break;  // silent for 30 s: starting again will not help
@@ -122,7 +107,7 @@ std::map<std::string, std::uint64_t> ManagedChild::stop() {
   std::map<std::string, std::uint64_t> counters;
   if (!process_) return counters;
   process_->kill(SIGTERM);
-  if (auto line = line_starting_with(*process_, "stopped", 30s)) counters = parse_counters(*line);
+  if (auto line = read_line_starting_with(*process_, "stopped", 30s)) counters = parse_counters(*line);
   const int status = process_->wait(30s);
   process_.reset();
   if (status == 0) {

@@ -110,4 +110,10 @@ class ChildProcess {
                                std::chrono::milliseconds timeout,
                                std::vector<std::string>* seen = nullptr);
 
+/// Reads lines from `child` until one starts with `prefix` and returns it; nullopt when
+/// `timeout` (in total) passes first or the child closes its stdout.
+[[nodiscard]] std::optional<std::string> read_line_starting_with(ChildProcess& child,
+                                                                 std::string_view prefix,
+                                                                 std::chrono::milliseconds timeout);
+
 }  // namespace idem

@@ -361,4 +361,17 @@ bool expect_line(ChildProcess& child, std::string_view expected, std::chrono::mi
   }
 }
 
+std::optional<std::string> read_line_starting_with(ChildProcess& child, std::string_view prefix,
+                                                   std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() < 0) return std::nullopt;
+    auto line = child.read_line(left);
+    if (!line) return std::nullopt;
+    if (line->starts_with(prefix)) return line;
+  }
+}
+
 }  // namespace idem

@@ -227,15 +227,8 @@ std::map<std::string, std::uint64_t> parse_stats(std::string_view line) {
 
 std::map<std::string, std::uint64_t> read_stats(ChildProcess& child,
                                                 std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    auto line = child.read_line(std::max(left, std::chrono::milliseconds(1)));
-    if (!line) break;
-    if (auto stats = parse_stats(*line); !stats.empty()) return stats;
-  }
-  return {};
+  const auto line = read_line_starting_with(child, "stats ", timeout);
+  return line ? parse_stats(*line) : std::map<std::string, std::uint64_t>{};
 }
 
 bool group_caught_up(const std::string& bootstrap, const std::string& group,

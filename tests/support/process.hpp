@@ -11,6 +11,7 @@ namespace idem::test {
 using idem::ChildProcess;
 using idem::expect_line;
 using idem::LineReader;
+using idem::read_line_starting_with;
 
 }  // namespace idem::test
 
