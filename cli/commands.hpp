@@ -28,5 +28,6 @@ void register_maintain(CLI::App& app, ExitCode& exit_code);
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> parse_kafka_properties(
     const std::vector<std::string>& flags);
 void register_config(CLI::App& app, ExitCode& exit_code);
+void register_provider(CLI::App& app, ExitCode& exit_code);
 
 }  // namespace idem::cli

@@ -22,6 +22,9 @@
 #include "idem/events/order_confirmed.hpp"
 #include "idem/handlers/count.hpp"
 #include "idem/retention.hpp"
+#include "idem/reference/analytics.hpp"
+#include "idem/reference/billing.hpp"
+#include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
@@ -72,6 +75,34 @@ std::pair<std::string, std::string> split_property(const std::string& kv) {
   return {kv.substr(0, eq), kv.substr(eq + 1)};
 }
 
+struct HandlerOptions {
+  std::string name;
+  std::string provider_url;
+  bool no_idempotency_key = false;
+};
+
+Handler<OrderConfirmed> make_handler(const HandlerOptions& opts) {
+  if (opts.name == "billing") {
+    if (opts.provider_url.empty()) {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                  "--handler billing needs --provider-url");
+    }
+    BillingConfig billing;
+    billing.provider_url = opts.provider_url;
+    billing.client.send_idempotency_key = !opts.no_idempotency_key;
+    return billing_handler(std::move(billing));
+  }
+  if (opts.name == "analytics") return analytics_handler();
+  return count_handler<OrderConfirmed>();
+}
+
+// The reference handlers have a group and a topic of their own (SPEC section 2).
+std::string default_group(const std::string& handler) {
+  if (handler == "billing") return std::string(kBillingGroup);
+  if (handler == "analytics") return std::string(kAnalyticsGroup);
+  return {};
+}
+
 }  // namespace
 
 void register_consume(CLI::App& app, ExitCode& exit_code) {
@@ -81,6 +112,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::string group;
     std::string db;
     std::string handler = "count";
+    std::string provider_url;
+    bool no_idempotency_key = false;
     std::size_t batch = 500;
     int batch_window_ms = 50;
     std::vector<std::string> kafka;
@@ -95,14 +128,24 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       "consume", "Consume topics with exactly-once effects until SIGTERM/SIGINT");
   cmd->add_option("--brokers", opts->brokers, "Kafka bootstrap servers (host:port,...)")
       ->required();
-  cmd->add_option("--topic", opts->topics, "Topic to consume (repeatable)")->required();
-  cmd->add_option("--group", opts->group, "Consumer group (also the dedup rows' group)")
-      ->required();
+  cmd->add_option("--topic", opts->topics,
+                  "Topic to consume (repeatable); billing and analytics default to "
+                  "order-service.order.confirmed");
+  cmd->add_option("--group", opts->group,
+                  "Consumer group (also the dedup rows' group); required for count, billing "
+                  "and analytics default to billing-order-confirmed / analytics-order-confirmed");
   cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db (migrated on start)")
       ->required();
-  cmd->add_option("--handler", opts->handler, "Built-in handler: count (one effect_log row per new event)")
-      ->check(CLI::IsMember({"count"}))
+  cmd->add_option("--handler", opts->handler,
+                  "Built-in handler: count (one effect_log row per new event), billing (charge "
+                  "the payment provider, ledger row, payment_status), analytics (revenue per customer)")
+      ->check(CLI::IsMember({"count", "billing", "analytics"}))
       ->capture_default_str();
+  cmd->add_option("--provider-url", opts->provider_url,
+                  "billing: the payment provider's base URL, e.g. http://127.0.0.1:8080");
+  cmd->add_flag("--no-idempotency-key", opts->no_idempotency_key,
+                "TEST ONLY (billing): send a fresh key with every attempt instead of the event "
+                "id, i.e. no idempotency; exists to show the double charge it causes");
   cmd->add_option("--batch", opts->batch, "Records per transaction (1 = per message)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
       ->capture_default_str();
@@ -126,6 +169,25 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       ->check(CLI::Range(0, 86'400))->capture_default_str();
 
   cmd->callback([opts, &exit_code] {
+    if (opts->group.empty()) opts->group = default_group(opts->handler);
+    if (opts->group.empty()) {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                  fmt::format("--group is required with --handler {}", opts->handler));
+    }
+    if (opts->topics.empty() && opts->handler != "count") {
+      opts->topics.emplace_back(kOrderConfirmedTopic);
+    }
+    if (opts->topics.empty()) {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                  "--topic is required with --handler count");
+    }
+    if (opts->no_idempotency_key && opts->handler != "billing") {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                  "--no-idempotency-key only applies to --handler billing");
+    }
+    const Handler<OrderConfirmed> handler = make_handler(
+        {.name = opts->handler, .provider_url = opts->provider_url,
+         .no_idempotency_key = opts->no_idempotency_key});
     ConsumerConfig config;
     config.bootstrap_servers = opts->brokers;
     config.group_id = opts->group;
@@ -157,7 +219,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // Signals are blocked before the consumer creates librdkafka's threads.
     StopOnSignal signals;
     Consumer consumer(config, std::move(store));
-    for (const auto& topic : config.topics) consumer.on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
+    for (const auto& topic : config.topics) consumer.on<OrderConfirmed>(topic, handler);
     signals.start(consumer);
 
     std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)

@@ -5,11 +5,13 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(RDKAFKA REQUIRED IMPORTED_TARGET rdkafka>=2.0)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq>=14)
 pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3>=3.35)  # RETURNING needs 3.35
-# cpp-httplib is a compiled library on Debian 12 with only a pkg-config file.
+# cpp-httplib: Debian builds it as a shared library; its pkg-config file carries the
+# defines (OpenSSL, zlib, brotli support) the header must be compiled with.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib>=0.11)
+find_package(CURL REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)  # provider/client bodies, JSON log lines
 find_package(simdjson REQUIRED)
 find_package(tomlplusplus REQUIRED)  # the configuration file (TOML)
-find_package(nlohmann_json REQUIRED)  # JSON log lines
 find_package(prometheus-cpp REQUIRED COMPONENTS core)  # metrics registry and text format
 find_package(fmt REQUIRED)
 find_package(Threads REQUIRED)

@@ -57,6 +57,15 @@ struct RecordInfo {
   std::span<const RecordHeader> headers;  ///< in record order, including `traceparent`
   std::string_view payload;
   std::string_view consumer_group;
+  /// Where the consumer collects why a handler returns Outcome::DeadLetter; null when
+  /// nobody collects it (a handler called outside a Consumer). Use dead_letter_reason().
+  std::string* dead_letter_reason_sink = nullptr;
+
+  /// Says why the handler is about to return Outcome::DeadLetter: the text becomes the
+  /// dead letter's `idem.error.message` instead of a generic one.
+  void dead_letter_reason(std::string reason) const {
+    if (dead_letter_reason_sink != nullptr) *dead_letter_reason_sink = std::move(reason);
+  }
 
   /// The value of the first header named `name`, or nullopt.
   [[nodiscard]] std::optional<std::string_view> header(std::string_view name) const noexcept {

@@ -185,10 +185,13 @@ void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult&
     std::string error_message;
     Savepoint sp(*tx);
     try {
-      outcome = item.route->invoke(item.slot, record_info(*item.msg), *tx);
+      std::string reason;
+      RecordInfo info = record_info(*item.msg);
+      info.dead_letter_reason_sink = &reason;
+      outcome = item.route->invoke(item.slot, info, *tx);
       if (outcome == Outcome::DeadLetter) {
         error_class = "handler.dead_letter";
-        error_message = "the handler returned Outcome::DeadLetter";
+        error_message = reason.empty() ? "the handler returned Outcome::DeadLetter" : std::move(reason);
       }
     } catch (const Error& e) {
       outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;

@@ -227,15 +227,8 @@ std::map<std::string, std::uint64_t> parse_stats(std::string_view line) {
 
 std::map<std::string, std::uint64_t> read_stats(ChildProcess& child,
                                                 std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    auto line = child.read_line(std::max(left, std::chrono::milliseconds(1)));
-    if (!line) break;
-    if (auto stats = parse_stats(*line); !stats.empty()) return stats;
-  }
-  return {};
+  const auto line = read_line_starting_with(child, "stats ", timeout);
+  return line ? parse_stats(*line) : std::map<std::string, std::uint64_t>{};
 }
 
 bool group_caught_up(const std::string& bootstrap, const std::string& group,
@@ -249,80 +242,10 @@ bool group_caught_up(const std::string& bootstrap, const std::string& group,
 
 // --- rewinding a group -----------------------------------------------------------------
 
-namespace {
-
-struct RkDeleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
-using Rk = std::unique_ptr<rd_kafka_t, RkDeleter>;
-
-Rk make_rk(rd_kafka_type_t type, const std::vector<std::pair<std::string, std::string>>& props) {
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[512];
-  for (const auto& [k, v] : props) {
-    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
-      rd_kafka_conf_destroy(conf);
-      throw std::runtime_error(fmt::format("{}={}: {}", k, v, err));
-    }
-  }
-  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof err);
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    throw std::runtime_error(err);
-  }
-  return Rk(rk);
-}
-
-/// Joins `group` (its only member), commits offset 0 for every partition, leaves.
-std::string commit_zero_as_member(const std::string& bootstrap, const std::string& group,
-                                  const std::string& topic, int partitions) {
-  Rk rk = make_rk(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap},
-                                      {"group.id", group},
-                                      {"enable.auto.commit", "false"},
-                                      {"session.timeout.ms", "6000"},
-                                      {"heartbeat.interval.ms", "1000"},
-                                      {"log_level", "3"}});
-  rd_kafka_poll_set_consumer(rk.get());
-  rd_kafka_topic_partition_list_t* sub = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(sub, topic.c_str(), RD_KAFKA_PARTITION_UA);
-  rd_kafka_subscribe(rk.get(), sub);
-  rd_kafka_topic_partition_list_destroy(sub);
-
-  std::string failure = "no assignment within 60 s";
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    // Default rebalance handling (no callback): librdkafka assigns by itself. Records
-    // that arrive are dropped unprocessed; nothing is stored or committed for them.
-    if (rd_kafka_message_t* m = rd_kafka_consumer_poll(rk.get(), 100)) rd_kafka_message_destroy(m);
-    rd_kafka_topic_partition_list_t* assigned = nullptr;
-    if (rd_kafka_assignment(rk.get(), &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
-    const int cnt = assigned->cnt;
-    rd_kafka_topic_partition_list_destroy(assigned);
-    if (cnt < partitions) continue;
-    rd_kafka_topic_partition_list_t* zero = rd_kafka_topic_partition_list_new(partitions);
-    for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(zero, topic.c_str(), p)->offset = 0;
-    const rd_kafka_resp_err_t err = rd_kafka_commit(rk.get(), zero, 0);
-    rd_kafka_topic_partition_list_destroy(zero);
-    failure = err == RD_KAFKA_RESP_ERR_NO_ERROR ? "" : rd_kafka_err2str(err);
-    if (failure.empty()) break;
-  }
-  rd_kafka_consumer_close(rk.get());
-  return failure;
-}
-
-}  // namespace
-
 std::string rewind_group(const std::string& bootstrap, const std::string& group,
                          const std::string& topic, int partitions) {
-  // Not rd_kafka_DeleteConsumerGroupOffsets: librdkafka 2.0.2's mock cluster has no
-  // OffsetDelete handler, and the admin request against it ABORTS the calling process
-  // (tried: "rdkafka_queue.h:1038: rd_kafka_enq_once_del_source_return: Assertion
-  // `eonce->refcnt > 0' failed"). Nor a plain commit from a client outside the group:
-  // once the group exists, the mock answers UNKNOWN_MEMBER_ID to an OffsetCommit from a
-  // non-member. So: join the group as its only member and commit offset 0 everywhere.
-  const std::string failure = commit_zero_as_member(bootstrap, group, topic, partitions);
-  if (failure.empty()) return "committed-zero";
-  throw std::runtime_error("rewind_group: committing offset 0 failed: " + failure);
+  idem::rewind_group(bootstrap, group, topic, partitions, 60s);
+  return "committed-zero";
 }
 
 // --- effects and the invariant -------------------------------------------------------------

@@ -14,13 +14,7 @@ namespace {
 struct HandleDeleter {
   void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
 };
-struct ListDeleter {
-  void operator()(rd_kafka_topic_partition_list_t* l) const {
-    rd_kafka_topic_partition_list_destroy(l);
-  }
-};
 using Handle = std::unique_ptr<rd_kafka_t, HandleDeleter>;
-using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, ListDeleter>;
 
 int ms(std::chrono::milliseconds d) { return static_cast<int>(d.count()); }
 
@@ -46,13 +40,6 @@ Handle make_handle(rd_kafka_type_t type, const Headers& props,
 }
 
 }  // namespace
-
-std::optional<std::string> ReadRecord::header(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (k == name) return v;
-  }
-  return std::nullopt;
-}
 
 struct KafkaTestProducer::Impl {
   Handle rk;
@@ -121,99 +108,6 @@ void KafkaTestProducer::flush(std::chrono::milliseconds timeout) {
     throw std::runtime_error(
         fmt::format("{} record(s) failed, first: {}", impl_->failed, impl_->first_error));
   }
-}
-
-std::vector<ReadRecord> read_topic(const std::string& bootstrap_servers, const std::string& topic,
-                                   int partitions, std::size_t count,
-                                   std::chrono::milliseconds timeout) {
-  Handle rk = make_handle(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap_servers},
-                                              {"group.id", "idem-test-reader"},
-                                              {"enable.auto.commit", "false"},
-                                              {"log_level", "3"}});
-  PartitionList list(rd_kafka_topic_partition_list_new(partitions));
-  for (int p = 0; p < partitions; ++p) {
-    rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p)->offset =
-        RD_KAFKA_OFFSET_BEGINNING;
-  }
-  if (const auto err = rd_kafka_assign(rk.get(), list.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    throw std::runtime_error(fmt::format("assign: {}", rd_kafka_err2str(err)));
-  }
-  std::vector<ReadRecord> out;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk.get(), 100);
-    if (m == nullptr) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      ReadRecord r;
-      r.topic = rd_kafka_topic_name(m->rkt);
-      r.partition = m->partition;
-      r.offset = m->offset;
-      if (m->key != nullptr) r.key.assign(static_cast<const char*>(m->key), m->key_len);
-      if (m->payload != nullptr) r.payload.assign(static_cast<const char*>(m->payload), m->len);
-      rd_kafka_headers_t* hdrs = nullptr;
-      if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const char* name = nullptr;
-        const void* value = nullptr;
-        std::size_t size = 0;
-        for (std::size_t i = 0;
-             rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-             ++i) {
-          r.headers.emplace_back(name, value != nullptr
-                                           ? std::string(static_cast<const char*>(value), size)
-                                           : std::string());
-        }
-      }
-      out.push_back(std::move(r));
-    }
-    rd_kafka_message_destroy(m);
-  }
-  rd_kafka_consumer_close(rk.get());
-  return out;
-}
-
-std::vector<std::int64_t> committed_offsets(const std::string& bootstrap_servers,
-                                            const std::string& group, const std::string& topic,
-                                            int partitions, std::chrono::milliseconds timeout) {
-  // A consumer handle with the group's id that never subscribes: it asks the group
-  // coordinator without joining the group.
-  Handle rk = make_handle(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap_servers},
-                                              {"group.id", group},
-                                              {"enable.auto.commit", "false"},
-                                              {"log_level", "3"}});
-  PartitionList list(rd_kafka_topic_partition_list_new(partitions));
-  for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
-  if (const auto err = rd_kafka_committed(rk.get(), list.get(), ms(timeout));
-      err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    throw std::runtime_error(fmt::format("committed: {}", rd_kafka_err2str(err)));
-  }
-  std::vector<std::int64_t> out(static_cast<std::size_t>(partitions), -1);
-  for (int i = 0; i < list->cnt; ++i) {
-    const auto& e = list->elems[i];
-    out[static_cast<std::size_t>(e.partition)] = e.offset < 0 ? -1 : e.offset;
-  }
-  rd_kafka_destroy_flags(rk.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-  return out;
-}
-
-std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
-                                      const std::string& topic, int partitions,
-                                      std::chrono::milliseconds timeout) {
-  Handle rk = make_handle(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap_servers},
-                                              {"group.id", "idem-test-watermarks"},
-                                              {"log_level", "3"}});
-  std::vector<std::int64_t> out;
-  for (int p = 0; p < partitions; ++p) {
-    std::int64_t low = 0;
-    std::int64_t high = 0;
-    const auto err =
-        rd_kafka_query_watermark_offsets(rk.get(), topic.c_str(), p, &low, &high, ms(timeout));
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      throw std::runtime_error(fmt::format("watermarks: {}", rd_kafka_err2str(err)));
-    }
-    out.push_back(high);
-  }
-  rd_kafka_destroy_flags(rk.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-  return out;
 }
 
 }  // namespace idem::test

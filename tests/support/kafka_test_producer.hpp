@@ -1,6 +1,6 @@
 #pragma once
-// Plain librdkafka clients for tests: a producer that waits for acknowledgements, a
-// reader that fetches a whole topic without a group, and a committed-offsets probe.
+// Plain librdkafka clients for tests: a producer that waits for acknowledgements; the
+// topic reader and offset probes come from the library (idem/kafka_admin.hpp).
 // Every call takes a deadline.
 #include <chrono>
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "idem/kafka_admin.hpp"
 
 namespace idem::test {
 
@@ -24,18 +26,8 @@ struct TestRecord {
   std::int32_t partition = -1;
 };
 
-/// A record read back.
-struct ReadRecord {
-  std::string topic;
-  std::int32_t partition = 0;
-  std::int64_t offset = 0;
-  std::string key;
-  std::string payload;
-  Headers headers;
-
-  /// The first header named `name`, or nullopt.
-  [[nodiscard]] std::optional<std::string> header(std::string_view name) const;
-};
+/// A record read back (the library type of include/idem/kafka_admin.hpp).
+using ReadRecord = idem::KafkaRecord;
 
 /// An idempotent producer (acks=all). Not thread-safe.
 class KafkaTestProducer {
@@ -56,25 +48,9 @@ class KafkaTestProducer {
   std::unique_ptr<Impl> impl_;  // keeps rdkafka.h out of this header
 };
 
-/// Reads `topic` (partitions 0..partitions-1) from the beginning, without a consumer
-/// group, until `count` records were read or `timeout` passed. Returns what it read.
-[[nodiscard]] std::vector<ReadRecord> read_topic(const std::string& bootstrap_servers,
-                                                 const std::string& topic, int partitions,
-                                                 std::size_t count,
-                                                 std::chrono::milliseconds timeout);
-
-/// The offsets `group` has committed for `topic` partitions 0..partitions-1
-/// (-1 where nothing is committed). Throws std::runtime_error on failure.
-[[nodiscard]] std::vector<std::int64_t> committed_offsets(const std::string& bootstrap_servers,
-                                                          const std::string& group,
-                                                          const std::string& topic, int partitions,
-                                                          std::chrono::milliseconds timeout =
-                                                              std::chrono::seconds(10));
-
-/// The high watermark (next offset to be written) of each partition.
-[[nodiscard]] std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
-                                                    const std::string& topic, int partitions,
-                                                    std::chrono::milliseconds timeout =
-                                                        std::chrono::seconds(10));
+// Reading a topic back, committed offsets and watermarks: the library's versions.
+using idem::committed_offsets;
+using idem::end_offsets;
+using idem::read_topic;
 
 }  // namespace idem::test

@@ -324,7 +324,9 @@ TEST_F(ConsumerTest, HandlerDeadLetterIsIsolatedBySavepoint) {
   c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([](const OrderConfirmed& e,
                                                             const RecordInfo& r, Transaction& tx) {
     record_effect(tx, e.event_id, r);  // an effect that must be rolled back for the poison
-    return e.order_id == 10 ? Outcome::DeadLetter : Outcome::Done;
+    if (e.order_id != 10) return Outcome::Done;
+    r.dead_letter_reason("order 10 can never be charged");
+    return Outcome::DeadLetter;
   }));
   RunningConsumer consumer(std::move(c));
   ASSERT_TRUE(eventually([&] { return consumer->stats().dead_lettered >= 1 && effects(group) == 19; }));
@@ -341,6 +343,7 @@ TEST_F(ConsumerTest, HandlerDeadLetterIsIsolatedBySavepoint) {
   const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
   ASSERT_EQ(dlq.size(), 1u);
   EXPECT_EQ(dlq[0].header("idem.error.class"), "handler.dead_letter");
+  EXPECT_EQ(dlq[0].header("idem.error.message"), "order 10 can never be charged");
   EXPECT_EQ(dlq[0].header("idem.original.offset"), "9");
   EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 1),
             std::vector<std::int64_t>{20});

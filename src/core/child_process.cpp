@@ -1,4 +1,4 @@
-#include "support/process.hpp"
+#include "idem/child_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,7 +17,7 @@
 
 extern char** environ;  // NOLINT: POSIX
 
-namespace idem::test {
+namespace idem {
 
 namespace {
 
@@ -154,7 +154,7 @@ void ChildProcess::close_all() noexcept {
 }
 
 ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std::string>& args,
-                                 const Env& extra_env) {
+                                 const Env& extra_env, const std::string& stderr_path) {
   // Everything the child needs is built before fork(): between fork and exec in a
   // multi-threaded process only async-signal-safe calls are allowed (no malloc).
   std::vector<std::string> argv_store;
@@ -199,6 +199,18 @@ ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std:
     throw std::system_error(e, std::generic_category(), "pipe2");
   }
 
+  int stderr_fd = -1;
+  if (!stderr_path.empty()) {
+    stderr_fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (stderr_fd < 0) {
+      const int e = errno;
+      close_pair(in);
+      close_pair(out);
+      close_pair(err);
+      throw std::system_error(e, std::generic_category(), "open " + stderr_path);
+    }
+  }
+
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -206,6 +218,7 @@ ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std:
     close_pair(in);
     close_pair(out);
     close_pair(err);
+    if (stderr_fd >= 0) ::close(stderr_fd);
     throw std::system_error(e, std::generic_category(), "fork");
   }
   if (pid == 0) {
@@ -213,7 +226,8 @@ ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std:
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
     // dup2 onto 0/1 clears O_CLOEXEC on the new descriptors only.
-    if (::dup2(in[0], STDIN_FILENO) < 0 || ::dup2(out[1], STDOUT_FILENO) < 0) {
+    if (::dup2(in[0], STDIN_FILENO) < 0 || ::dup2(out[1], STDOUT_FILENO) < 0 ||
+        (stderr_fd >= 0 && ::dup2(stderr_fd, STDERR_FILENO) < 0)) {
       const int e = errno;
       (void)!::write(err[1], &e, sizeof e);
       ::_exit(127);
@@ -227,6 +241,7 @@ ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std:
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
+  if (stderr_fd >= 0) ::close(stderr_fd);
   ChildProcess child(pid, in[1], out[0]);
 
   // The error pipe closes on a successful exec (O_CLOEXEC) or carries exec's errno.
@@ -346,4 +361,17 @@ bool expect_line(ChildProcess& child, std::string_view expected, std::chrono::mi
   }
 }
 
-}  // namespace idem::test
+std::optional<std::string> read_line_starting_with(ChildProcess& child, std::string_view prefix,
+                                                   std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() < 0) return std::nullopt;
+    auto line = child.read_line(left);
+    if (!line) return std::nullopt;
+    if (line->starts_with(prefix)) return line;
+  }
+}
+
+}  // namespace idem

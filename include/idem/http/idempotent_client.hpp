@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// An HTTP client for calls with an external side effect (IDEM-4): every attempt of one
+/// call carries the same `Idempotency-Key`, so a provider that deduplicates on it
+/// performs the effect once however often the call is retried.
+///
+/// Transient failures (connection refused or reset, timeouts, an incomplete answer,
+/// 5xx, 409 "still in flight", 429) are retried with capped exponential backoff and
+/// jitter, honouring `Retry-After`; any other 4xx is permanent and returned at once.
+/// libcurl is linked privately; this header does not include curl.h (pimpl).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/consumer.hpp"  // RetryPolicy
+
+namespace idem::http {
+
+/// Longest Idempotency-Key accepted, by the client and by the provider.
+inline constexpr std::size_t kMaxIdempotencyKeyLength = 255;
+
+/// Throws Error(InvalidArgument, Http) when `key` cannot be sent as a header value:
+/// empty, longer than kMaxIdempotencyKeyLength, or containing CR, LF or another
+/// control character (header injection).
+void validate_idempotency_key(std::string_view key);
+
+struct ClientConfig {
+  std::chrono::milliseconds connect_timeout{2000};  ///< TCP connect, per attempt
+  std::chrono::milliseconds total_timeout{10000};   ///< whole request/answer, per attempt
+  int max_attempts = 6;                             ///< attempts per call, >= 1
+  /// Backoff between attempts (the consumer's RetryPolicy type, other defaults).
+  RetryPolicy retry{.initial_backoff = std::chrono::milliseconds(50),
+                    .max_backoff = std::chrono::milliseconds(2000),
+                    .multiplier = 2.0,
+                    .jitter = 0.2};
+  /// Upper bound on a server's Retry-After, so a hostile value cannot stall the caller.
+  std::chrono::milliseconds max_retry_after{30000};
+  /// TEST ONLY. false sends a fresh random key with every attempt instead of the
+  /// caller's key: the design documents' mistake "a new UUID per send attempt", which
+  /// is what a client without idempotency keys amounts to. Exists to show the double
+  /// charge it causes.
+  bool send_idempotency_key = true;
+  /// Called before each wait between attempts (attempt number, wait, why). Optional.
+  std::function<void(int, std::chrono::milliseconds, std::string_view)> on_retry;
+};
+
+/// How a call ended.
+enum class CallStatus {
+  Success,           ///< a 2xx answer
+  Permanent,         ///< a 4xx other than 409/429 (or a 3xx): retrying cannot help
+  RetriesExhausted,  ///< every attempt failed transiently; the last failure is in `error`
+};
+
+struct CallResult {
+  CallStatus status = CallStatus::RetriesExhausted;
+  long http_status = 0;  ///< of the last answer; 0 when the last attempt got none
+  std::string body;      ///< of the last answer
+  int attempts = 0;
+  std::string error;     ///< the last transient failure (transport error or status)
+
+  [[nodiscard]] bool ok() const noexcept { return status == CallStatus::Success; }
+};
+
+/// One connection-reusing client. Not thread-safe: use one per thread (a consumer's
+/// handler runs on the consumer's run() thread only).
+class IdempotentClient {
+ public:
+  /// \throws Error(InvalidArgument, Config) for a bad configuration;
+  ///   Error(Internal, Http) if libcurl cannot be initialised.
+  explicit IdempotentClient(ClientConfig config = {});
+  ~IdempotentClient();
+  IdempotentClient(const IdempotentClient&) = delete;
+  IdempotentClient& operator=(const IdempotentClient&) = delete;
+
+  /// POSTs `json_body` to `url` with `Content-Type: application/json`,
+  /// `Idempotency-Key: idempotency_key` and `extra_headers` (e.g. traceparent), retrying
+  /// transient failures with the SAME key. Blocks for the attempts and waits.
+  /// \throws Error(InvalidArgument, Http) for an invalid key or header, or a URL libcurl
+  ///   cannot use at all (bad syntax, unsupported scheme).
+  CallResult post_json(const std::string& url, std::string_view json_body,
+                       std::string_view idempotency_key,
+                       const std::vector<std::pair<std::string, std::string>>& extra_headers = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::http

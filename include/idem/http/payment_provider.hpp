@@ -1,0 +1,122 @@
+#pragma once
+/// \file
+/// The payment provider of the reference system (SPEC section 2, IDEM-4): a real HTTP
+/// server (cpp-httplib) that charges orders and deduplicates on `Idempotency-Key`.
+///
+/// `POST /payments/charge` with `{"order_id": N, "amount": "12.30"}`:
+/// - no `Idempotency-Key`, an invalid one, or an invalid body: 400;
+/// - a new key: the key is claimed (in flight), the charge and the stored answer are
+///   committed in ONE transaction, the answer is 200 `{"payment_id", "order_id",
+///   "amount", "status": "charged"}` (or 402 `{"error": "card_declined"}` for a
+///   declined order, stored the same way);
+/// - the same key and the same request (order_id and amount): the stored first answer
+///   is replayed with `Idempotent-Replayed: true`, and nothing is charged;
+/// - the same key and a different request: 422; the same key while the first request
+///   is still in flight: 409.
+/// Keys and charges live in the store (a SQLite file or PostgreSQL), so they survive a
+/// restart; keys expire after `key_retention`.
+///
+/// Audit: `GET /payments[?order_id=N]` (the charges, oldest first), `GET
+/// /payments/summary`, `GET /healthz`. Faults (ProviderFaults) are set at start or by
+/// `POST /admin/faults`.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.hpp"
+#include "idem/store.hpp"
+
+namespace idem::http {
+
+/// Injected faults. Probabilities are in [0, 1].
+struct ProviderFaults {
+  /// Share of new charges that are committed and then answered with a broken-off
+  /// response (headers, then the connection closes before the body): "the provider
+  /// charged, and the answer was lost" of the design documents.
+  double reset_after_commit = 0.0;
+  /// Share of charge requests answered 503 before anything is stored.
+  double unavailable = 0.0;
+  /// Added to every new charge after its key is claimed (widens the in-flight window).
+  std::chrono::milliseconds latency{0};
+  /// Share of orders declined with 402 {"error":"card_declined"} and not charged.
+  /// Decided by a hash of order_id and the seed, so the same orders are declined on
+  /// every attempt and after a restart.
+  double decline = 0.0;
+};
+
+struct ProviderConfig {
+  std::chrono::milliseconds key_retention = std::chrono::hours(24);
+  ProviderFaults faults;
+  std::uint64_t seed = 42;  ///< fault draws and the decline hash
+  const Clock* clock = &SystemClock::instance();  ///< key age and charge times
+  /// TEST ONLY: runs on the request's thread after a new key was claimed and before the
+  /// charge, so a test can hold a request in flight without timing assumptions.
+  std::function<void(std::string_view idempotency_key)> after_claim;
+};
+
+/// One charge, as `GET /payments` lists it.
+struct Charge {
+  std::string payment_id;
+  std::int64_t order_id = 0;
+  std::string amount;           ///< exact decimal text
+  std::string idempotency_key;  ///< the key of the request that made it
+  std::string traceparent;      ///< as received; empty when none was sent
+  std::string created_at;       ///< RFC 3339
+};
+
+/// `GET /payments/summary`. Charge figures come from the store (they survive restarts);
+/// the counters count this process's answers.
+struct ProviderSummary {
+  std::int64_t charges = 0;
+  std::int64_t orders = 0;  ///< distinct orders with at least one charge
+  std::vector<std::int64_t> orders_charged_more_than_once;
+  std::int64_t replays = 0;              ///< stored answers replayed
+  std::int64_t conflicts = 0;            ///< 409 (in flight) and 422 (different request)
+  std::int64_t resets_after_commit = 0;  ///< charges whose answer was broken off
+  std::int64_t unavailable = 0;          ///< 503 answers
+  std::int64_t declined = 0;             ///< new 402 answers (replays not counted)
+};
+
+/// The provider. Usable in-process (tests) and by `idem provider`.
+class PaymentProvider {
+ public:
+  /// Creates the provider's tables in `store` if missing, and forgets the claims of
+  /// requests a previous process left in flight (none of them charged: a charge and
+  /// its answer commit together).
+  /// \throws Error(InvalidArgument, Config) for a bad config; Error from the store.
+  explicit PaymentProvider(std::unique_ptr<Store> store, ProviderConfig config = {});
+  ~PaymentProvider();  ///< stops serving
+  PaymentProvider(const PaymentProvider&) = delete;
+  PaymentProvider& operator=(const PaymentProvider&) = delete;
+
+  /// Binds `host:port` (port 0: any free port), then serves on background threads.
+  /// Returns the bound port. Connections are accepted as soon as it returns.
+  /// \throws Error(Connection, Http) when the address cannot be bound.
+  int start(const std::string& host, int port);
+  /// Stops serving and waits for the server thread. Idempotent.
+  void stop();
+  /// `http://host:port` once started.
+  [[nodiscard]] std::string base_url() const;
+
+  void set_faults(const ProviderFaults& faults);
+  [[nodiscard]] ProviderFaults faults() const;
+  [[nodiscard]] ProviderSummary summary() const;
+  /// Charges of `order_id` (all when nullopt), oldest first.
+  [[nodiscard]] std::vector<Charge> charges(std::optional<std::int64_t> order_id = {}) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Parses "24h", "30m", "15s", "250ms" (a non-negative integer and a unit).
+/// \throws Error(InvalidArgument, Config) naming the text.
+[[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text);
+
+}  // namespace idem::http

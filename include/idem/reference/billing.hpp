@@ -1,0 +1,43 @@
+#pragma once
+/// \file
+/// The billing consumer of the reference system (SPEC section 2, IDEM-4): for each new
+/// order.confirmed.v1, inside the event's transaction (where idem::Consumer has already
+/// marked the event processed for group `billing-order-confirmed`):
+///   1. charge the payment provider: `POST /payments/charge {"order_id", "amount"}`
+///      with `Idempotency-Key: <event_id>` (and the record's `traceparent`, if any),
+///      retrying transient failures with the same key;
+///   2. `UPDATE orders SET payment_status = 'charged'`;
+///   3. append a billing_ledger row (order_id, event_id, amount, provider payment id).
+/// If the transaction then rolls back (a crash, a DB error), the redelivered event
+/// charges again with the same key and the provider replays its first answer: one
+/// charge, one ledger row.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "idem/consumer.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/http/idempotent_client.hpp"
+
+namespace idem {
+
+/// The billing consumer's group (its dedup rows).
+inline constexpr std::string_view kBillingGroup = "billing-order-confirmed";
+
+struct BillingConfig {
+  std::string provider_url;  ///< base URL, e.g. http://127.0.0.1:8080; required
+  /// Timeouts, attempts, backoff; `client.send_idempotency_key = false` is the
+  /// test-only switch that shows the double charge a keyless client causes.
+  http::ClientConfig client;
+};
+
+/// The billing handler. A 2xx answer applies the effects and returns Done; a
+/// permanent answer (402 declined, 422, other 4xx) returns DeadLetter with the
+/// provider's status and body as the dead letter's reason; failures that outlast the
+/// client's retries return Retry (the partition pauses and the event comes again).
+/// The handler owns one HTTP client; a Consumer calls it from one thread only.
+/// \throws Error(InvalidArgument, Config) for an empty provider_url or a bad client config.
+[[nodiscard]] Handler<OrderConfirmed> billing_handler(BillingConfig config);
+
+}  // namespace idem

@@ -1,0 +1,17 @@
+-- The analytics consumer of the reference system (group analytics-order-confirmed):
+-- revenue and order count per customer, from order.confirmed.v1. Its dedup rows are
+-- its own processed_event rows (per consumer group), so billing and analytics each
+-- apply every event once. PostgreSQL uses the same names and columns.
+--
+-- Revenue is kept in hundredths (an exact integer) so that one upsert statement,
+-- `revenue_hundredths = revenue_hundredths + excluded.revenue_hundredths`, is exact
+-- on both backends (SQLite has no exact decimal arithmetic).
+--
+-- order_count counts applied events: if dedup ever failed, it would exceed the number
+-- of confirmed orders of the customer, which the reference-system tests compare.
+CREATE TABLE analytics_customer_revenue (
+  customer_id        INTEGER PRIMARY KEY,
+  revenue_hundredths INTEGER NOT NULL CHECK (revenue_hundredths >= 0),
+  order_count        INTEGER NOT NULL CHECK (order_count >= 0),
+  updated_at         TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);

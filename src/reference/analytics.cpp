@@ -1,0 +1,28 @@
+#include "idem/reference/analytics.hpp"
+
+namespace idem {
+
+Handler<OrderConfirmed> analytics_handler() {
+  return [](const OrderConfirmed& event, const RecordInfo&, Transaction& tx) {
+    tx.execute(
+        "INSERT INTO analytics_customer_revenue(customer_id, revenue_hundredths, order_count) "
+        "VALUES ($1, $2, 1) ON CONFLICT (customer_id) DO UPDATE SET "
+        "revenue_hundredths = analytics_customer_revenue.revenue_hundredths + "
+        "excluded.revenue_hundredths, "
+        "order_count = analytics_customer_revenue.order_count + 1",
+        event.customer_id, event.total_amount.hundredths());
+    return Outcome::Done;
+  };
+}
+
+std::optional<CustomerRevenue> customer_revenue(Transaction& tx, std::int64_t customer_id) {
+  const Rows rows = tx.execute(
+      "SELECT revenue_hundredths, order_count FROM analytics_customer_revenue "
+      "WHERE customer_id = $1",
+      customer_id);
+  if (rows.empty()) return std::nullopt;
+  return CustomerRevenue{.revenue = Amount::from_hundredths(rows[0].int64(0)),
+                         .order_count = rows[0].int64(1)};
+}
+
+}  // namespace idem

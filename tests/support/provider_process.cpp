@@ -1,0 +1,66 @@
+#include "support/provider_process.hpp"
+
+#include <signal.h>
+
+#include <httplib.h>
+
+#include <stdexcept>
+
+namespace idem::test {
+
+namespace {
+std::vector<std::string> provider_args(const std::string& db_url,
+                                       const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args{"provider", "--db", db_url, "--listen", "127.0.0.1:0"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return args;
+}
+}  // namespace
+
+ProviderProcess::ProviderProcess(const std::string& cli_path, const std::string& db_url,
+                                 const std::vector<std::string>& extra_args)
+    : process_(ChildProcess::spawn(cli_path, provider_args(db_url, extra_args))) {
+  const auto line = process_.read_line(std::chrono::seconds(30));
+  constexpr std::string_view prefix = "listening ";
+  if (!line || line->rfind(prefix, 0) != 0) {
+    throw std::runtime_error("idem provider did not report 'listening ...', got: " +
+                             line.value_or("<nothing>"));
+  }
+  url_ = line->substr(prefix.size());
+}
+
+int ProviderProcess::stop() {
+  process_.kill(SIGTERM);
+  return process_.wait(std::chrono::seconds(30));
+}
+
+void ProviderProcess::crash() {
+  process_.kill(SIGKILL);
+  (void)process_.wait(std::chrono::seconds(30));
+}
+
+namespace {
+JsonAnswer to_answer(const httplib::Result& r) {
+  JsonAnswer a;
+  if (!r) return a;
+  a.status = r->status;
+  a.body = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  if (a.body.is_discarded()) a.body = nullptr;
+  return a;
+}
+}  // namespace
+
+JsonAnswer http_get(const std::string& base_url, const std::string& path) {
+  httplib::Client client(base_url);
+  return to_answer(client.Get(path));
+}
+
+JsonAnswer http_post(const std::string& base_url, const std::string& path, const std::string& body,
+                     const std::vector<std::pair<std::string, std::string>>& headers) {
+  httplib::Client client(base_url);
+  httplib::Headers h;
+  for (const auto& [name, value] : headers) h.emplace(name, value);
+  return to_answer(client.Post(path, h, body, "application/json"));
+}
+
+}  // namespace idem::test

@@ -1,0 +1,46 @@
+#pragma once
+// The payment provider as a child process (`idem provider`), and a small JSON-over-HTTP
+// helper for reading its audit endpoints (cpp-httplib's client).
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.hpp"
+
+namespace idem::test {
+
+/// `idem provider --db DB --listen 127.0.0.1:0 ARGS...`. The destructor SIGKILLs it.
+class ProviderProcess {
+ public:
+  /// Starts it and reads its `listening http://...` line. Throws std::runtime_error
+  /// when that line does not come within 30 s.
+  ProviderProcess(const std::string& cli_path, const std::string& db_url,
+                  const std::vector<std::string>& extra_args = {});
+  [[nodiscard]] const std::string& url() const noexcept { return url_; }
+  [[nodiscard]] pid_t pid() const noexcept { return process_.pid(); }
+  /// SIGTERM, then waits; returns the exit status (0 for a clean stop).
+  int stop();
+  /// SIGKILL, then waits: a crash.
+  void crash();
+
+ private:
+  ChildProcess process_;
+  std::string url_;
+};
+
+/// An HTTP answer: status and body parsed as JSON (null when it is not JSON).
+struct JsonAnswer {
+  int status = 0;  ///< 0: no answer (connection failed or broke off)
+  nlohmann::json body;
+};
+
+/// GET `base_url` + `path`.
+[[nodiscard]] JsonAnswer http_get(const std::string& base_url, const std::string& path);
+/// POST `body` to `base_url` + `path` with the given headers (no retries).
+[[nodiscard]] JsonAnswer http_post(const std::string& base_url, const std::string& path,
+                                   const std::string& body,
+                                   const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+}  // namespace idem::test
