@@ -11,12 +11,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
@@ -33,11 +31,6 @@ namespace idem::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
 
 template <class Backend>
 class ConsumerDeferredTest : public ::testing::Test {

@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <array>
+#include <random>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -214,6 +215,11 @@ std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
   }
   rd_kafka_destroy_flags(rk.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   return out;
+}
+
+std::string unique_name(std::string_view prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
 }
 
 }  // namespace idem::test

@@ -71,6 +71,9 @@ class KafkaTestProducer {
                                                           std::chrono::milliseconds timeout =
                                                               std::chrono::seconds(10));
 
+/// `prefix` plus 12 random hex digits: a topic or group name no other test run uses.
+[[nodiscard]] std::string unique_name(std::string_view prefix);
+
 /// The high watermark (next offset to be written) of each partition.
 [[nodiscard]] std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
                                                     const std::string& topic, int partitions,

@@ -36,11 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::KafkaTestProducer;
 using test::TestRecord;
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
+using test::unique_name;
 
 /// Waits until `pred` holds or `timeout` passes; returns the last value of `pred`.
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
