@@ -5,8 +5,10 @@
 //   (b) idem::Consumer with a SQLite file store (WAL, synchronous=FULL: the default);
 //   (c) idem::Consumer with PostgreSQL (skipped without a DSN);
 //   (d) a raw loop issuing the SQL statements idem issues for the same batches
-//       (BEGIN; batch mark; per new event SAVEPOINT / handler SQL / RELEASE; COMMIT)
-//       through sqlite3 / libpq directly, with no Kafka: the database's own limit;
+//       (BEGIN; batch mark; per new event the handler's SQL; COMMIT) through sqlite3 /
+//       libpq directly, with no Kafka: the database's own limit. On libpq it pipelines
+//       what idem pipelines, and more: BEGIN with the mark, then every handler INSERT
+//       and the COMMIT behind one sync;
 // each with batch sizes 1, 100 and 1000 and two handlers: `dedup` (no SQL of its own,
 // so it measures idem's overhead) and `count` (one INSERT into effect_log per event).
 //
@@ -527,8 +529,9 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
 }
 
 // ---- (d) raw loops --------------------------------------------------------------------
-// The statements idem issues for one batch, in its order: BEGIN; the batch mark; for each
-// new event (in partition order) SAVEPOINT, the handler's SQL, RELEASE; COMMIT.
+// The statements idem issues for one batch when its optimistic pass commits (every batch
+// here): BEGIN; the batch mark; for each new event (in partition order) the handler's
+// SQL, with no savepoint; COMMIT.
 // Batches are cut from the order a consumer receives the events (consumption_order())
 // and then grouped by partition, as idem does.
 
@@ -564,10 +567,6 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
   sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   sq_exec(db, "PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
               "PRAGMA temp_store=MEMORY; PRAGMA busy_timeout=5000");
-  sqlite3_stmt* sp_create = nullptr;
-  sqlite3_stmt* sp_release = nullptr;
-  sqlite3_prepare_v3(db, "SAVEPOINT idem_sp_d0", -1, SQLITE_PREPARE_PERSISTENT, &sp_create, nullptr);
-  sqlite3_prepare_v3(db, "RELEASE idem_sp_d0", -1, SQLITE_PREPARE_PERSISTENT, &sp_release, nullptr);
   sqlite3_stmt* begin = nullptr;
   sqlite3_stmt* commit = nullptr;
   sqlite3_stmt* effect = nullptr;
@@ -594,7 +593,6 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
   std::vector<Event> ordered;
   std::vector<const Event*> unique_sorted;
   std::unordered_map<std::string, bool> fresh;  // raw-bytes key -> new
-  std::uint64_t sp = 0;
   std::size_t done = 0;
   std::size_t fresh_total = 0;
   const auto t0 = Clock::now();
@@ -634,11 +632,7 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
       if (it == fresh.end() || !it->second) continue;  // duplicate: no handler
       it->second = false;                              // a repeat inside the batch is a duplicate
       ++fresh_total;
-      // idem's savepoints are lazy: no handler SQL, no SAVEPOINT/RELEASE.
       if (handler == "count") {
-        ++sp;
-        sq_check(db, sqlite3_step(sp_create), "savepoint");
-        sqlite3_reset(sp_create);
         sqlite3_bind_text(effect, 1, kGroup, -1, SQLITE_STATIC);
         sqlite3_bind_blob(effect, 2, e.id.bytes().data(), 16, SQLITE_STATIC);
         sqlite3_bind_text(effect, 3, topic.c_str(), -1, SQLITE_STATIC);
@@ -646,8 +640,6 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
         sqlite3_bind_int64(effect, 5, e.offset);
         sq_check(db, sqlite3_step(effect), "effect");
         sqlite3_reset(effect);
-        sq_check(db, sqlite3_step(sp_release), "release");
-        sqlite3_reset(sp_release);
       }
     }
     sq_check(db, sqlite3_step(commit), "commit");
@@ -660,8 +652,6 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
   sqlite3_finalize(begin);
   sqlite3_finalize(commit);
   sqlite3_finalize(effect);
-  sqlite3_finalize(sp_create);
-  sqlite3_finalize(sp_release);
   sqlite3_close(db);
   Result r;
   r.config = "raw sqlite3";
@@ -721,6 +711,23 @@ void put_be32(std::string& out, std::uint32_t v) {
   out.append(b, 4);
 }
 
+/// Reads the results of `commands` pipelined commands and the sync that follows them;
+/// throws on the first failure. `on_result(i, r)` sees each command's result.
+template <class F>
+void pg_read_pipeline(PGconn* c, std::size_t commands, F&& on_result) {
+  for (std::size_t i = 0; i < commands; ++i) {
+    PgResult r(PQgetResult(c));
+    const auto st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      throw std::runtime_error(fmt::format("pipeline command {}: {}", i, PQerrorMessage(c)));
+    }
+    on_result(i, r.get());
+    PgResult end(PQgetResult(c));  // each command's results end with a null
+  }
+  PgResult sync(PQgetResult(c));
+  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) throw std::runtime_error("no sync");
+}
+
 Result run_raw_pg(const std::string& url, const std::string& topic, const std::string& handler,
                   std::size_t batch, std::span<const Event> events) {
   { idem::open_store(url)->migrate(); }
@@ -737,13 +744,16 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
                   "kafka_offset) VALUES ($1, $2, $3, $4, $5)",
                   0, nullptr),
         "prepare effect");
+  // Pipeline mode for the whole run: a batch is two round trips, [BEGIN + mark] (the
+  // mark's answer decides which handlers run) and [every INSERT + COMMIT].
+  if (PQenterPipelineMode(c) != 1) throw std::runtime_error("pipeline mode");
 
   RssProbe probe(events.size());
   std::vector<Event> ordered;
   std::vector<const Event*> unique_sorted;
   std::unordered_map<std::string, bool> fresh;
   std::string array;
-  std::uint64_t sp = 0;
+  std::vector<std::array<std::string, 3>> texts;  // per INSERT: id, partition, offset
   std::size_t done = 0;
   std::size_t fresh_total = 0;
   const auto t0 = Clock::now();
@@ -756,7 +766,6 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
     unique_sorted.erase(std::unique(unique_sorted.begin(), unique_sorted.end(),
                                     [](const Event* a, const Event* b) { return a->id == b->id; }),
                         unique_sorted.end());
-    pg_ok(c, PQexec(c, "BEGIN"), "BEGIN");
     array.clear();
     put_be32(array, 1);
     put_be32(array, 0);
@@ -770,33 +779,36 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
     const char* values[2] = {array.data(), kGroup};
     const int lengths[2] = {static_cast<int>(array.size()), static_cast<int>(std::strlen(kGroup))};
     const int formats[2] = {1, 1};
-    const PgResult marked =
-        pg_ok(c, PQexecPrepared(c, "mark", 2, values, lengths, formats, 1), "mark");
+    if (PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) != 1 ||
+        PQsendQueryPrepared(c, "mark", 2, values, lengths, formats, 1) != 1 ||
+        PQpipelineSync(c) != 1) {
+      throw std::runtime_error(PQerrorMessage(c));
+    }
     fresh.clear();
-    for (int i = 0; i < PQntuples(marked.get()); ++i) fresh.emplace(std::string(PQgetvalue(marked.get(), i, 0), 16), true);
+    pg_read_pipeline(c, 2, [&](std::size_t i, PGresult* r) {
+      if (i != 1) return;
+      for (int k = 0; k < PQntuples(r); ++k) fresh.emplace(std::string(PQgetvalue(r, k, 0), 16), true);
+    });
+    texts.clear();
     for (const auto& e : ordered) {
       auto it = fresh.find(std::string(reinterpret_cast<const char*>(e.id.bytes().data()), 16));
       if (it == fresh.end() || !it->second) continue;
       it->second = false;
       ++fresh_total;
-      // idem's savepoints are lazy: no handler SQL, no SAVEPOINT/RELEASE. With handler
-      // SQL, every statement is its own synchronous round trip here (a plain client).
       if (handler == "count") {
-        const std::string name = fmt::format("idem_sp_{}", ++sp);
-        pg_ok(c, PQexecParams(c, fmt::format("SAVEPOINT {}", name).c_str(), 0, nullptr, nullptr,
-                              nullptr, nullptr, 0),
-              "SAVEPOINT");
-        const std::string id = e.id.to_string();
-        const std::string part = std::to_string(e.partition);
-        const std::string off = std::to_string(e.offset);
-        const char* p[5] = {kGroup, id.c_str(), topic.c_str(), part.c_str(), off.c_str()};
-        pg_ok(c, PQexecPrepared(c, "effect", 5, p, nullptr, nullptr, 0), "effect");
-        pg_ok(c, PQexecParams(c, fmt::format("RELEASE SAVEPOINT {}", name).c_str(), 0, nullptr,
-                              nullptr, nullptr, nullptr, 0),
-              "RELEASE");
+        texts.push_back({e.id.to_string(), std::to_string(e.partition), std::to_string(e.offset)});
+        const auto& t = texts.back();
+        const char* p[5] = {kGroup, t[0].c_str(), topic.c_str(), t[1].c_str(), t[2].c_str()};
+        if (PQsendQueryPrepared(c, "effect", 5, p, nullptr, nullptr, 0) != 1) {
+          throw std::runtime_error(PQerrorMessage(c));
+        }
       }
     }
-    pg_ok(c, PQexec(c, "COMMIT"), "COMMIT");
+    if (PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) != 1 ||
+        PQpipelineSync(c) != 1) {
+      throw std::runtime_error(PQerrorMessage(c));
+    }
+    pg_read_pipeline(c, texts.size() + 1, [](std::size_t, PGresult*) {});
     done += ordered.size();
     probe.at(done);
   }

@@ -194,7 +194,14 @@ struct ConsumerStats {
 };
 
 /// A typed handler: gets the validated event, its record, and the batch's transaction.
-/// It adds its effects through `tx` only; it must not commit or roll back.
+/// It adds its effects through `tx` only; it must not commit or roll back. Effects whose
+/// result it does not need should go through `tx.execute_deferred` (one round trip per
+/// batch on PostgreSQL instead of one per statement).
+/// A handler may be called more than once for one delivery: a batch runs first without
+/// a savepoint per event, and if any handler does not return Done, throws, or has a
+/// deferred statement fail, the whole transaction is rolled back and the batch runs
+/// again with each event in its own savepoint. Only the effects of the final run commit;
+/// side effects outside `tx` must tolerate the repeat (as they must for retries).
 template <class Event>
 using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transaction&)>;
 

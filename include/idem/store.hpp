@@ -133,6 +133,29 @@ class Transaction {
   }
   virtual Rows execute_params(std::string_view sql, std::span<const Param> params) = 0;
 
+  /// Runs one statement whose result the caller does not need (an INSERT or UPDATE of
+  /// an effect). PostgreSQL queues it and sends it, with everything queued before it, in
+  /// one pipeline ahead of the next synchronous call, so many deferred statements cost
+  /// one round trip. Order is kept: a later execute() or mark sees their effects. Their
+  /// errors surface at the next sync(), execute(), mark or commit() of this transaction,
+  /// as that call's exception (the message names the deferred statement); rolling back
+  /// (to a savepoint made before them, or the whole transaction) discards them, errors
+  /// included. SQLite runs the statement at once (its errors surface here).
+  /// A wrong parameter count for a statement already used on this connection throws
+  /// Error(InvalidArgument) here, before anything is queued.
+  template <class... Args>
+  void execute_deferred(std::string_view sql, const Args&... args) {
+    const std::array<Param, sizeof...(Args)> params{Param(args)...};
+    execute_deferred_params(sql, params);
+  }
+  virtual void execute_deferred_params(std::string_view sql, std::span<const Param> params) = 0;
+
+  /// Runs every deferred statement still queued and throws the first error among them.
+  /// Also throws when the transaction cannot commit because a statement of it failed
+  /// earlier (PostgreSQL aborts the transaction then; SQLite does not, so there it only
+  /// throws when SQLite rolled the transaction back). Cheap when nothing is queued.
+  virtual void sync() = 0;
+
   /// Marks `event_id` processed for `consumer_group` with INSERT ... ON CONFLICT DO NOTHING.
   /// Returns true when this is the first time (the row was inserted by this call).
   /// The mark is part of this transaction: it disappears if the transaction rolls back.

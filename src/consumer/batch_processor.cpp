@@ -122,6 +122,18 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
   for (const auto& item : items_) {
     if (item.valid) ids_.push_back(item.event_id);
   }
+  if (run_pass(Pass::Optimistic, result, schedule)) return;
+  result.dead_letters.clear();
+  result.processed = 0;
+  result.duplicates = 0;
+  for (auto& p : result.partitions) {
+    p.next_offset = p.first_offset;
+    p.retry_at.reset();
+  }
+  (void)run_pass(Pass::Isolated, result, schedule);
+}
+
+bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule) {
   try {
     std::unique_ptr<Transaction> tx;
     if (!ids_.empty()) {
@@ -133,7 +145,20 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
       }
     }
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
-      process_group(groups_[gi], tx.get(), result, schedule, result.partitions[gi]);
+      if (!process_group(pass, groups_[gi], tx.get(), result, schedule, result.partitions[gi])) {
+        tx->rollback();
+        return false;
+      }
+    }
+    if (tx && pass == Pass::Optimistic) {
+      // The handlers' deferred statements run here; a failure among them belongs to
+      // some event of the batch, which only the isolated pass can single out.
+      try {
+        tx->sync();
+      } catch (const std::exception&) {
+        tx->rollback();
+        return false;
+      }
     }
     if (tx) {
       call_hook(hooks_, HookPoint::BeforeDbCommit);
@@ -154,10 +179,12 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
       p.retry_at = p.first_offset;
     }
   }
+  return true;
 }
 
-void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult& result,
-                                   const RetrySchedule& schedule, PartitionOutcome& out) {
+bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
+                                   BatchResult& result, const RetrySchedule& schedule,
+                                   PartitionOutcome& out) {
   // tx is only used for valid items, and a transaction exists whenever there is one.
   bool blocked = false;
   for (std::size_t i = g.begin; i < g.end; ++i) {
@@ -180,6 +207,20 @@ void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult&
       continue;
     }
 
+    if (pass == Pass::Optimistic) {
+      Outcome outcome = Outcome::Done;
+      try {
+        outcome = item.route->invoke(item.slot, record_info(*item.msg), *tx);
+      } catch (...) {
+        return false;  // the isolated pass classifies the exception
+      }
+      if (outcome != Outcome::Done) return false;
+      ++result.processed;
+      out.next_offset = offset + 1;
+      call_hook(hooks_, HookPoint::AfterHandler);
+      continue;
+    }
+
     Outcome outcome = Outcome::Done;
     std::string error_class;
     std::string error_message;
@@ -189,6 +230,8 @@ void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult&
       RecordInfo info = record_info(*item.msg);
       info.dead_letter_reason_sink = &reason;
       outcome = item.route->invoke(item.slot, info, *tx);
+      // This event's deferred statements run now, so their failure is this event's.
+      if (outcome == Outcome::Done) tx->sync();
       if (outcome == Outcome::DeadLetter) {
         error_class = "handler.dead_letter";
         error_message = reason.empty() ? "the handler returned Outcome::DeadLetter" : std::move(reason);
@@ -229,6 +272,7 @@ void BatchProcessor::process_group(const Group& g, Transaction* tx, BatchResult&
     }
     call_hook(hooks_, HookPoint::AfterHandler);
   }
+  return true;
 }
 
 void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {

@@ -1,8 +1,18 @@
 #pragma once
 // One batch, one database transaction (IDEM-3): validate every record at the boundary,
 // mark all event ids with ONE statement, run the handler of each new event in
-// partition order inside its own savepoint, commit. It decides, per partition, how far
-// the batch got; committing offsets and dead-lettering are the caller's next steps.
+// partition order, commit. It decides, per partition, how far the batch got; committing
+// offsets and dead-lettering are the caller's next steps.
+//
+// Two passes. The optimistic pass runs the handlers back to back with no savepoints,
+// letting their deferred statements (Transaction::execute_deferred) pile up and go to
+// the database together. If every handler returns Done and the deferred statements
+// succeed, it commits. Otherwise (a handler returns Retry or DeadLetter, throws, or a
+// deferred statement fails) the whole transaction is rolled back and the batch runs
+// again in the isolated pass: each new event's handler in its own savepoint, its deferred
+// statements synced before the savepoint is released, so a failure undoes that event
+// only and the rest of the batch commits. Handlers therefore may run twice for one
+// delivery; only the committed pass's effects remain.
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -85,9 +95,18 @@ class BatchProcessor {
     std::size_t end = 0;
   };
 
+  enum class Pass {
+    Optimistic,  // no savepoints; any trouble abandons the pass
+    Isolated,    // one savepoint per new event
+  };
+
   void validate(std::span<const KafkaMessage> batch);
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
-  void process_group(const Group& g, Transaction* tx, BatchResult& result,
+  /// Runs one pass. Returns false when the optimistic pass gave up (its transaction is
+  /// rolled back and `result` must be reset); true when the batch is decided.
+  bool run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule);
+  /// Returns false when the optimistic pass must give up.
+  bool process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,
                      const RetrySchedule& schedule, PartitionOutcome& out);
   void unmark(Transaction& tx, const Uuid& event_id);
   RecordInfo record_info(const rd_kafka_message_t& m);

@@ -5,7 +5,9 @@
 namespace idem {
 
 void record_effect(Transaction& tx, const Uuid& event_id, const RecordInfo& record) {
-  tx.execute(
+  // Deferred: the handler needs no answer, so on PostgreSQL a batch's inserts share one
+  // round trip (a failure surfaces at the batch's sync and the batch re-runs isolated).
+  tx.execute_deferred(
       "INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, kafka_offset) "
       "VALUES ($1, $2, $3, $4, $5)",
       record.consumer_group, event_id, record.topic, static_cast<std::int64_t>(record.partition),

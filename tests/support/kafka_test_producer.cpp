@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <array>
+#include <random>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -108,6 +109,11 @@ void KafkaTestProducer::flush(std::chrono::milliseconds timeout) {
     throw std::runtime_error(
         fmt::format("{} record(s) failed, first: {}", impl_->failed, impl_->first_error));
   }
+}
+
+std::string unique_name(std::string_view prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
 }
 
 }  // namespace idem::test

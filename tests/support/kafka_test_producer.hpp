@@ -53,4 +53,7 @@ using idem::committed_offsets;
 using idem::end_offsets;
 using idem::read_topic;
 
+/// `prefix` plus 12 random hex digits: a topic or group name no other test run uses.
+[[nodiscard]] std::string unique_name(std::string_view prefix);
+
 }  // namespace idem::test

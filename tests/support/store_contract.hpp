@@ -822,6 +822,138 @@ TYPED_TEST_P(StoreContract, TransactionWithOnlyEmptySavepointsCommits) {
   EXPECT_TRUE(this->mark_committed(new_uuid_v7()));
 }
 
+// ---- deferred statements (execute_deferred) ------------------------------------------
+// PostgreSQL queues them for the next round trip; SQLite runs them at once. The contract
+// both keep: order with synchronous statements, an error surfaces no later than sync()
+// or commit(), and rolling back discards them.
+
+// A deferred statement's effect is visible to the next synchronous statement of the same
+// transaction, and deferred statements run in the order they were issued.
+TYPED_TEST_P(StoreContract, DeferredStatementsKeepTheirOrderWithSynchronousOnes) {
+  using contract_detail::kInsertOrder;
+  {
+    auto tx = this->store_->begin();
+    EXPECT_TRUE(tx->mark_processed(new_uuid_v7(), this->kGroup));
+    tx->execute_deferred(kInsertOrder, 60, 1, "1.00", "2026-01-02T03:04:05Z");
+    tx->execute_deferred("UPDATE orders SET total_amount = $1 WHERE id = $2", "2.50", 60);
+    const Rows rows = tx->execute("SELECT total_amount FROM orders WHERE id = $1", 60);
+    ASSERT_EQ(rows.size(), 1u) << "the deferred INSERT had not run before the SELECT";
+    EXPECT_EQ(rows[0].amount(0), Amount::from_hundredths(250)) << "the UPDATE ran out of order";
+    for (int id = 61; id < 161; ++id) {
+      tx->execute_deferred(kInsertOrder, id, 1, "1.00", "2026-01-02T03:04:05Z");
+    }
+    tx->execute_deferred("DELETE FROM orders WHERE id = $1", 160);  // after its INSERT
+    tx->sync();
+    tx->commit();
+  }
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id >= 60"), 100);
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 160"), 0);
+}
+
+// A failing deferred statement is reported (as a classified Error naming the statement)
+// no later than sync(); the transaction then rolls back whole.
+TYPED_TEST_P(StoreContract, DeferredStatementErrorSurfacesBySync) {
+  using contract_detail::kInsertOrder;
+  this->run(*this->store_, kInsertOrder, 1, 1, "1.00", "2026-01-02T03:04:05Z");
+  const Uuid id = new_uuid_v7();
+  {
+    auto tx = this->store_->begin();
+    EXPECT_TRUE(tx->mark_processed(id, this->kGroup));
+    tx->execute_deferred(kInsertOrder, 70, 1, "1.00", "2026-01-02T03:04:05Z");
+    try {
+      tx->execute_deferred(kInsertOrder, 1, 1, "3.00", "2026-01-02T03:04:05Z");  // id 1 exists
+      tx->execute_deferred(kInsertOrder, 71, 1, "1.00", "2026-01-02T03:04:05Z");
+      tx->sync();
+      ADD_FAILURE() << "the duplicate key was not reported by sync()";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Constraint) << e.what();
+      EXPECT_NE(std::string(e.what()).find("orders"), std::string::npos) << e.what();
+    }
+    tx->rollback();
+  }
+  EXPECT_TRUE(this->mark_committed(id)) << "the rolled-back mark survived";
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders"), 1);
+}
+
+// Without sync(), commit() reports the failure and commits nothing.
+TYPED_TEST_P(StoreContract, DeferredStatementErrorFailsCommit) {
+  using contract_detail::kInsertOrder;
+  this->run(*this->store_, kInsertOrder, 1, 1, "1.00", "2026-01-02T03:04:05Z");
+  const Uuid id = new_uuid_v7();
+  {
+    auto tx = this->store_->begin();
+    EXPECT_TRUE(tx->mark_processed(id, this->kGroup));
+    tx->execute_deferred(kInsertOrder, 80, 1, "1.00", "2026-01-02T03:04:05Z");
+    try {
+      tx->execute_deferred(kInsertOrder, 1, 1, "3.00", "2026-01-02T03:04:05Z");
+      tx->commit();
+      ADD_FAILURE() << "commit() accepted a failed deferred statement";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Constraint) << e.what();
+    }
+  }
+  EXPECT_TRUE(this->mark_committed(id));
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id = 80"), 0);
+}
+
+// Rolling back to a savepoint discards the deferred statements issued inside it, a
+// failing one included, whether or not the savepoint had reached the server; the rest
+// of the transaction commits.
+TYPED_TEST_P(StoreContract, DeferredStatementsUndoneBySavepointRollback) {
+  using contract_detail::kInsertOrder;
+  this->run(*this->store_, kInsertOrder, 1, 1, "1.00", "2026-01-02T03:04:05Z");
+  const auto defer_duplicate = [&](Transaction& tx) {
+    try {
+      tx.execute_deferred(kInsertOrder, 1, 1, "3.00", "2026-01-02T03:04:05Z");
+    } catch (const Error& e) {  // SQLite reports it at once
+      EXPECT_EQ(e.code(), ErrorCode::Constraint) << e.what();
+    }
+  };
+  {
+    auto tx = this->store_->begin();
+    tx->execute_deferred(kInsertOrder, 90, 1, "1.00", "2026-01-02T03:04:05Z");
+    {
+      Savepoint sp(*tx);  // only deferred work inside: nothing of it left the client yet
+      tx->execute_deferred(kInsertOrder, 91, 1, "1.00", "2026-01-02T03:04:05Z");
+      defer_duplicate(*tx);
+      sp.rollback();
+    }
+    {
+      Savepoint sp(*tx);  // a synchronous statement first: the savepoint is on the server
+      EXPECT_EQ(tx->execute("SELECT count(*) FROM orders WHERE id = 91")[0].int64(0), 0);
+      tx->execute_deferred(kInsertOrder, 92, 1, "1.00", "2026-01-02T03:04:05Z");
+      defer_duplicate(*tx);
+      sp.rollback();
+    }
+    {
+      Savepoint sp(*tx);
+      tx->execute_deferred(kInsertOrder, 93, 1, "1.00", "2026-01-02T03:04:05Z");
+      sp.release();
+    }
+    EXPECT_NO_THROW(tx->sync());
+    tx->commit();
+  }
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id IN (90, 93)"), 2);
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id IN (91, 92)"), 0);
+}
+
+// A wrong parameter count for a statement the connection already knows fails at once,
+// before anything is queued, and leaves the transaction usable.
+TYPED_TEST_P(StoreContract, DeferredStatementRejectsAWrongParameterCountAtOnce) {
+  using contract_detail::kInsertOrder;
+  auto tx = this->store_->begin();
+  tx->execute(kInsertOrder, 95, 1, "1.00", "2026-01-02T03:04:05Z");
+  try {
+    tx->execute_deferred(kInsertOrder, 96, 1, "1.00");
+    ADD_FAILURE() << "a missing parameter was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+  }
+  tx->execute_deferred(kInsertOrder, 97, 1, "1.00", "2026-01-02T03:04:05Z");
+  tx->commit();
+  EXPECT_EQ(this->scalar(*this->store_, "SELECT count(*) FROM orders WHERE id IN (95, 97)"), 2);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     StoreContract, ReportsItsBackend, MarkReturnsTrueOnlyTheFirstTime, MarkIsScopedPerConsumerGroup,
     MarkRejectsAnEmptyConsumerGroup, MarkIsInvisibleToOthersUntilCommit, RollbackUndoesTheMark,
@@ -835,6 +967,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase, MigrateIsIdempotent,
     ConcurrentMigratorsApplyEachMigrationOnce, LazySavepointFailingStatementRollsBackOnlyItsEvent,
     LazySavepointsNestAndUndoInnerWork, LazySavepointErrorIsAttributedToTheOpenSavepoint,
-    TransactionWithOnlyEmptySavepointsCommits);
+    TransactionWithOnlyEmptySavepointsCommits, DeferredStatementsKeepTheirOrderWithSynchronousOnes,
+    DeferredStatementErrorSurfacesBySync, DeferredStatementErrorFailsCommit,
+    DeferredStatementsUndoneBySavepointRollback, DeferredStatementRejectsAWrongParameterCountAtOnce);
 
 }  // namespace idem::test

@@ -36,11 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::KafkaTestProducer;
 using test::TestRecord;
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
+using test::unique_name;
 
 /// Waits until `pred` holds or `timeout` passes; returns the last value of `pred`.
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
@@ -356,7 +352,10 @@ TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
   for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
   produce(records);
 
-  std::atomic<int> transient_left{2};
+  // A batch whose handler throws runs it twice (the optimistic pass gives up, the isolated
+  // pass classifies the exception), so four throws are at least one retry and at most
+  // four, depending on how the records fall into batches.
+  std::atomic<int> transient_left{4};
   auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
   c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
                                                              const RecordInfo& r, Transaction& tx) {
@@ -369,7 +368,8 @@ TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
   RunningConsumer consumer(std::move(c));
   ASSERT_TRUE(eventually([&] { return effects(group) == 4 && consumer->stats().dead_lettered == 1; }));
   ASSERT_TRUE(consumer.stop());
-  EXPECT_GE(consumer->stats().retries, 2u);
+  EXPECT_GE(consumer->stats().retries, 1u);
+  EXPECT_EQ(transient_left.load(), -1) << "order 4 did not run until it succeeded";
   EXPECT_EQ(consumer->stats().dead_lettered_by_reason.at("handler.exception"), 1u);
   const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
   ASSERT_EQ(dlq.size(), 1u);
@@ -390,7 +390,9 @@ TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
   auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
   c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
                                                              const RecordInfo& r, Transaction& tx) {
-    if (e.event_id == stuck.event_id && (!release.load() || retries_returned.load() < 3)) {
+    // After the release, six more Retry answers: at least three pauses, as each attempt
+    // calls the handler twice (optimistic pass, then the isolated pass).
+    if (e.event_id == stuck.event_id && (!release.load() || retries_returned.load() < 6)) {
       ++retries_returned;
       return Outcome::Retry;
     }

@@ -13,8 +13,9 @@
 
 namespace idem {
 
-/// Inserts one effect_log row (group, event id, topic, partition, offset) through `tx`.
-/// \throws Error from the store.
+/// Inserts one effect_log row (group, event id, topic, partition, offset) through `tx`
+/// with Transaction::execute_deferred: on PostgreSQL its error surfaces at the next
+/// synchronous call or sync(). \throws Error from the store.
 void record_effect(Transaction& tx, const Uuid& event_id, const RecordInfo& record);
 
 /// A handler that records every new event with record_effect and returns Done.

@@ -293,19 +293,22 @@ Statement* Connection::statement(std::string_view sql) {
   return raw;
 }
 
-Reply Connection::exec(Statement* stmt, std::string_view sql, const Params& params,
-                       int result_format, std::span<const std::string> prefix) {
-  const bool prepare = stmt != nullptr && stmt->prepared_generation != generation_;
-  if (!prefix.empty() || prepare) return exec_pipelined(stmt, sql, params, result_format, prefix);
-  Reply reply;
-  if (stmt != nullptr) {
-    reply.result.reset(PQexecPrepared(conn_, stmt->name.c_str(), params.count, params.values,
-                                      params.lengths, params.formats, result_format));
-  } else {
-    const std::string text(sql);
-    reply.result.reset(PQexecParams(conn_, text.c_str(), params.count, nullptr, params.values,
-                                    params.lengths, params.formats, result_format));
+Reply Connection::exec(std::span<const Command> commands) {
+  if (commands.size() != 1 ||
+      (commands[0].stmt != nullptr && commands[0].stmt->prepared_generation != generation_)) {
+    return exec_pipelined(commands);
   }
+  const Command& c = commands[0];
+  Reply reply;
+  if (c.stmt != nullptr) {
+    reply.result.reset(PQexecPrepared(conn_, c.stmt->name.c_str(), c.params.count, c.params.values,
+                                      c.params.lengths, c.params.formats, c.result_format));
+  } else {
+    const std::string text(c.sql);
+    reply.result.reset(PQexecParams(conn_, text.c_str(), c.params.count, nullptr, c.params.values,
+                                    c.params.lengths, c.params.formats, c.result_format));
+  }
+  if (ok_status(reply.result.get())) reply.done = 1;
   return reply;
 }
 
@@ -335,38 +338,49 @@ Result Connection::next_pipeline_result() {
 //   idem: begin(); mark_processed(); commit()              13,800-14,100 tx/s
 //   with one UPDATE as the effect: raw 4 round trips 7,700 tx/s, idem 9,000-9,600 tx/s
 // so the lazy BEGIN is kept. The transaction also defers SAVEPOINT and RELEASE
-// SAVEPOINT the same way (postgres_store.cpp, "Lazy savepoints"): they ride ahead of
-// the next statement in its pipeline. Statements themselves are never pipelined behind
-// each other: a statement's error must reach the caller before it sends the next one.
+// SAVEPOINT the same way (postgres_store.cpp, "Lazy savepoints"), and the statements of
+// Transaction::execute_deferred: they all ride ahead of the next synchronous statement
+// in its pipeline. A synchronous statement's error reaches the caller before it sends
+// the next one.
 //
 // Deadlock safety: in blocking mode libpq could stall if the server filled our
-// receive buffer while we were still sending. That cannot happen here: only the
-// last command can return rows, and the server cannot execute it before it has
-// received all of it; the replies to BEGIN, PREPARE and DESCRIBE are small.
-Reply Connection::exec_pipelined(Statement* stmt, std::string_view sql, const Params& params,
-                                 int result_format, std::span<const std::string> prefix) {
+// receive buffer while we were still sending a long pipeline. libpq prevents it: when
+// a blocking send cannot proceed, pqSendSome() reads what the server sent into libpq's
+// input buffer before waiting again (fe-misc.c), so the server is never blocked on us.
+Reply Connection::exec_pipelined(std::span<const Command> commands) {
   Reply reply;
+  if (commands.empty()) return reply;
   if (PQenterPipelineMode(conn_) != 1) return reply;  // connection bad or busy: null result
-  const bool prepare = stmt != nullptr && stmt->prepared_generation != generation_;
-  const std::string text = stmt == nullptr ? std::string(sql) : std::string();
 
+  // Statements prepared by this pipeline: a statement deferred many times is prepared
+  // once (before its first use), and marked prepared only if that PREPARE succeeds.
+  std::vector<Statement*>& preparing = preparing_;
+  preparing.clear();
+  std::vector<bool>& prepares = prepares_;  // per command: its PREPARE + DESCRIBE ride ahead
+  prepares.assign(commands.size(), false);
+  std::string text;
   bool sent = true;
-  for (const std::string& command : prefix) {
-    if (!sent) break;
-    sent = PQsendQueryParams(conn_, command.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-  }
-  if (sent && prepare) {
-    sent = PQsendPrepare(conn_, stmt->name.c_str(), stmt->sql.c_str(),
-                         static_cast<int>(stmt->types.size()),
-                         stmt->types.empty() ? nullptr : stmt->types.data()) == 1;
-  }
-  if (sent && prepare) sent = PQsendDescribePrepared(conn_, stmt->name.c_str()) == 1;
-  if (sent) {
-    sent = (stmt != nullptr
-                ? PQsendQueryPrepared(conn_, stmt->name.c_str(), params.count, params.values,
-                                      params.lengths, params.formats, result_format)
-                : PQsendQueryParams(conn_, text.c_str(), params.count, nullptr, params.values,
-                                    params.lengths, params.formats, result_format)) == 1;
+  for (std::size_t i = 0; i < commands.size() && sent; ++i) {
+    const Command& c = commands[i];
+    Statement* stmt = c.stmt;
+    if (stmt != nullptr && stmt->prepared_generation != generation_ &&
+        std::find(preparing.begin(), preparing.end(), stmt) == preparing.end()) {
+      preparing.push_back(stmt);
+      prepares[i] = true;
+      sent = PQsendPrepare(conn_, stmt->name.c_str(), stmt->sql.c_str(),
+                           static_cast<int>(stmt->types.size()),
+                           stmt->types.empty() ? nullptr : stmt->types.data()) == 1 &&
+             PQsendDescribePrepared(conn_, stmt->name.c_str()) == 1;
+      if (!sent) break;
+    }
+    if (stmt != nullptr) {
+      sent = PQsendQueryPrepared(conn_, stmt->name.c_str(), c.params.count, c.params.values,
+                                 c.params.lengths, c.params.formats, c.result_format) == 1;
+    } else {
+      text.assign(c.sql);
+      sent = PQsendQueryParams(conn_, text.c_str(), c.params.count, nullptr, c.params.values,
+                               c.params.lengths, c.params.formats, c.result_format) == 1;
+    }
   }
   if (sent) sent = PQpipelineSync(conn_) == 1;
   if (!sent) {
@@ -384,22 +398,26 @@ Reply Connection::exec_pipelined(Statement* stmt, std::string_view sql, const Pa
       first_error = std::move(r);
     }
   };
-  for (std::size_t i = 0; i < prefix.size() && PQstatus(conn_) == CONNECTION_OK; ++i) {
+  Result last;
+  for (std::size_t i = 0; i < commands.size() && PQstatus(conn_) == CONNECTION_OK; ++i) {
+    if (prepares[i]) {
+      Statement* stmt = commands[i].stmt;
+      Result r = next_pipeline_result();
+      if (ok_status(r.get())) stmt->prepared_generation = generation_;
+      note(std::move(r));
+      Result described = next_pipeline_result();
+      if (ok_status(described.get())) stmt->param_count = PQnparams(described.get());
+      note(std::move(described));
+    }
     Result r = next_pipeline_result();
-    if (!failed && ok_status(r.get())) ++reply.prefix_done;
-    note(std::move(r));
+    if (!failed && ok_status(r.get())) ++reply.done;
+    if (i + 1 == commands.size()) {
+      last = std::move(r);
+    } else {
+      note(std::move(r));
+    }
   }
-  if (prepare && PQstatus(conn_) == CONNECTION_OK) {
-    Result r = next_pipeline_result();
-    if (ok_status(r.get())) stmt->prepared_generation = generation_;
-    note(std::move(r));
-    Result described = next_pipeline_result();
-    if (ok_status(described.get())) stmt->param_count = PQnparams(described.get());
-    note(std::move(described));
-  }
-  Result main;
-  if (PQstatus(conn_) == CONNECTION_OK) main = next_pipeline_result();
-  if (!failed && main == nullptr) failed = true;  // nothing came back: connection lost
+  if (!failed && last == nullptr) failed = true;  // nothing came back: connection lost
 
   bool synced = false;
   if (PQstatus(conn_) == CONNECTION_OK) {
@@ -408,7 +426,7 @@ Reply Connection::exec_pipelined(Statement* stmt, std::string_view sql, const Pa
   }
   if (!synced || PQexitPipelineMode(conn_) != 1) poisoned_ = true;
 
-  reply.result = failed ? std::move(first_error) : std::move(main);
+  reply.result = failed ? std::move(first_error) : std::move(last);
   return reply;
 }
 

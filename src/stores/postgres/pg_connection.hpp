@@ -49,15 +49,24 @@ struct Params {
   const int* formats = nullptr;
 };
 
+/// One command of a round trip.
+struct Command {
+  /// The prepared statement to run (its PREPARE and a DESCRIBE are pipelined ahead of it
+  /// when this session has not prepared it yet), or nullptr to run `sql` unnamed.
+  Statement* stmt = nullptr;
+  std::string_view sql;  ///< used only when stmt is nullptr
+  Params params;
+  int result_format = 0;  ///< 0 text, 1 binary
+};
+
 /// What one round trip produced.
 struct Reply {
-  /// The statement's result, or the first error of the round trip (an error of
-  /// a pipelined BEGIN or PREPARE is reported instead of the statement's result).
+  /// The last command's result, or the first error of the round trip (an error of an
+  /// earlier command, or of a pipelined PREPARE, is reported instead of the last result).
   /// Null when nothing could be sent or read at all (a broken connection).
   Result result;
-  /// How many of the commands pipelined ahead of the statement (`prefix` of exec())
-  /// succeeded, in order; the ones after a failure did not run.
-  std::size_t prefix_done = 0;
+  /// How many of the commands succeeded, in order; the ones after a failure did not run.
+  std::size_t done = 0;
 };
 
 /// The classification of one failed result (see classify()).
@@ -105,16 +114,12 @@ class Connection {
   /// the SQL unprepared, so dynamically built SQL cannot grow the cache forever.
   Statement* statement(std::string_view sql);
 
-  /// Runs one statement in one round trip. The parameterless commands in `prefix`
-  /// (BEGIN, SAVEPOINT x, RELEASE SAVEPOINT x: whatever the transaction deferred) are
-  /// pipelined ahead of it, in order; when `stmt` is not prepared in this session yet,
-  /// its PREPARE and a DESCRIBE are pipelined too (on success `stmt` is marked prepared
-  /// and its param_count is set).
-  /// `stmt == nullptr` runs `sql` as an unnamed statement; otherwise `sql` is unused.
-  /// `result_format`: 0 text, 1 binary. Never throws: SQL and connection errors come
-  /// back in the Reply for the caller to classify.
-  Reply exec(Statement* stmt, std::string_view sql, const Params& params, int result_format,
-             std::span<const std::string> prefix);
+  /// Runs `commands` in one round trip: pipelined back to back behind one sync, in
+  /// order (a single command whose statement is prepared already goes without pipeline
+  /// mode). On success the statements prepared here are marked prepared and get their
+  /// param_count. Never throws: SQL and connection errors come back in the Reply for the
+  /// caller to classify.
+  Reply exec(std::span<const Command> commands);
 
   /// Simple-query protocol (several statements allowed), for migrations. Not pipelined.
   Result exec_simple(const char* sql);
@@ -133,8 +138,7 @@ class Connection {
   [[nodiscard]] std::string scrub(std::string message) const;
 
  private:
-  Reply exec_pipelined(Statement* stmt, std::string_view sql, const Params& params,
-                       int result_format, std::span<const std::string> prefix);
+  Reply exec_pipelined(std::span<const Command> commands);
   /// The result of the next pipelined command (consuming its terminating null).
   Result next_pipeline_result();
 
@@ -154,6 +158,9 @@ class Connection {
   };
   std::unordered_map<std::string, std::unique_ptr<Statement>, SqlHash, std::equal_to<>> cache_;
   std::uint64_t next_statement_ = 0;
+  // Reused by exec_pipelined().
+  std::vector<Statement*> preparing_;
+  std::vector<bool> prepares_;
 };
 
 /// Classifies a SQLSTATE (five characters) into idem's error codes.

@@ -92,6 +92,32 @@ void put_be32(std::string& out, std::uint32_t v) {
   out.append(bytes, 4);
 }
 
+// Appends the libpq text form of a non-NULL, non-string value to `out`.
+void append_text(std::string& out, const Param::Value& v) {
+  char buf[64];
+  if (const auto* i = std::get_if<std::int64_t>(&v)) {
+    const auto res = std::to_chars(buf, buf + sizeof buf, *i);
+    out.append(buf, res.ptr);
+  } else if (const auto* d = std::get_if<double>(&v)) {
+    // float8in reads these spellings; to_chars would write "inf"/"nan".
+    if (std::isnan(*d)) {
+      out += "NaN";
+    } else if (std::isinf(*d)) {
+      out += *d > 0 ? "Infinity" : "-Infinity";
+    } else {
+      const auto res = std::to_chars(buf, buf + sizeof buf, *d);  // shortest round trip
+      out.append(buf, res.ptr);
+    }
+  } else if (const auto* b = std::get_if<bool>(&v)) {
+    out += *b ? "true" : "false";
+  } else if (const auto* u = std::get_if<Uuid>(&v)) {
+    u->format_to(buf);
+    out.append(buf, 36);
+  } else if (const auto* s = std::get_if<std::string>(&v)) {
+    out += *s;
+  }
+}
+
 // Parameters encoded as libpq text-format C strings. Numbers and UUIDs are
 // written into one arena; strings point at the Param's own storage.
 class TextParams {
@@ -100,7 +126,14 @@ class TextParams {
     arena_.clear();
     offsets_.clear();
     values_.clear();
-    for (const Param& p : params) offsets_.push_back(append(p.value()));
+    for (const Param& p : params) {
+      offsets_.push_back(arena_.size());
+      const auto& v = p.value();
+      if (v.index() != 0 && !std::holds_alternative<std::string>(v)) {
+        append_text(arena_, v);
+        arena_.push_back('\0');
+      }
+    }
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto& v = params[i].value();
       if (v.index() == 0) {
@@ -118,34 +151,6 @@ class TextParams {
   }
 
  private:
-  std::size_t append(const Param::Value& v) {
-    const std::size_t at = arena_.size();
-    char buf[64];
-    if (const auto* i = std::get_if<std::int64_t>(&v)) {
-      const auto res = std::to_chars(buf, buf + sizeof buf, *i);
-      arena_.append(buf, res.ptr);
-    } else if (const auto* d = std::get_if<double>(&v)) {
-      // float8in reads these spellings; to_chars would write "inf"/"nan".
-      if (std::isnan(*d)) {
-        arena_ += "NaN";
-      } else if (std::isinf(*d)) {
-        arena_ += *d > 0 ? "Infinity" : "-Infinity";
-      } else {
-        const auto res = std::to_chars(buf, buf + sizeof buf, *d);  // shortest round trip
-        arena_.append(buf, res.ptr);
-      }
-    } else if (const auto* b = std::get_if<bool>(&v)) {
-      arena_ += *b ? "true" : "false";
-    } else if (const auto* u = std::get_if<Uuid>(&v)) {
-      u->format_to(buf);
-      arena_.append(buf, 36);
-    } else {
-      return 0;  // NULL or string: not stored in the arena
-    }
-    arena_.push_back('\0');
-    return at;
-  }
-
   std::string arena_;
   std::vector<std::size_t> offsets_;
   std::vector<const char*> values_;
@@ -166,7 +171,11 @@ class PostgresTransaction final : public Transaction {
   void rollback() noexcept override;
   [[nodiscard]] bool active() const noexcept override { return state_ != State::Finished; }
 
-  /// Sends the deferred BEGIN, RELEASEs and SAVEPOINTs now (for users of the native handle).
+  void execute_deferred_params(std::string_view sql, std::span<const Param> params) override;
+  void sync() override;
+
+  /// Sends everything deferred (BEGIN, SAVEPOINTs, RELEASEs, deferred statements) now,
+  /// for users of the native handle.
   void start_now();
   [[nodiscard]] std::size_t find_savepoint(std::string_view name) const;
 
@@ -177,7 +186,7 @@ class PostgresTransaction final : public Transaction {
 
  private:
   enum class State {
-    Pending,   // begin() returned; BEGIN not sent yet (it travels with the first statement)
+    Pending,   // begin() returned; BEGIN not run yet (it travels with the first statement)
     Open,      // the server has an open transaction block
     Finished,  // committed, rolled back, or lost
   };
@@ -186,16 +195,38 @@ class PostgresTransaction final : public Transaction {
     std::string message;
     std::string sqlstate;
   };
+  enum class SavepointState {
+    Recorded,  // savepoint() was called; nothing ran after it yet
+    Queued,    // its SAVEPOINT waits in queue_ (at queue_pos) for the next round trip
+    Sent,      // its SAVEPOINT has run on the server
+  };
   struct SavepointMark {
     std::string name;
     std::optional<Earlier> failure_before;
-    bool sent = false;  // its SAVEPOINT has run on the server
+    SavepointState state = SavepointState::Recorded;
+    std::size_t queue_pos = 0;
+  };
+  // A command waiting for the next round trip, in the order it was issued.
+  struct Queued {
+    enum class Kind { Begin, Savepoint, Release, Statement } kind;
+    std::string text;         // the command; for a Statement, its SQL if it is not prepared
+    Statement* stmt = nullptr;  // a deferred statement's cached statement
+    std::size_t first_param = 0;  // into param_offsets_
+    std::size_t param_count = 0;
   };
 
   void check_usable();
   static void check_param_count(const Statement* stmt, std::string_view sql, std::size_t bound);
   static void check_consumer_group(std::string_view consumer_group);
+  /// Queues BEGIN (if not yet) and the SAVEPOINT of every savepoint only recorded so far:
+  /// whatever is issued next belongs inside them.
+  void queue_control();
+  /// Runs the queue and then `main` (if given) in one round trip, and applies what ran.
+  Reply run_queue(const Command* main);
   Reply run(Statement* stmt, std::string_view sql, const Params& params, int result_format);
+  /// Sends the queue now; throws the first error among it.
+  void send_queue();
+  void drop_queue() noexcept;
   void command(const std::string& sql);
   [[noreturn]] void fail(const PGresult* result, std::string_view what);
   /// fail() for the dedup marks, which name a missing processed_event as a schema problem.
@@ -205,15 +236,23 @@ class PostgresTransaction final : public Transaction {
   PostgresStore& store_;
   Connection& conn_;
   State state_ = State::Pending;
+  bool begin_queued_ = false;
   bool connection_lost_ = false;
   std::optional<Earlier> failure_;
   std::vector<SavepointMark> savepoints_;
-  // Lazy savepoints: RELEASEs not sent yet. They travel in the pipeline of the next
-  // statement (or ROLLBACK TO), and COMMIT/ROLLBACK make them unnecessary.
-  std::vector<std::string> pending_releases_;
-  std::vector<std::string> prefix_;  // reused: the commands pipelined ahead of a statement
-  /// Sends deferred BEGIN / RELEASEs / SAVEPOINTs synchronously (native-handle use).
-  void flush_deferred();
+  // Lazy savepoints and deferred statements: everything issued since the last round
+  // trip that needs no answer yet. It travels in the pipeline of the next synchronous
+  // statement (or sync(), or ROLLBACK TO); COMMIT/ROLLBACK make trailing RELEASEs and
+  // SAVEPOINTs unnecessary.
+  std::vector<Queued> queue_;
+  std::size_t queued_statements_ = 0;
+  std::string param_arena_;                  // deferred parameters' text, NUL-terminated
+  std::vector<std::ptrdiff_t> param_offsets_;  // per deferred parameter; -1 for NULL
+  // Set by run_queue() when the failure it returned was a deferred statement's: its SQL.
+  std::string failed_deferred_;
+  // Reused by run_queue().
+  std::vector<Command> commands_;
+  std::vector<const char*> values_;
 };
 
 class PostgresStore final : public Store {
@@ -294,42 +333,75 @@ void PostgresTransaction::check_usable() {
 // Lazy savepoints (measured with bench/bench_consumer.cpp: SAVEPOINT and RELEASE were
 // one round trip each per event, i.e. two of the three round trips per event of the
 // count handler and all of the per-event cost of a handler without SQL).
-// savepoint() only records the savepoint; its SAVEPOINT is pipelined ahead of the next
-// statement, together with the RELEASEs of earlier savepoints, which release() also
-// only records. A savepoint that no statement followed was never sent, so releasing it
-// or rolling back to it needs nothing on the server (nothing ran after it); COMMIT and
-// ROLLBACK release every savepoint, so RELEASEs still pending then are dropped.
-// Errors keep their place: every deferred command runs, in order, before the statement
+// savepoint() only records the savepoint. When the next statement is issued, BEGIN (if
+// not run yet) and the SAVEPOINTs of the recorded savepoints are queued ahead of it;
+// release() queues a RELEASE if the SAVEPOINT was queued or sent. The queue, in issue
+// order, travels in one pipeline ahead of the next synchronous statement, and
+// execute_deferred() statements join the same queue. A savepoint that no statement
+// followed was never queued, so releasing it or rolling back to it needs nothing on the
+// server (nothing ran after it); COMMIT and ROLLBACK release every savepoint, so
+// RELEASEs still queued then are dropped.
+// Errors keep their place: every queued command runs, in order, before the statement
 // it precedes, and a failing one fails that statement (the commands after it in the
-// pipeline do not run), so a failure still surfaces inside the savepoint that was open
-// when the work was done. Only a SAVEPOINT's own failure moves: from Savepoint's
+// pipeline do not run). A deferred statement's failure therefore surfaces at the next
+// synchronous call, inside whatever savepoint was open when it was issued (rolling that
+// savepoint back discards it). Only a SAVEPOINT's own failure moves: from Savepoint's
 // constructor to the first statement inside it.
-Reply PostgresTransaction::run(Statement* stmt, std::string_view sql, const Params& params,
-                               int result_format) {
-  check_usable();
-  const bool begin = state_ == State::Pending;
-  const auto build_prefix = [&] {
-    prefix_.clear();
-    if (begin) prefix_.emplace_back("BEGIN");
-    // Releases first: a pending RELEASE was always queued before any unsent SAVEPOINT
-    // still open (savepoints are sent outermost first, so an unsent one cannot sit
-    // below a sent one that was released later).
-    for (const std::string& r : pending_releases_) prefix_.push_back(r);
-    for (const SavepointMark& sp : savepoints_) {
-      if (!sp.sent) prefix_.push_back(fmt::format("SAVEPOINT {}", sp.name));
+void PostgresTransaction::queue_control() {
+  if (state_ == State::Pending && !begin_queued_) {
+    queue_.push_back({Queued::Kind::Begin, "BEGIN"});
+    begin_queued_ = true;
+  }
+  for (SavepointMark& sp : savepoints_) {
+    if (sp.state != SavepointState::Recorded) continue;
+    sp.state = SavepointState::Queued;
+    sp.queue_pos = queue_.size();
+    queue_.push_back({Queued::Kind::Savepoint, fmt::format("SAVEPOINT {}", sp.name)});
+  }
+}
+
+void PostgresTransaction::drop_queue() noexcept {
+  queue_.clear();
+  queued_statements_ = 0;
+  param_arena_.clear();
+  param_offsets_.clear();
+  begin_queued_ = false;
+  for (SavepointMark& sp : savepoints_) {
+    if (sp.state == SavepointState::Queued) sp.state = SavepointState::Recorded;
+  }
+}
+
+Reply PostgresTransaction::run_queue(const Command* main) {
+  failed_deferred_.clear();
+  const bool begin = state_ == State::Pending && begin_queued_;
+  // The deferred parameters' pointers, once the arena no longer grows.
+  values_.clear();
+  for (const std::ptrdiff_t off : param_offsets_) {
+    values_.push_back(off < 0 ? nullptr : param_arena_.data() + off);
+  }
+  commands_.clear();
+  for (const Queued& q : queue_) {
+    Command c;
+    if (q.kind == Queued::Kind::Statement) {
+      c.stmt = q.stmt;
+      c.params.count = static_cast<int>(q.param_count);
+      c.params.values = values_.data() + q.first_param;
     }
-  };
-  build_prefix();
+    c.sql = q.text;
+    commands_.push_back(c);
+  }
+  if (main != nullptr) commands_.push_back(*main);
+
   Reply reply;
   if (!begin) {
-    reply = conn_.exec(stmt, sql, params, result_format, prefix_);
+    reply = conn_.exec(commands_);
   } else {
     // Lazy BEGIN: it travels in one pipeline with the transaction's first statement.
     // Nothing has been sent in this transaction yet, so a broken connection can
     // still be replaced.
     if (conn_.needs_reset()) conn_.reset();
-    reply = conn_.exec(stmt, sql, params, result_format, prefix_);
-    if (reply.prefix_done == 0 &&
+    reply = conn_.exec(commands_);
+    if (reply.done == 0 &&
         (conn_.needs_reset() ||
          conn_.classify(reply.result.get()).code == ErrorCode::Connection)) {
       // BEGIN did not run because the connection is broken (typically a session the
@@ -338,52 +410,110 @@ Reply PostgresTransaction::run(Statement* stmt, std::string_view sql, const Para
       // sending the same pipeline again is safe: it is what begin() does when it
       // notices the break itself.
       conn_.reset();
-      reply = conn_.exec(stmt, sql, params, result_format, prefix_);
+      reply = conn_.exec(commands_);
     }
   }
-  // Apply what ran, in prefix order; what did not run stays deferred (the transaction
-  // is aborted then, and the error is the caller's).
-  std::size_t done = reply.prefix_done;
-  if (begin && done > 0) {
-    state_ = State::Open;
-    --done;
+
+  // Apply what ran; what did not run never will (the transaction is aborted then, and
+  // the error is the caller's). Savepoints whose SAVEPOINT did not run are recorded
+  // again, with the failure that stopped them as the failure before them.
+  const bool failed = reply.done < commands_.size();
+  std::optional<Earlier> stopped_by;
+  if (failed && reply.result != nullptr) {
+    const Failure f = conn_.classify(reply.result.get());
+    stopped_by = Earlier{f.code, f.message, f.sqlstate};
   }
-  const std::size_t releases = std::min(done, pending_releases_.size());
-  pending_releases_.erase(pending_releases_.begin(),
-                          pending_releases_.begin() + static_cast<std::ptrdiff_t>(releases));
-  done -= releases;
-  for (SavepointMark& sp : savepoints_) {
-    if (done == 0) break;
-    if (!sp.sent) {
-      sp.sent = true;
-      --done;
+  for (std::size_t i = 0; i < queue_.size(); ++i) {
+    const Queued& q = queue_[i];
+    const bool ran = i < reply.done;
+    if (q.kind == Queued::Kind::Begin && ran) state_ = State::Open;
+    if (q.kind == Queued::Kind::Savepoint) {
+      for (SavepointMark& sp : savepoints_) {
+        if (sp.state != SavepointState::Queued || sp.queue_pos != i) continue;
+        sp.state = ran ? SavepointState::Sent : SavepointState::Recorded;
+        if (!ran && state_ == State::Open && stopped_by) sp.failure_before = stopped_by;
+      }
+    }
+    if (failed && i == reply.done && q.kind == Queued::Kind::Statement) {
+      failed_deferred_ = fmt::format("deferred statement {}",
+                                     sql_excerpt(q.stmt != nullptr ? q.stmt->sql : q.text));
     }
   }
+  queue_.clear();
+  queued_statements_ = 0;
+  param_arena_.clear();
+  param_offsets_.clear();
+  begin_queued_ = false;
   return reply;
 }
 
-void PostgresTransaction::flush_deferred() {
-  if (state_ == State::Finished) return;
-  const auto run_one = [&](const std::string& sql) {
-    const Result r(PQexec(conn_.native(), sql.c_str()));
-    if (!ok_status(r.get())) fail(r.get(), sql);
-  };
-  if (state_ == State::Pending) {
-    run_one("BEGIN");
-    state_ = State::Open;
-  }
-  while (!pending_releases_.empty()) {
-    run_one(pending_releases_.front());
-    pending_releases_.erase(pending_releases_.begin());
-  }
-  for (SavepointMark& sp : savepoints_) {
-    if (sp.sent) continue;
-    run_one(fmt::format("SAVEPOINT {}", sp.name));
-    sp.sent = true;
+Reply PostgresTransaction::run(Statement* stmt, std::string_view sql, const Params& params,
+                               int result_format) {
+  check_usable();
+  queue_control();
+  Command main;
+  main.stmt = stmt;
+  main.sql = sql;
+  main.params = params;
+  main.result_format = result_format;
+  return run_queue(&main);
+}
+
+void PostgresTransaction::send_queue() {
+  check_usable();
+  if (queue_.empty()) return;
+  const Reply reply = run_queue(nullptr);
+  if (reply.done < commands_.size()) {
+    fail(reply.result.get(), failed_deferred_.empty() ? "deferred commands" : failed_deferred_);
   }
 }
 
-void PostgresTransaction::fail(const PGresult* result, std::string_view what) {
+// Deferred statements are bounded so a caller that defers without ever syncing cannot
+// grow the queue without limit: past these, execute_deferred() sends the queue itself.
+constexpr std::size_t kMaxQueuedStatements = 10'000;
+constexpr std::size_t kMaxQueuedParamBytes = 16u << 20;
+
+void PostgresTransaction::execute_deferred_params(std::string_view sql,
+                                                  std::span<const Param> params) {
+  check_usable();
+  Statement* stmt = conn_.statement(sql);
+  // Known statement: a wrong parameter count fails here, before anything is queued.
+  check_param_count(stmt, sql, params.size());
+  queue_control();
+  Queued q{Queued::Kind::Statement, stmt == nullptr ? std::string(sql) : std::string()};
+  q.stmt = stmt;
+  q.first_param = param_offsets_.size();
+  q.param_count = params.size();
+  for (const Param& p : params) {
+    if (p.is_null()) {
+      param_offsets_.push_back(-1);
+      continue;
+    }
+    param_offsets_.push_back(static_cast<std::ptrdiff_t>(param_arena_.size()));
+    append_text(param_arena_, p.value());
+    param_arena_.push_back('\0');
+  }
+  queue_.push_back(std::move(q));
+  ++queued_statements_;
+  if (queued_statements_ >= kMaxQueuedStatements || param_arena_.size() >= kMaxQueuedParamBytes) {
+    send_queue();
+  }
+}
+
+void PostgresTransaction::sync() {
+  check_usable();
+  if (queued_statements_ > 0) send_queue();
+  if (failure_ && state_ == State::Open) {
+    throw Error(failure_->code, ErrorSource::Postgres,
+                fmt::format("postgres: the transaction cannot commit: a statement in it failed "
+                            "earlier: {}",
+                            failure_->message),
+                failure_->sqlstate);
+  }
+}
+
+void PostgresTransaction::fail(const PGresult* result, std::string_view what_arg) {
+  const std::string_view what = failed_deferred_.empty() ? what_arg : failed_deferred_;
   Failure f = conn_.classify(result);
   if (f.code == ErrorCode::Connection) {
     connection_lost_ = true;
@@ -428,6 +558,7 @@ Rows PostgresTransaction::execute_params(std::string_view sql, std::span<const P
   const Params encoded = store_.text_params().encode(params);
   const Reply reply = run(stmt, sql, encoded, 0);
   if (!ok_status(reply.result.get())) {
+    if (!failed_deferred_.empty()) fail(reply.result.get(), sql);
     // First use: the DESCRIBE pipelined with the PREPARE told us the count, and the
     // server refused the Bind. Report it the same way (the transaction is aborted).
     try {
@@ -450,7 +581,8 @@ void PostgresTransaction::check_consumer_group(std::string_view consumer_group) 
 
 void PostgresTransaction::fail_mark(const PGresult* r, std::string_view what) {
   const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-  if (state != nullptr && std::strcmp(state, "42P01") == 0) {
+  // (A deferred statement's missing table is its own problem, not processed_event's.)
+  if (state != nullptr && std::strcmp(state, "42P01") == 0 && failed_deferred_.empty()) {
     failure_ = failure_.value_or(Earlier{ErrorCode::Schema, "processed_event is missing", state});
     throw Error(ErrorCode::Schema, ErrorSource::Postgres,
                 "postgres: table processed_event does not exist; run migrate() first", state);
@@ -565,8 +697,8 @@ void PostgresTransaction::command(const std::string& sql) {
 void PostgresTransaction::savepoint(std::string_view name) {
   validate_savepoint_name(name);
   check_usable();
-  // Deferred: sent with the next statement (see run()).
-  savepoints_.push_back(SavepointMark{std::string(name), failure_, false});
+  // Deferred: queued when the next statement is issued (see run()).
+  savepoints_.push_back(SavepointMark{std::string(name), failure_});
 }
 
 std::size_t PostgresTransaction::find_savepoint(std::string_view name) const {
@@ -581,9 +713,11 @@ void PostgresTransaction::release_savepoint(std::string_view name) {
   validate_savepoint_name(name);
   check_usable();
   const std::size_t i = find_savepoint(name);
-  // RELEASE also releases every savepoint made after this one. One never sent needs
-  // no RELEASE (nothing ran inside it); a sent one's RELEASE is deferred (see run()).
-  if (savepoints_[i].sent) pending_releases_.push_back(fmt::format("RELEASE SAVEPOINT {}", name));
+  // RELEASE also releases every savepoint made after this one. One never queued needs
+  // no RELEASE (nothing ran inside it); otherwise the RELEASE is queued (see run()).
+  if (savepoints_[i].state != SavepointState::Recorded) {
+    queue_.push_back({Queued::Kind::Release, fmt::format("RELEASE SAVEPOINT {}", name)});
+  }
   savepoints_.resize(i);
 }
 
@@ -591,25 +725,48 @@ void PostgresTransaction::rollback_to_savepoint(std::string_view name) {
   validate_savepoint_name(name);
   check_usable();
   const std::size_t i = find_savepoint(name);
-  // The savepoint stays; later ones are gone (never-sent ones need nothing: nothing ran
-  // after them, and dropping them first keeps their SAVEPOINT out of the pipeline).
+  // The savepoint stays; later ones are gone.
   savepoints_.resize(i + 1);
-  if (savepoints_[i].sent) {
-    // Synchronous: the work since the savepoint must be gone before anything else
-    // runs. Deferred RELEASEs (of savepoints released earlier) are pipelined ahead.
-    command(fmt::format("ROLLBACK TO SAVEPOINT {}", name));
+  SavepointMark& sp = savepoints_[i];
+  switch (sp.state) {
+    case SavepointState::Recorded:
+      break;  // nothing was issued after it
+    case SavepointState::Queued: {
+      // Its SAVEPOINT and everything issued after it never left the client: forget them
+      // (deferred statements included, errors and all).
+      queue_.resize(sp.queue_pos);
+      sp.state = SavepointState::Recorded;
+      queued_statements_ = static_cast<std::size_t>(
+          std::count_if(queue_.begin(), queue_.end(),
+                        [](const Queued& q) { return q.kind == Queued::Kind::Statement; }));
+      break;
+    }
+    case SavepointState::Sent:
+      // Everything still queued was issued after its SAVEPOINT ran (every round trip
+      // sends the whole queue), so the rollback undoes it anyway: drop it unsent. Then
+      // synchronous: the work since the savepoint must be gone before anything else runs.
+      queue_.clear();
+      queued_statements_ = 0;
+      param_arena_.clear();
+      param_offsets_.clear();
+      command(fmt::format("ROLLBACK TO SAVEPOINT {}", name));
+      break;
   }
   // Failures since the savepoint are undone.
-  failure_ = savepoints_[i].failure_before;
+  failure_ = sp.failure_before;
 }
 
-void PostgresTransaction::start_now() { flush_deferred(); }
+void PostgresTransaction::start_now() {
+  if (state_ == State::Finished) return;
+  queue_control();
+  send_queue();
+}
 
 void PostgresTransaction::finish() noexcept {
   if (state_ == State::Finished) return;
   state_ = State::Finished;
   savepoints_.clear();
-  pending_releases_.clear();
+  drop_queue();
   store_.transaction_finished();
 }
 
@@ -617,6 +774,16 @@ void PostgresTransaction::commit() {
   if (state_ == State::Finished) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Postgres,
                 "postgres: commit() on a finished transaction");
+  }
+  if (queued_statements_ > 0) {
+    // Deferred statements run first; if one fails, nothing commits (certain, not in
+    // doubt: the server answered), and the transaction is finished like any failed commit.
+    try {
+      send_queue();
+    } catch (...) {
+      rollback();
+      throw;
+    }
   }
   if (state_ == State::Pending) {  // nothing was sent, so there is nothing to commit
     finish();

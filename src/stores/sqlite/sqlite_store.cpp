@@ -573,6 +573,13 @@ Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Par
   return Rows(static_cast<std::size_t>(columns), std::move(cells), affected);
 }
 
+void SqliteTransaction::execute_deferred_params(std::string_view sql,
+                                                std::span<const Param> params) {
+  // An INSERT/UPDATE returns no rows, so this builds nothing; a statement that does
+  // return rows has them dropped.
+  (void)execute_params(sql, params);
+}
+
 bool SqliteTransaction::mark_processed(const Uuid& event_id, std::string_view consumer_group) {
   validate_group(consumer_group);
   SqliteStore& store = usable();

@@ -86,6 +86,9 @@ class SqliteTransaction final : public Transaction {
   ~SqliteTransaction() override;
 
   Rows execute_params(std::string_view sql, std::span<const Param> params) override;
+  /// SQLite has no round trip to save: runs the statement now, discarding its rows.
+  void execute_deferred_params(std::string_view sql, std::span<const Param> params) override;
+  void sync() override { (void)usable(); }
   [[nodiscard]] bool mark_processed(const Uuid& event_id, std::string_view consumer_group) override;
   [[nodiscard]] std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
                                                        std::string_view consumer_group) override;

@@ -1,0 +1,177 @@
+// The consumer's two passes with deferred handler SQL (Transaction::execute_deferred), on
+// every backend: a clean batch commits from the optimistic pass with each handler run
+// once; a batch in which one handler's deferred statement fails is rolled back and run
+// again with a savepoint per event, so that event is dead-lettered and every other event
+// of the batch commits exactly once.
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "idem/consumer.hpp"
+#include "idem/dev_broker.hpp"
+#include "idem/events/order_confirmed.hpp"
+#include "idem/handlers/count.hpp"
+#include "idem/store.hpp"
+#include "idem/uuid.hpp"
+#include "support/consumer_scenario.hpp"
+#include "support/kafka_test_producer.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class Backend>
+class ConsumerDeferredTest : public ::testing::Test {
+ protected:
+  static constexpr int kEvents = 40;
+
+  static void SetUpTestSuite() { broker_ = new DevBroker(); }
+  static void TearDownTestSuite() {
+    delete broker_;
+    broker_ = nullptr;
+  }
+
+  void SetUp() override {
+    url_ = Backend::fresh_url();
+    if (this->IsSkipped() || this->HasFatalFailure()) return;
+    open_store(url_)->migrate();
+    observer_ = open_store(url_);
+    topic_ = unique_name("orders");
+    group_ = unique_name("g");
+    broker_->create_topic(topic_, 1);
+    broker_->create_topic(topic_ + ".dlq", 1);
+    KafkaTestProducer producer(broker_->bootstrap_servers());
+    for (int i = 1; i <= kEvents; ++i) {
+      OrderConfirmed e;
+      e.event_id = new_uuid_v7();
+      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now());
+      e.order_id = i;
+      e.customer_id = 42;
+      e.total_amount = Amount::from_hundredths(1999);
+      ids_[i] = e.event_id;
+      producer.send({topic_, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, 0});
+    }
+    producer.flush();
+  }
+
+  /// Runs a consumer with `handler` until `done` holds (30 s deadline), then stops it.
+  void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
+    ConsumerConfig c;
+    c.bootstrap_servers = broker_->bootstrap_servers();
+    c.group_id = group_;
+    c.topics = {topic_};
+    c.batch_size = 1000;
+    c.batch_window = 1s;  // the whole topic in one batch
+    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    Consumer consumer(c, open_store(url_));
+    consumer.on<OrderConfirmed>(topic_, std::move(handler));
+    std::exception_ptr error;
+    std::thread runner([&] {
+      try {
+        consumer.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    const bool reached = wait_until([&] { return done(consumer); }, 30s, 20ms);
+    consumer.stop();
+    runner.join();
+    if (error) std::rethrow_exception(error);
+    ASSERT_TRUE(reached) << "the consumer did not get there within 30 s";
+  }
+
+  std::int64_t rows(const std::string& sql, const Uuid& id) {
+    auto tx = observer_->begin();
+    return tx->execute(sql, id, group_)[0].int64(0);
+  }
+
+  static DevBroker* broker_;
+  std::string url_;
+  std::unique_ptr<Store> observer_;
+  std::string topic_;
+  std::string group_;
+  std::map<std::int64_t, Uuid> ids_;  // order id -> event id
+};
+
+template <class Backend>
+DevBroker* ConsumerDeferredTest<Backend>::broker_ = nullptr;
+
+TYPED_TEST_SUITE(ConsumerDeferredTest, AllBackends, BackendName);
+
+TYPED_TEST(ConsumerDeferredTest, CleanBatchRunsEachHandlerOnce) {
+  std::atomic<int> calls{0};
+  this->consume(
+      [&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        ++calls;
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      },
+      [&](const Consumer& c) { return c.stats().processed >= TestFixture::kEvents; });
+  EXPECT_EQ(calls.load(), TestFixture::kEvents) << "a clean batch fell back to the isolated pass";
+  EXPECT_EQ(count_effects(*this->observer_, this->group_), TestFixture::kEvents);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+}
+
+TYPED_TEST(ConsumerDeferredTest, FailingDeferredStatementLosesOnlyItsEvent) {
+  constexpr std::int64_t kPoison = 17;  // mid-batch
+  std::mutex mu;
+  std::map<std::int64_t, int> calls;
+  this->consume(
+      [&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        {
+          const std::lock_guard lock(mu);
+          ++calls[e.order_id];
+        }
+        record_effect(tx, e.event_id, r);
+        if (e.order_id == kPoison) {
+          // customer_id NOT NULL: a constraint violation, never transient. On PostgreSQL
+          // it surfaces only when the batch's deferred statements run.
+          tx.execute_deferred(
+              "INSERT INTO orders (id, customer_id, total_amount, created_at) "
+              "VALUES ($1, $2, $3, $4)",
+              e.order_id, nullptr, "1.00", "2026-01-02T03:04:05Z");
+        }
+        return Outcome::Done;
+      },
+      [&](const Consumer& c) {
+        return c.stats().processed >= TestFixture::kEvents - 1 && c.stats().dead_lettered >= 1;
+      });
+
+  EXPECT_EQ(count_effects(*this->observer_, this->group_), TestFixture::kEvents - 1);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+  const Uuid poison = this->ids_.at(kPoison);
+  EXPECT_EQ(this->rows("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
+                       poison),
+            0);
+  EXPECT_EQ(this->rows("SELECT count(*) FROM processed_event WHERE event_id = $1 AND "
+                       "consumer_group = $2",
+                       poison),
+            0)
+      << "the dead-lettered event stayed marked";
+  {
+    const std::lock_guard lock(mu);
+    EXPECT_GE(calls[kPoison], 2) << "no isolated pass ran after the failure";
+  }
+  const auto dlq = read_topic(this->broker_->bootstrap_servers(), this->topic_ + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].header("idem.error.class"), "handler.exception");
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), std::to_string(kPoison - 1));
+  EXPECT_EQ(committed_offsets(this->broker_->bootstrap_servers(), this->group_, this->topic_, 1),
+            std::vector<std::int64_t>{TestFixture::kEvents});
+}
+
+}  // namespace
+}  // namespace idem::test
