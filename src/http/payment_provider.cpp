@@ -330,8 +330,17 @@ void PaymentProvider::Impl::handle_charge(const httplib::Request& req, httplib::
                 {"status", "charged"}};
   }
   const std::string body_text = body.dump();
+  if (decline) {
+    // A decline charges nothing, so it is not stored: the claim is released (by
+    // ReleaseClaim) and the same key may charge once the customer fixed the cause.
+    // That is what replaying a declined event from the DLQ relies on.
+    ++declines;
+    res.status = status;
+    res.set_content(body_text, "application/json");
+    return;
+  }
   in_transaction([&](Transaction& tx) {
-    if (!decline) {
+    {
       const std::string traceparent = req.get_header_value("traceparent");
       tx.execute("INSERT INTO provider_charge(payment_id, order_id, amount, idempotency_key, "
                  "traceparent, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -345,9 +354,8 @@ void PaymentProvider::Impl::handle_charge(const httplib::Request& req, httplib::
                key, status, body_text);
   });
   answered = true;
-  if (decline) ++declines;
 
-  if (!decline && draw(now_faults.reset_after_commit)) {
+  if (draw(now_faults.reset_after_commit)) {
     // Committed, and now the answer breaks off: the status line and headers go out,
     // then the connection closes before the promised body. cpp-httplib offers no way
     // to close a socket without writing a response; a content provider that fails
@@ -465,6 +473,9 @@ PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig co
   // Idle keep-alive connections hold a server thread each and delay stop() by up to
   // this long; clients reconnect (and retry, with the same key) if one was closed.
   impl.server.set_keep_alive_timeout(1);
+  // An answer leaves in two writes (headers, body); without TCP_NODELAY the second
+  // waits for the client's delayed ACK, about 40 ms per charge on keep-alive.
+  impl.server.set_tcp_nodelay(true);
   impl.server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown error";

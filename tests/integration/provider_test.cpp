@@ -194,7 +194,7 @@ TEST_F(ProviderTest, ResetAfterCommitChargesAndLosesTheAnswer) {
   EXPECT_EQ(provider_->summary().replays, 1);
 }
 
-TEST_F(ProviderTest, DeclinesAreDeterministicAndStored) {
+TEST_F(ProviderTest, DeclinesAreDeterministicAndReleaseTheKey) {
   ProviderConfig config;
   config.faults.decline = 0.5;
   config.seed = 7;
@@ -204,7 +204,7 @@ TEST_F(ProviderTest, DeclinesAreDeterministicAndStored) {
     const std::string key = fmt::format("key-{}", order);
     const CallResult r = charge(key, order, "2.00");
     const CallResult again = charge(key, order, "2.00");
-    EXPECT_EQ(again.http_status, r.http_status) << "the stored answer is replayed";
+    EXPECT_EQ(again.http_status, r.http_status) << "a charge is replayed, a decline decided again";
     if (r.http_status == 402) {
       ++declined;
       EXPECT_EQ(r.status, CallStatus::Permanent);
@@ -219,6 +219,14 @@ TEST_F(ProviderTest, DeclinesAreDeterministicAndStored) {
   EXPECT_GT(declined, 0);
   EXPECT_LT(declined, 40);
   EXPECT_EQ(provider_->summary().charges, 40 - declined);
+
+  // The cause is fixed: a declined key was not kept, so the same key now charges once.
+  provider_->set_faults({});
+  for (std::int64_t order = 1; order <= 40; ++order) {
+    const std::string key = fmt::format("key-{}", order);
+    EXPECT_TRUE(charge(key, order, "2.00").ok());
+    EXPECT_EQ(provider_->charges(order).size(), 1U) << "order " << order;
+  }
 }
 
 TEST_F(ProviderTest, FaultsChangeAtRuntimeOverHttp) {
