@@ -31,7 +31,7 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
             "kafka.bootstrap.servers");
   cfg->bind(check->add_option("--group", opts->group, "Consumer group"), "consumer.group");
   cfg->bind(check->add_option("--topic", opts->topics, "Topic (repeatable)"), "consumer.topics");
-  check->callback([cfg, &exit_code] {
+  check->callback([cfg, opts, &exit_code] {  // opts: the flags write into it
     const Config config = cfg->load();
     std::cout << config.describe();
     if (!config.store_url.empty()) {

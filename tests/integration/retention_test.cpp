@@ -204,7 +204,18 @@ TEST(PostgresRetention, AnAdvisoryLockKeepsOneMaintenanceAtATime) {
     tx->commit();
   }
   EXPECT_FALSE(run_maintenance(*store, policy_for(clock)).ran);
-  other.reset();  // its session ends, and the lock with it
+  other.reset();  // its session ends, and the lock with it...
+  // ...once the server has noticed the disconnect, which is asynchronous: wait for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto tx = store->begin();
+    const auto held = tx->execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768189294 "
+        "AND objid = 1 AND pid <> pg_backend_pid()")[0].int64(0);
+    tx->commit();
+    if (held == 0) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the closed session's lock stayed";
+  }
   const MaintenanceReport r = run_maintenance(*store, policy_for(clock));
   EXPECT_TRUE(r.ran);
   EXPECT_EQ(r.dedup_rows_deleted, 1);
@@ -272,18 +283,41 @@ void delete_while_consuming(const std::string& url) {
   std::atomic<bool> cleaning{true};
   std::atomic<std::int64_t> deleted{0};
   std::atomic<std::int64_t> passes_during_consumption{0};
+  std::string cleaner_error;
   std::thread cleaner([&] {
-    auto store = open_store(url);
-    while (cleaning.load()) {
-      deleted.fetch_add(run_maintenance(*store, policy).dedup_rows_deleted);
-      passes_during_consumption.fetch_add(1);
+    try {
+      auto store = open_store(url);
+      while (cleaning.load()) {
+        deleted.fetch_add(run_maintenance(*store, policy).dedup_rows_deleted);
+        passes_during_consumption.fetch_add(1);
+      }
+    } catch (const std::exception& e) {
+      cleaner_error = e.what();
     }
   });
+  // Whatever happens below (a failed assertion, an exception), the cleaner stops and joins.
+  struct StopCleaner {
+    std::atomic<bool>& cleaning;
+    std::thread& cleaner;
+    ~StopCleaner() {
+      cleaning.store(false);
+      if (cleaner.joinable()) cleaner.join();
+    }
+  } stop_cleaner{cleaning, cleaner};
   produce(second_half);
   const bool caught_up = test::wait_until(
-      [&] { return count_effects(*observer, kGroup) >= 400 && consumer->stats().duplicates >= 80; }, 60s, 10ms);
+      [&] {
+        try {  // the observer's transaction competes for SQLite's write lock: busy is no answer
+          return count_effects(*observer, kGroup) >= 400 && consumer->stats().duplicates >= 80;
+        } catch (const Error& e) {
+          if (!e.transient()) throw;
+          return false;
+        }
+      },
+      60s, 10ms);
   cleaning.store(false);
   cleaner.join();
+  EXPECT_EQ(cleaner_error, "");
   EXPECT_TRUE(consumer.stop());
   ASSERT_TRUE(caught_up);
   EXPECT_FALSE(consumer.error());
