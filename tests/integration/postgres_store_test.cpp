@@ -25,6 +25,7 @@
 #include "idem/uuid.hpp"
 #include "stores/migration.hpp"
 #include "stores/postgres/pg_partitions.hpp"
+#include "support/manual_clock.hpp"
 #include "support/postgres_test_db.hpp"
 #include "support/store_backends.hpp"
 #include "support/store_contract.hpp"
@@ -41,23 +42,14 @@ using namespace std::chrono_literals;
 using std::chrono::sys_days;
 using TimePoint = std::chrono::system_clock::time_point;
 
-/// A clock the test sets.
-class FixedClock final : public Clock {
- public:
-  explicit FixedClock(TimePoint t) : now_(t) {}
-  [[nodiscard]] TimePoint now() const override { return now_.load(); }
-  void set(TimePoint t) { now_.store(t); }
-
- private:
-  std::atomic<TimePoint> now_;
-};
+using test::ManualClock;
 
 constexpr sys_days kDayD = sys_days(std::chrono::year(2026) / 3 / 10);
 constexpr const char* kGroup = "billing-order-confirmed";
 
 /// A UUIDv7 born at `t`.
 Uuid uuid_born_at(TimePoint t) {
-  const FixedClock clock(t);
+  const ManualClock clock(t);
   UuidV7Generator generator(clock);
   return generator.next();
 }
@@ -134,7 +126,7 @@ class PostgresStoreTest : public ::testing::Test {
 // ---- partition planning (no server) ---------------------------------------------
 
 TEST(PostgresPartitionPlan, DailyPartitionsAroundNowAlignedToUtcMidnight) {
-  const FixedClock clock(kDayD + 15h + 7min);
+  const ManualClock clock(kDayD + 15h + 7min);
   const auto plan = detail::pg::plan_partitions(partitioned_options(clock, 2, 3), clock.now());
   ASSERT_EQ(plan.size(), 6u);  // 2 behind + today + 3 ahead
   const std::vector<std::string> names{"processed_event_p20260308", "processed_event_p20260309",
@@ -154,7 +146,7 @@ TEST(PostgresPartitionPlan, DailyPartitionsAroundNowAlignedToUtcMidnight) {
 }
 
 TEST(PostgresPartitionPlan, SubDayPeriodsCarryTheHourInTheName) {
-  const FixedClock clock(kDayD + 13h + 59min);
+  const ManualClock clock(kDayD + 13h + 59min);
   const auto plan = detail::pg::plan_partitions(partitioned_options(clock, 1, 1, 6h), clock.now());
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].name, "processed_event_p2026031006");
@@ -164,14 +156,14 @@ TEST(PostgresPartitionPlan, SubDayPeriodsCarryTheHourInTheName) {
 }
 
 TEST(PostgresPartitionPlan, RejectsNonsense) {
-  const FixedClock clock(kDayD);
+  const ManualClock clock(kDayD);
   EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, -1, 3), clock.now()), Error);
   EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, 1, 3, 0h), clock.now()), Error);
   EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, 100000, 3), clock.now()), Error);
 }
 
 TEST(PostgresPartitionPlan, DdlPartitionsOnEventIdAndHasADefaultPartition) {
-  const FixedClock clock(kDayD);
+  const ManualClock clock(kDayD);
   const std::string ddl =
       detail::pg::partitioned_processed_event_ddl(partitioned_options(clock, 1, 1), clock.now());
   EXPECT_NE(ddl.find("PARTITION BY RANGE (event_id)"), std::string::npos) << ddl;
@@ -265,7 +257,7 @@ TEST_F(PostgresStoreTest, KeyValueConninfoAndSessionSettings) {
 // ---- partitioned dedup table -----------------------------------------------------
 
 TEST_F(PostgresStoreTest, PartitionedTableIsRangePartitionedOnEventId) {
-  const FixedClock clock(kDayD + 15h);
+  const ManualClock clock(kDayD + 15h);
   const MigrationReport report = store_->migrate(partitioned_options(clock, 2, 3));
   ASSERT_EQ(report.applied.size(), migration_count());
   EXPECT_EQ(report.to_version, latest_version());
@@ -307,7 +299,7 @@ TEST_F(PostgresStoreTest, PartitionedTableIsRangePartitionedOnEventId) {
 }
 
 TEST_F(PostgresStoreTest, RedeliveryAfterTableMovedToANewPartitionIsStillADuplicate) {
-  FixedClock clock(kDayD + 10h);
+  ManualClock clock(kDayD + 10h);
   store_->migrate(partitioned_options(clock, 1, 3));
   const Uuid born_on_d = uuid_born_at(kDayD + 10h);
   ASSERT_TRUE(mark_committed(*store_, born_on_d));
@@ -365,7 +357,7 @@ TEST_F(PostgresStoreTest, ProcessedAtPartitioningOfTheDesignDocumentsWouldRunThe
 }
 
 TEST_F(PostgresStoreTest, BatchMarkWorksAcrossPartitions) {
-  const FixedClock clock(kDayD + 12h);
+  const ManualClock clock(kDayD + 12h);
   store_->migrate(partitioned_options(clock, 2, 2));
   const std::vector<Uuid> ids{
       uuid_born_at(kDayD - std::chrono::days(2) + 1h),   // oldest partition
@@ -404,7 +396,7 @@ TEST_F(PostgresStoreTest, BatchMarkWorksAcrossPartitions) {
 
 TEST_F(PostgresStoreTest, PartitionedMigrateRefusesExistingPlainTable) {
   store_->migrate();
-  const FixedClock clock(kDayD);
+  const ManualClock clock(kDayD);
   try {
     store_->migrate(partitioned_options(clock, 1, 1));
     ADD_FAILURE() << "partitioned migrate accepted a plain processed_event";
@@ -431,7 +423,7 @@ TEST_F(PostgresStoreTest, MigrateRefusesATableItDidNotCreate) {
 }
 
 TEST_F(PostgresStoreTest, MigrateConcurrentlyFromTwoConnectionsIsSafe) {
-  const FixedClock clock(kDayD);
+  const ManualClock clock(kDayD);
   constexpr int kMigrators = 2;
   std::vector<std::unique_ptr<Store>> stores;
   for (int i = 0; i < kMigrators; ++i) stores.push_back(open_store(url_));

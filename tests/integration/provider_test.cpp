@@ -19,7 +19,7 @@
 #include "idem/http/payment_provider.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
-#include "support/fixed_clock.hpp"
+#include "support/manual_clock.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
 
@@ -57,7 +57,7 @@ class ProviderTest : public ::testing::Test {
   }
 
   std::string db_url_ = test::fresh_sqlite_url();
-  test::FixedClock clock_;
+  test::ManualClock clock_;
   std::unique_ptr<PaymentProvider> provider_;
 };
 

@@ -71,6 +71,7 @@ class RunningConsumer {
   RunningConsumer& operator=(const RunningConsumer&) = delete;
   ~RunningConsumer() { stop(); }
 
+  Consumer& operator*() { return *consumer_; }
   Consumer* operator->() { return consumer_.get(); }
   /// Stops and joins; false if run() did not return within `timeout` (the thread is then
   /// detached so the test fails instead of hanging).
@@ -82,6 +83,7 @@ class RunningConsumer {
     else thread_.detach();
     return returned;
   }
+  [[nodiscard]] bool finished() const { return finished_.load(); }
   /// What run() threw, if it did.
   [[nodiscard]] std::exception_ptr error() const { return error_; }
 

@@ -27,6 +27,7 @@
 #include "idem/handlers/count.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
 
@@ -35,6 +36,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::KafkaTestProducer;
+using test::RunningConsumer;
 using test::TestRecord;
 using test::unique_name;
 
@@ -119,43 +121,6 @@ class ConsumerTest : public ::testing::Test {
 
 DevBroker* ConsumerTest::broker_ = nullptr;
 
-/// Runs a Consumer on its own thread; stops and joins on destruction.
-class RunningConsumer {
- public:
-  RunningConsumer(std::unique_ptr<Consumer> consumer) : consumer_(std::move(consumer)) {  // NOLINT
-    thread_ = std::thread([this] {
-      try {
-        consumer_->run();
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      finished_.store(true);
-    });
-  }
-  RunningConsumer(const RunningConsumer&) = delete;
-  RunningConsumer& operator=(const RunningConsumer&) = delete;
-  ~RunningConsumer() { stop(); }
-
-  Consumer& operator*() { return *consumer_; }
-  Consumer* operator->() { return consumer_.get(); }
-  /// Stops and joins; returns false if run() did not return within `timeout`.
-  bool stop(std::chrono::milliseconds timeout = 30s) {
-    if (!thread_.joinable()) return true;
-    consumer_->stop();
-    const bool returned = eventually([&] { return finished_.load(); }, timeout);
-    if (returned) thread_.join();
-    else thread_.detach();  // the test fails; do not hang the run
-    return returned;
-  }
-  [[nodiscard]] bool finished() const { return finished_.load(); }
-  [[nodiscard]] std::exception_ptr error() const { return error_; }
-
- private:
-  std::unique_ptr<Consumer> consumer_;
-  std::thread thread_;
-  std::atomic<bool> finished_{false};
-  std::exception_ptr error_;
-};
 
 std::unique_ptr<Consumer> counting_consumer(const ConsumerConfig& config, const std::string& db_url,
                                             ConsumerHooks hooks = {}) {
