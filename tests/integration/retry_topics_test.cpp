@@ -16,7 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <algorithm>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -29,6 +29,7 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
 
@@ -42,14 +43,8 @@ constexpr std::int64_t kPoison = 2;  // always asks for a retry
 constexpr int kEvents = 10;
 
 template <class Backend>
-class RetryTopicsTest : public ::testing::Test {
+class RetryTopicsTest : public DevBrokerSuite {
  protected:
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
   void SetUp() override {
     url_ = Backend::fresh_url();
     if (this->IsSkipped() || this->HasFatalFailure()) return;
@@ -82,28 +77,17 @@ class RetryTopicsTest : public ::testing::Test {
   }
 
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
-    ConsumerConfig c;
-    c.bootstrap_servers = broker_->bootstrap_servers();
-    c.group_id = group_;
-    c.topics = {topic_};
+    ConsumerConfig c = mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
     c.batch_size = 1000;
     c.batch_window = 300ms;  // the whole source topic in the first batch
     c.retry_topics.delays = {50ms, 100ms};
-    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-    Consumer consumer(c, open_store(url_));
-    consumer.on<OrderConfirmed>(topic_, std::move(handler));
-    std::exception_ptr error;
-    std::thread runner([&] {
-      try {
-        consumer.run();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    const bool reached = wait_until([&] { return done(consumer); }, 60s, 20ms);
-    consumer.stop();
-    runner.join();
-    if (error) std::rethrow_exception(error);
+    auto consumer = std::make_unique<Consumer>(c, open_store(url_));
+    consumer->on<OrderConfirmed>(topic_, std::move(handler));
+    const Consumer& observed = *consumer;
+    RunningConsumer running(std::move(consumer));
+    const bool reached = wait_until([&] { return done(observed); }, 60s, 20ms);
+    ASSERT_TRUE(running.stop());
+    if (running.error()) std::rethrow_exception(running.error());
     ASSERT_TRUE(reached) << "the consumer did not get there within 60 s";
   }
 
@@ -114,16 +98,12 @@ class RetryTopicsTest : public ::testing::Test {
         .int64(0);
   }
 
-  static DevBroker* broker_;
   std::string url_;
   std::unique_ptr<Store> observer_;
   std::string topic_;
   std::string group_;
   std::map<std::int64_t, Uuid> ids_;  // order id -> event id
 };
-
-template <class Backend>
-DevBroker* RetryTopicsTest<Backend>::broker_ = nullptr;
 
 TYPED_TEST_SUITE(RetryTopicsTest, AllBackends, BackendName);
 
