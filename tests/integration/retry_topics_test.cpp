@@ -173,6 +173,35 @@ TYPED_TEST(RetryTopicsTest, TransientFailuresRetryThroughTopicsAndPoisonEndsInDl
             std::vector<std::int64_t>{kEvents});
 }
 
+// A database error is the store failing, not the event: with retry topics on it still
+// pauses the partition (blocking retry) and nothing goes to a retry topic.
+TYPED_TEST(RetryTopicsTest, DatabaseErrorsStayBlocking) {
+  std::atomic<int> flaky_failures{0};
+  ConsumerStats last;
+  this->consume(
+      [&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        if (e.order_id == kFlaky && flaky_failures.fetch_add(1) < 2) {
+          throw Error(ErrorCode::Connection, TypeParam::source, "connection to the store lost");
+        }
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      },
+      [&](const Consumer& c) {
+        last = c.stats();
+        return last.processed >= kEvents;
+      });
+  EXPECT_GE(last.retries, 1u) << "the partition was not paused for a blocking retry";
+  EXPECT_EQ(last.retry_topic_sends, 0u);
+  EXPECT_EQ(count_effects(*this->observer_, this->group_), kEvents);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+  EXPECT_GE(flaky_failures.load(), 3);
+  const std::string bootstrap = this->broker_->bootstrap_servers();
+  for (int level = 1; level <= 2; ++level) {
+    EXPECT_EQ(end_offsets(bootstrap, this->retry_topic(level), 1), std::vector<std::int64_t>{0})
+        << "a database error was moved to retry topic " << level;
+  }
+}
+
 TEST(RetryTopicsConfig, RejectsIllegalRetryTopicNamesAndDelays) {
   ConsumerConfig c;
   c.bootstrap_servers = "127.0.0.1:9";
