@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "idem/error.hpp"
 #include "idem/events/order_confirmed.hpp"
 #include "idem/handlers/count.hpp"
+#include "idem/http/payment_provider.hpp"
 #include "idem/retention.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
@@ -122,6 +124,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     int safety_margin_hours = 1;
     std::string stale = "quarantine";
     int maintain_every_s = 0;
+    std::string retry_delays;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -164,6 +167,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       ->check(CLI::Range(0, 24 * 3650))->capture_default_str();
   cmd->add_option("--stale", opts->stale, "Events past the dedup horizon: quarantine (DLQ), process, skip")
       ->check(CLI::IsMember({"quarantine", "process", "skip"}))->capture_default_str();
+  cmd->add_option("--retry-delays", opts->retry_delays,
+                  "Non-blocking retry topics: one delay per retry topic, e.g. 1s,10s (off when "
+                  "empty; then retries block the partition, which keeps per-key order)");
   cmd->add_option("--maintain-every-s", opts->maintain_every_s,
                   "Run retention maintenance (idem maintain) in the background this often; 0: off")
       ->check(CLI::Range(0, 86'400))->capture_default_str();
@@ -200,6 +206,18 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
 
     config.dedup_horizon.retention = std::chrono::hours(opts->dedup_retention_hours);
     config.dedup_horizon.safety_margin = std::chrono::hours(opts->safety_margin_hours);
+    // Each delay reads like --key-retention of `idem provider` (same parser).
+    for (std::string_view rest = opts->retry_delays; !rest.empty();) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      try {
+        config.retry_topics.delays.push_back(http::parse_duration(item));
+      } catch (const Error& e) {
+        throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                    fmt::format("--retry-delays: {}", e.what()));
+      }
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
     config.stale_events = opts->stale == "process" ? StaleEventPolicy::Process
                           : opts->stale == "skip"  ? StaleEventPolicy::Skip
                                                    : StaleEventPolicy::Quarantine;

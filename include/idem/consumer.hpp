@@ -86,6 +86,30 @@ struct RetryPolicy {
   double jitter = 0.2;  ///< 0 to 1
 };
 
+/// Non-blocking retries (off by default). When `delays` is non-empty, an event whose
+/// handler returns Outcome::Retry (or throws a transient non-database idem::Error) is not
+/// retried in place: its effect and mark are undone, the record (same key, payload and
+/// headers) goes to the retry topic of its attempt, and its partition moves on. Retry
+/// topic n (1-based) of topic T is `T.retry.<group_id>.<n>`; it holds records that failed
+/// n times, each with `idem.attempts` = n and `idem.retry.not_before` (ms since the epoch)
+/// = failure time + delays[n-1]. The consumer subscribes to its retry topics and processes
+/// a record there no earlier than its not_before (the retry partition pauses; the poll loop
+/// never sleeps). After max_attempts() failed attempts the record goes to the DLQ of T
+/// with `idem.attempts` = max_attempts().
+///
+/// Trade-off: a retried event can be overtaken by later events of its key. Keep this off
+/// (blocking retry) for topics whose per-key order matters. Database errors (the store
+/// unavailable) stay blocking even when this is on: every event would fail alike.
+struct RetryTopics {
+  std::vector<std::chrono::milliseconds> delays;  ///< one per retry topic; empty = off
+
+  [[nodiscard]] bool enabled() const noexcept { return !delays.empty(); }
+  /// Handler attempts in all: the first one plus one per retry topic.
+  [[nodiscard]] std::uint32_t max_attempts() const noexcept {
+    return static_cast<std::uint32_t>(delays.size()) + 1;
+  }
+};
+
 /// What the consumer does with an event born past the dedup horizon (its dedup row may
 /// already be deleted by retention, so a redelivery could run its effect twice).
 enum class StaleEventPolicy {
@@ -104,6 +128,7 @@ struct ConsumerConfig {
   std::chrono::milliseconds batch_window{50};
   std::string dlq_suffix = ".dlq";   ///< dead letters of topic T go to T + dlq_suffix
   RetryPolicy retry;
+  RetryTopics retry_topics;          ///< non-blocking retries; off by default (see RetryTopics)
   ParseLimits limits;
   /// librdkafka properties passed through unchanged (TLS, SASL, auto.offset.reset,
   /// session.timeout.ms, ...), applied after idem's defaults. `enable.auto.commit` and
@@ -181,6 +206,7 @@ struct ConsumerStats {
   std::uint64_t dead_lettered = 0;  ///< records the broker acknowledged on a DLQ topic
   std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
   std::uint64_t retries = 0;        ///< partition pauses for a retry (per partition and attempt)
+  std::uint64_t retry_topic_sends = 0;  ///< records the broker acknowledged on a retry topic
   std::uint64_t transactions = 0;   ///< database transactions committed
   std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
   std::uint64_t stale = 0;          ///< events seen past the dedup horizon (handled per StaleEventPolicy)

@@ -34,8 +34,13 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
 }
 
 BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                               const ConsumerHooks& hooks)
-    : config_(config), store_(store), routes_(routes), hooks_(hooks), horizon_guard_(config) {}
+                               const ConsumerHooks& hooks, const RetryTopicMap& retry_topics)
+    : config_(config),
+      store_(store),
+      routes_(routes),
+      hooks_(hooks),
+      retry_topics_(retry_topics),
+      horizon_guard_(config) {}
 
 void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
   // Partition order: group by (topic, partition); a stable sort keeps each partition's
@@ -224,6 +229,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
     Outcome outcome = Outcome::Done;
     std::string error_class;
     std::string error_message;
+    bool database_error = false;  // the store failing: blocking retry even with retry topics
     Savepoint sp(*tx);
     try {
       std::string reason;
@@ -238,6 +244,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
       }
     } catch (const Error& e) {
       outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;
+      database_error = e.source() == ErrorSource::Postgres || e.source() == ErrorSource::Sqlite;
       error_class = "handler.exception";
       error_message = fmt::format("{} ({}/{})", e.what(), to_string(e.source()), to_string(e.code()));
     } catch (const std::exception& e) {
@@ -260,12 +267,27 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
         sp.rollback();
         unmark(*tx, item.event_id);
         result.dead_letters.push_back({item.msg, std::move(error_class), std::move(error_message),
-                                       schedule.attempts(g.tp, offset) + 1});
+                                       retry_topics_.previous_attempts(*item.msg) +
+                                           schedule.attempts(g.tp, offset) + 1});
         out.next_offset = offset + 1;
         break;
       case Outcome::Retry:
         sp.rollback();
         unmark(*tx, item.event_id);
+        if (config_.retry_topics.enabled() && !database_error) {
+          // Non-blocking: the record goes to its next retry topic (or the DLQ) and the
+          // partition moves on; the caller pulls it back if the broker does not ack.
+          if (error_class.empty()) {
+            error_class = "handler.retry";
+            error_message = "the handler returned Outcome::Retry";
+          }
+          const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  config_.clock->now().time_since_epoch()).count();
+          result.dead_letters.push_back(retry_topics_.retry_letter(
+              *item.msg, std::move(error_class), std::move(error_message), now_ms));
+          out.next_offset = offset + 1;
+          break;
+        }
         out.retry_at = offset;
         blocked = true;
         break;

@@ -26,6 +26,7 @@
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/kafka_handle.hpp"
 #include "consumer/retry_schedule.hpp"
+#include "consumer/retry_topics.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 
@@ -55,7 +56,7 @@ struct PartitionOutcome {
 
 struct BatchResult {
   std::vector<PartitionOutcome> partitions;
-  std::vector<DeadLetter> dead_letters;  ///< in partition order
+  std::vector<DeadLetter> dead_letters;  ///< in partition order; includes retry-topic sends
   std::uint64_t processed = 0;           ///< effects committed
   std::uint64_t duplicates = 0;
   bool committed = false;                ///< a transaction committed
@@ -66,7 +67,7 @@ class BatchProcessor {
  public:
   /// All references must outlive the processor.
   BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                 const ConsumerHooks& hooks);
+                 const ConsumerHooks& hooks, const RetryTopicMap& retry_topics);
 
   /// Processes `batch` (records of any partitions, each partition's in offset order).
   /// `schedule` supplies earlier failed attempts (for `idem.attempts`).
@@ -115,6 +116,7 @@ class BatchProcessor {
   Store& store_;
   RouteTable& routes_;
   const ConsumerHooks& hooks_;
+  const RetryTopicMap& retry_topics_;
   DedupHorizonGuard horizon_guard_;
   // Reused from batch to batch.
   std::vector<Item> items_;

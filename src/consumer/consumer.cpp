@@ -20,6 +20,7 @@
 #include "consumer/offset_tracker.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_schedule.hpp"
+#include "consumer/retry_topics.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/error.hpp"
 
@@ -102,20 +103,22 @@ struct Consumer::Impl {
         hooks(std::move(h)),
         log(make_log(hooks)),
         backoff(config.retry),
-        processor(config, *store, routes, hooks) {
+        retry_topics(config),
+        processor(config, *store, routes, hooks, retry_topics) {
     const bool forward = static_cast<bool>(hooks.log);
     poll = std::make_unique<detail::PollLoop>(
         config, &log, forward,
         detail::PollLoop::Listener{
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
             [](std::span<const TopicPartition>) {}});
-    dlq = std::make_unique<detail::DeadLetterProducer>(config, &log, forward);
+    dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
   }
 
   void run();
   void process_batch();
   void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
   void resume_due();
+  void defer_early_retries();
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
   void close_quietly() noexcept;
   void commit_all_sync();
@@ -129,6 +132,7 @@ struct Consumer::Impl {
   detail::OffsetTracker tracker;
   detail::RetrySchedule schedule;
   detail::Backoff backoff;
+  detail::RetryTopicMap retry_topics;
   detail::BatchProcessor processor;
   std::unique_ptr<detail::DeadLetterProducer> dlq;
   std::unique_ptr<detail::PollLoop> poll;
@@ -217,10 +221,36 @@ void Consumer::Impl::resume_due() {
   }
 }
 
+void Consumer::Impl::defer_early_retries() {
+  // A retry-topic record before its not-before time: pause its partition there and come
+  // back when it is due (the poll loop waits on the schedule, it never sleeps). Records
+  // of that partition before it are processed now; it and those after it are refetched.
+  const auto wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            config.clock->now().time_since_epoch()).count();
+  const auto steady_now = std::chrono::steady_clock::now();
+  std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> deferred_from;
+  for (const auto& m : batch) {
+    const auto not_before = retry_topics.not_before_ms(*m);
+    if (!not_before || *not_before <= wall_now) continue;
+    const TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
+    if (deferred_from.contains(tp)) continue;
+    deferred_from.emplace(tp, m->offset);
+    schedule.defer(tp, m->offset, steady_now + std::chrono::milliseconds(*not_before - wall_now));
+    poll->pause_and_seek({tp, m->offset});
+  }
+  if (deferred_from.empty()) return;
+  std::erase_if(batch, [&](const detail::KafkaMessage& m) {
+    const auto it = deferred_from.find({rd_kafka_topic_name(m->rkt), m->partition});
+    return it != deferred_from.end() && m->offset >= it->second;
+  });
+}
+
 void Consumer::Impl::run() {
   std::optional<detail::TopicRetentionCheck> retention_check;
   if (config.check_topic_retention) retention_check.emplace(config, log);
-  poll->subscribe(config.topics);
+  std::vector<std::string> subscription = config.topics;
+  for (auto& name : retry_topics.all()) subscription.push_back(std::move(name));
+  poll->subscribe(subscription);
   try {
     while (!stop_requested.load()) {
       last_loop.store(std::chrono::steady_clock::now().time_since_epoch().count(),
@@ -240,6 +270,7 @@ void Consumer::Impl::run() {
           return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
         });
       }
+      if (config.retry_topics.enabled() && !batch.empty()) defer_early_retries();
       if (!batch.empty()) process_batch();
       batch.clear();
     }
@@ -261,6 +292,10 @@ void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStat
   const std::vector<bool> acked = dlq->send(r.dead_letters, config.dlq_ack_timeout);
   for (std::size_t i = 0; i < acked.size(); ++i) {
     const detail::DeadLetter& letter = r.dead_letters[i];
+    if (acked[i] && letter.retry_level > 0) {
+      ++delta.retry_topic_sends;
+      continue;
+    }
     if (acked[i]) {
       ++delta.dead_lettered;
       ++delta.dead_lettered_by_reason[letter.error_class];
@@ -321,6 +356,7 @@ void Consumer::Impl::process_batch() {
     for (const auto& [reason, n] : delta.dead_lettered_by_reason)
       stats.dead_lettered_by_reason[reason] += n;
     stats.retries += delta.retries;
+    stats.retry_topic_sends += delta.retry_topic_sends;
     stats.transactions += delta.transactions;
     stats.offset_commits += delta.offset_commits;
     for (const auto& p : r.partitions) {
@@ -348,6 +384,9 @@ void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route
     bad_config(fmt::format("topic '{}' is not in the subscription", topic));
   if (impl_->routes.contains(topic))
     bad_config(fmt::format("topic '{}' has a handler already", topic));
+  detail::Route& source = *route;
+  for (auto& name : impl_->retry_topics.of(topic))
+    impl_->routes.emplace(std::move(name), std::make_unique<detail::RetryRoute>(source));
   impl_->routes.emplace(std::move(topic), std::move(route));
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "consumer/retry_topics.hpp"
 #include "idem/error.hpp"
 
 namespace idem::detail {
@@ -32,9 +33,10 @@ bool consumer_only(std::string_view key) {
 
 }  // namespace
 
-DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config, const LogFn* log,
+DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config,
+                                       const RetryTopicMap& retry_topics, const LogFn* log,
                                        bool forward_kafka_logs)
-    : config_(config), log_(log), forward_kafka_logs_(forward_kafka_logs) {
+    : config_(config), retry_topics_(retry_topics), log_(log), forward_kafka_logs_(forward_kafka_logs) {
   build_handle();
 }
 
@@ -79,7 +81,19 @@ void DeadLetterProducer::delivery_trampoline(rd_kafka_t* /*rk*/, const rd_kafka_
 
 void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id) {
   const rd_kafka_message_t& m = *letter.original;
-  const std::string topic = std::string(rd_kafka_topic_name(m.rkt)) + config_.dlq_suffix;
+  // A record read from a retry topic stands for its record on the source topic: its
+  // retries and its dead letter belong to that topic and keep the first coordinates.
+  const RetryTopicMap::Level* retry_level = retry_topics_.find(rd_kafka_topic_name(m.rkt));
+  const std::string source = retry_level != nullptr ? retry_level->source : rd_kafka_topic_name(m.rkt);
+  std::string original_partition = std::to_string(m.partition);
+  std::string original_offset = std::to_string(m.offset);
+  if (retry_level != nullptr) {
+    if (auto p = message_header(m, "idem.original.partition")) original_partition = *p;
+    if (auto o = message_header(m, "idem.original.offset")) original_offset = *o;
+  }
+  const std::string topic = letter.retry_level > 0
+                                ? retry_topic_name(source, config_.group_id, letter.retry_level)
+                                : source + config_.dlq_suffix;
 
   rd_kafka_headers_t* headers = rd_kafka_headers_new(16);
   rd_kafka_headers_t* original = nullptr;
@@ -99,13 +113,14 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id)
   const auto add = [&](const char* name, std::string_view value) {
     rd_kafka_header_add(headers, name, -1, value.data(), static_cast<ssize_t>(value.size()));
   };
-  add("idem.original.topic", rd_kafka_topic_name(m.rkt));
-  add("idem.original.partition", std::to_string(m.partition));
-  add("idem.original.offset", std::to_string(m.offset));
+  add("idem.original.topic", source);
+  add("idem.original.partition", original_partition);
+  add("idem.original.offset", original_offset);
   add("idem.consumer.group", config_.group_id);
   add("idem.error.class", letter.error_class);
   add("idem.error.message", letter.message);
-  add("idem.attempts", std::to_string(letter.attempts));
+  add(kAttemptsHeader, std::to_string(letter.attempts));
+  if (letter.retry_level > 0) add(kNotBeforeHeader, std::to_string(letter.not_before_ms));
 
   // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.
   std::array<rd_kafka_vu_t, 6> vus{};

@@ -2,7 +2,9 @@
 // Sends records that can never be processed to `<topic><dlq_suffix>` with the original
 // key, payload and headers plus idem.* headers that say why. An idempotent producer with
 // acks=all; send() returns only what the broker acknowledged, because a dead-lettered
-// record's offset may advance only after that (never lose a bad message).
+// record's offset may advance only after that (never lose a bad message). The same
+// produce-and-await path sends records to their next retry topic (RetryTopics): a
+// letter with retry_level > 0.
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -21,12 +23,19 @@ struct DeadLetter {
   std::string error_class;  ///< e.g. validation.not_uuid_v7, handler.dead_letter
   std::string message;
   std::uint32_t attempts = 1;
+  /// > 0: not a dead letter but a retry, to retry topic `retry_level` of the source topic.
+  std::uint32_t retry_level = 0;
+  std::int64_t not_before_ms = 0;  ///< for a retry: idem.retry.not_before (ms since the epoch)
 };
+
+class RetryTopicMap;
 
 class DeadLetterProducer : private CallbackContext {
  public:
   /// \throws Error(InvalidArgument, Config) for a rejected property.
-  DeadLetterProducer(const ConsumerConfig& config, const LogFn* log, bool forward_kafka_logs);
+  /// `retry_topics` must outlive the producer.
+  DeadLetterProducer(const ConsumerConfig& config, const RetryTopicMap& retry_topics,
+                     const LogFn* log, bool forward_kafka_logs);
   ~DeadLetterProducer();
   DeadLetterProducer(const DeadLetterProducer&) = delete;
   DeadLetterProducer& operator=(const DeadLetterProducer&) = delete;
@@ -43,6 +52,7 @@ class DeadLetterProducer : private CallbackContext {
   void produce_one(const DeadLetter& letter, std::uint64_t id);
 
   ConsumerConfig config_;
+  const RetryTopicMap& retry_topics_;
   const LogFn* log_;
   bool forward_kafka_logs_;
   KafkaHandle rk_;

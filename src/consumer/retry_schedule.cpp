@@ -19,6 +19,17 @@ std::chrono::milliseconds RetrySchedule::failed(const TopicPartition& tp, std::i
   return delay;
 }
 
+void RetrySchedule::defer(const TopicPartition& tp, std::int64_t offset, TimePoint resume_at) {
+  Entry& e = entries_[tp];
+  if (e.offset != offset) {
+    e.offset = offset;
+    e.attempts = 0;
+  }
+  if (!e.paused) ++paused_count_;
+  e.paused = true;
+  e.resume_at = resume_at;
+}
+
 std::uint32_t RetrySchedule::attempts(const TopicPartition& tp, std::int64_t offset) const {
   const auto it = entries_.find(tp);
   return it != entries_.end() && it->second.offset == offset ? it->second.attempts : 0;

@@ -23,6 +23,10 @@ class RetrySchedule {
   std::chrono::milliseconds failed(const TopicPartition& tp, std::int64_t offset, TimePoint now,
                                    Backoff& backoff);
 
+  /// A record at `offset` of `tp` is not due before `resume_at` (a retry topic's
+  /// not-before): the partition is paused until then. Attempt counts are untouched.
+  void defer(const TopicPartition& tp, std::int64_t offset, TimePoint resume_at);
+
   /// Failed attempts so far at `offset` of `tp` (0 when none).
   [[nodiscard]] std::uint32_t attempts(const TopicPartition& tp, std::int64_t offset) const;
 
