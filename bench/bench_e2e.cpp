@@ -6,10 +6,15 @@
 //             DevBroker -> idem::Consumer with billing_handler on a thread, which charges
 //             the in-process PaymentProvider over loopback HTTP and writes the ledger row.
 //             events/s = events / (first enqueue .. last ledger row committed);
-//             latency per event = enqueue committed .. its ledger row committed.
+//             latency per event = enqueue committed .. its ledger row committed, both
+//             taken by this program (steady clock), saturated (orders confirmed as fast
+//             as they go, so it holds queueing) and paced (200 more orders at 25/s).
 //   provider  the billing handler's HTTP client making the same charges in a loop
-//   consumer  idem::Consumer with count_handler over the same topic (dedup + count row)
-//   relay     idem::Relay alone over the same outbox rows (reset to unpublished)
+//   billing   idem::Consumer with billing_handler alone over the same topic, charging a
+//             second provider with an empty store (new charges), nothing else running
+//   count     idem::Consumer with count_handler over the same topic (dedup + count row)
+//   relay     idem::Relay alone over the same outbox rows (reset to unpublished); its
+//             ~1 s start-up (producer connect, shard locks) is inside the figure
 //
 // Consumer batch sizes 1, 100, 1000. Usage: idem_bench_e2e [EVENTS_BATCH1 [EVENTS_OTHER]]
 // (defaults 2000 and 20000). SQLite always (files under /tmp); PostgreSQL when
@@ -60,11 +65,17 @@ const std::vector<std::pair<std::string, std::string>> kGroupProps = {
 /// latency of the first event after every idle moment.
 constexpr auto kRelayPoll = 20ms;
 
+/// After the saturated run, this many more orders are confirmed one every kPacedInterval
+/// (25/s, below every measured end-to-end rate), for the latency of an unloaded pipeline.
+constexpr std::int64_t kPacedEvents = 200;
+constexpr auto kPacedInterval = 40ms;
+
 /// Where one run's two databases live (the consumer's, shared with the order service
 /// and the relay as in the reference system; and the provider's own).
 struct Databases {
   std::string app;
   std::string provider;
+  std::string provider_for_baseline;  ///< a second, empty provider store
 };
 
 struct Backend {
@@ -77,18 +88,20 @@ Backend sqlite_backend() {
             const auto dir = std::filesystem::temp_directory_path();
             const std::string base = fmt::format("idem-bench-e2e-{}-{}", ::getpid(), seq);
             return Databases{"sqlite://" + (dir / (base + ".db")).string(),
-                             "sqlite://" + (dir / (base + "-provider.db")).string()};
+                             "sqlite://" + (dir / (base + "-provider.db")).string(),
+                             "sqlite://" + (dir / (base + "-provider2.db")).string()};
           }};
 }
 
 Backend postgres_backend() {
   return {"postgres", [](int) {
-            return Databases{idem::test::fresh_postgres_url(), idem::test::fresh_postgres_url()};
+            return Databases{idem::test::fresh_postgres_url(), idem::test::fresh_postgres_url(),
+                             idem::test::fresh_postgres_url()};
           }};
 }
 
 void remove_sqlite_files(const Databases& dbs) {
-  for (const std::string& url : {dbs.app, dbs.provider}) {
+  for (const std::string& url : {dbs.app, dbs.provider, dbs.provider_for_baseline}) {
     if (url.rfind("sqlite://", 0) != 0) continue;
     const std::string path = url.substr(9);
     for (const char* suffix : {"", "-wal", "-shm", "-relay.lock"}) {
@@ -117,7 +130,9 @@ struct RunResult {
   std::int64_t events = 0;
   double e2e_s = 0;
   double enqueue_s = 0;  ///< first enqueue .. last enqueue committed (concurrent with the rest)
-  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;  ///< saturated: enqueue as fast as it goes
+  double paced_p50_ms = 0, paced_p99_ms = 0;  ///< kPacedEvents at kPacedInterval
+  double billing_per_s = 0;
   double provider_per_s = 0;
   double consumer_per_s = 0;
   double relay_per_s = 0;
@@ -158,6 +173,44 @@ double consumer_baseline(const std::string& bootstrap, const std::string& topic,
   return static_cast<double>(consumer.stats().delivered) / seconds_between(t0, t1);
 }
 
+/// The billing consumer alone: idem::Consumer with billing_handler over the `expected`
+/// records already in `topic`, charging a second provider with an empty store (so the
+/// charges are new, not replays), with nothing else running. Records/s as above.
+double billing_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
+                        const std::string& provider_store, std::size_t batch, std::uint64_t expected,
+                        int seq) {
+  idem::http::PaymentProvider provider(idem::open_store(provider_store));
+  provider.start("127.0.0.1", 0);
+  idem::ConsumerConfig c;
+  c.bootstrap_servers = bootstrap;
+  c.group_id = fmt::format("billing-alone-e2e-{}", seq);
+  c.topics = {topic};
+  c.batch_size = batch;
+  c.kafka = kGroupProps;
+  idem::Consumer* self = nullptr;
+  SteadyClock::time_point t0;
+  SteadyClock::time_point t1;
+  bool started = false;
+  idem::ConsumerHooks hooks;
+  hooks.at = [&](idem::HookPoint p) {
+    if (p == idem::HookPoint::BatchPolled && !started) {
+      started = true;
+      t0 = SteadyClock::now();
+    }
+    if (p == idem::HookPoint::AfterOffsetCommit && self->stats().processed >= expected) {
+      t1 = SteadyClock::now();
+      self->stop();
+    }
+  };
+  idem::Consumer consumer(c, idem::open_store(url), hooks);
+  self = &consumer;
+  idem::BillingConfig bc;
+  bc.provider_url = provider.base_url();
+  consumer.on<idem::OrderConfirmed>(topic, idem::billing_handler(bc));
+  consumer.run();
+  return static_cast<double>(consumer.stats().processed) / seconds_between(t0, t1);
+}
+
 /// The billing handler's client alone: `n` new charges (fresh keys) in a loop.
 double provider_baseline(const std::string& provider_url, std::int64_t n, std::int64_t first_order) {
   idem::http::IdempotentClient client;
@@ -192,12 +245,14 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
 
-  // Orders 0 (the warm-up event) .. n, created before the clock starts.
+  // Order 1 (the warm-up event), 2..n+1 (saturated), then the paced ones; created
+  // before the clock starts.
+  const std::int64_t total = n + 1 + kPacedEvents;
   auto store = idem::open_store(dbs.app);
   store->migrate();
-  for (std::int64_t id = 0; id <= n;) {
+  for (std::int64_t id = 0; id < total;) {
     auto tx = store->begin();
-    for (int k = 0; k < 1000 && id <= n; ++k, ++id) {
+    for (int k = 0; k < 1000 && id < total; ++k, ++id) {
       tx->execute("INSERT INTO orders(id, customer_id, total_amount, status, created_at) "
                   "VALUES ($1, $2, $3, 'created', '2026-11-30T00:00:00Z')",
                   id + 1, 1 + id % 1000, "10.50");
@@ -209,8 +264,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   provider.start("127.0.0.1", 0);
 
   // Index = order id - 1; written by one thread each, read after both joined.
-  std::vector<SteadyClock::time_point> enqueued(static_cast<std::size_t>(n + 1));
-  std::vector<SteadyClock::time_point> recorded(static_cast<std::size_t>(n + 1));
+  std::vector<SteadyClock::time_point> enqueued(static_cast<std::size_t>(total));
+  std::vector<SteadyClock::time_point> recorded(static_cast<std::size_t>(total));
 
   auto relay = std::make_unique<idem::Relay>(relay_config(dbs.app, broker.bootstrap_servers()));
   std::thread relay_thread([&] { relay->run(); });
@@ -235,7 +290,7 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
       for (const std::int64_t order : in_batch) recorded[static_cast<std::size_t>(order - 1)] = now;
       committed += static_cast<std::int64_t>(in_batch.size());
       in_batch.clear();
-      if (committed.load() >= n + 1) consumer_ptr->stop();
+      if (committed.load() >= total) consumer_ptr->stop();
     }
   };
   idem::Consumer consumer(cc, idem::open_store(dbs.app), hooks);
@@ -268,8 +323,16 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
     enqueued[static_cast<std::size_t>(id - 1)] = SteadyClock::now();
   }
   r.enqueue_s = seconds_between(t0, SteadyClock::now());
-  const bool drained = wait_for(n + 1, 600s);
+  bool drained = wait_for(n + 1, 600s);
   const auto t1 = SteadyClock::now();
+  auto next = SteadyClock::now();
+  for (std::int64_t id = n + 2; drained && id <= total; ++id) {
+    std::this_thread::sleep_until(next);
+    next += kPacedInterval;
+    if (!orders.confirm(*store, id)) r.check += fmt::format("order {} not confirmed; ", id);
+    enqueued[static_cast<std::size_t>(id - 1)] = SteadyClock::now();
+  }
+  drained = drained && wait_for(total, 120s);
   if (!drained) consumer.stop();
   consumer_thread.join();
   relay->request_stop();
@@ -278,27 +341,33 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   r.e2e_s = seconds_between(t0, t1);
 
   std::vector<double> latencies;
+  std::vector<double> paced;
   for (std::size_t i = 1; i < enqueued.size(); ++i) {
-    latencies.push_back(std::chrono::duration<double, std::milli>(recorded[i] - enqueued[i]).count());
+    const double ms = std::chrono::duration<double, std::milli>(recorded[i] - enqueued[i]).count();
+    (static_cast<std::int64_t>(i) <= n ? latencies : paced).push_back(ms);
   }
   r.p50_ms = percentile_ms(latencies, 0.50);
   r.p99_ms = percentile_ms(latencies, 0.99);
   r.max_ms = percentile_ms(latencies, 1.0);
+  r.paced_p50_ms = percentile_ms(paced, 0.50);
+  r.paced_p99_ms = percentile_ms(paced, 0.99);
 
   // Every event charged once and recorded once.
   const std::int64_t ledger = scalar(*store, "SELECT count(*) FROM billing_ledger");
   const std::int64_t ledger_orders = scalar(*store, "SELECT count(DISTINCT order_id) FROM billing_ledger");
   const auto summary = provider.summary();
-  if (!drained || ledger != n + 1 || ledger_orders != n + 1 || summary.charges != n + 1 ||
+  if (!drained || ledger != total || ledger_orders != total || summary.charges != total ||
       !summary.orders_charged_more_than_once.empty()) {
     r.check += fmt::format("drained {} ledger {} orders {} charges {} (expected {})", drained, ledger,
-                           ledger_orders, summary.charges, n + 1);
+                           ledger_orders, summary.charges, total);
   }
   if (r.check.empty()) r.check = "ok";
 
   // Baselines, on the same databases, topic and provider.
   r.consumer_per_s = consumer_baseline(broker.bootstrap_servers(), topic, dbs.app, batch,
-                                       static_cast<std::uint64_t>(n + 1), seq);
+                                       static_cast<std::uint64_t>(total), seq);
+  r.billing_per_s = billing_baseline(broker.bootstrap_servers(), topic, dbs.app, dbs.provider_for_baseline,
+                                     batch, static_cast<std::uint64_t>(total), seq);
   {
     auto tx = store->begin();
     tx->execute("UPDATE outbox SET published_at = NULL");
@@ -319,12 +388,13 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
 void print(const std::string& backend, int round, const RunResult& r) {
   std::printf(
       "%-8s round %d batch %4zu events %6lld | e2e %7.0f ev/s (%.2f s; enqueue done at %.2f s) "
-      "latency p50 %7.1f ms p99 %7.1f ms max %7.1f ms | provider %6.0f/s consumer %7.0f/s relay %7.0f/s | "
-      "e2e/provider %.2f e2e/consumer %.3f e2e/relay %.3f | %s\n",
+      "latency saturated p50 %7.1f p99 %7.1f max %7.1f ms, paced p50 %6.1f p99 %6.1f ms | "
+      "provider %6.0f/s billing-consumer %6.0f/s count-consumer %7.0f/s relay %7.0f/s | "
+      "e2e/provider %.2f e2e/billing %.2f e2e/count %.3f e2e/relay %.3f | %s\n",
       backend.c_str(), round, r.batch, static_cast<long long>(r.events), r.e2e_per_s(), r.e2e_s, r.enqueue_s,
-      r.p50_ms, r.p99_ms, r.max_ms, r.provider_per_s, r.consumer_per_s, r.relay_per_s,
-      r.e2e_per_s() / r.provider_per_s, r.e2e_per_s() / r.consumer_per_s, r.e2e_per_s() / r.relay_per_s,
-      r.check.c_str());
+      r.p50_ms, r.p99_ms, r.max_ms, r.paced_p50_ms, r.paced_p99_ms, r.provider_per_s, r.billing_per_s,
+      r.consumer_per_s, r.relay_per_s, r.e2e_per_s() / r.provider_per_s, r.e2e_per_s() / r.billing_per_s,
+      r.e2e_per_s() / r.consumer_per_s, r.e2e_per_s() / r.relay_per_s, r.check.c_str());
   std::fflush(stdout);
 }
 
