@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -57,8 +58,15 @@ double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-const std::vector<std::pair<std::string, std::string>> kGroupProps = {
-    {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+/// IDEM_BENCH_FETCH_WAIT_MS sets the consumers' fetch.wait.max.ms (librdkafka default
+/// 500): the mock cluster answers an empty fetch only after that wait, even when records
+/// arrive meanwhile, which puts up to that long into an idle pipeline's latency.
+std::vector<std::pair<std::string, std::string>> group_props() {
+  std::vector<std::pair<std::string, std::string>> props = {
+      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  if (const char* wait = std::getenv("IDEM_BENCH_FETCH_WAIT_MS")) props.emplace_back("fetch.wait.max.ms", wait);
+  return props;
+}
 
 /// Idle relay poll. The production default is 500 ms (PostgreSQL's LISTEN wakes the relay
 /// earlier; SQLite has no wake-up), which would put up to 500 ms of sleep into the
@@ -141,52 +149,22 @@ struct RunResult {
   [[nodiscard]] double e2e_per_s() const { return static_cast<double>(events) / e2e_s; }
 };
 
-/// The consumer with count_handler over the `expected` records already in `topic`;
-/// records/s from the first polled batch to the last offset commit (as bench_consumer).
-double consumer_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
-                         std::size_t batch, std::uint64_t expected, int seq) {
+idem::ConsumerConfig consumer_config(const std::string& bootstrap, const std::string& topic,
+                                     std::string group, std::size_t batch) {
   idem::ConsumerConfig c;
   c.bootstrap_servers = bootstrap;
-  c.group_id = fmt::format("count-e2e-{}", seq);
+  c.group_id = std::move(group);
   c.topics = {topic};
   c.batch_size = batch;
-  c.kafka = kGroupProps;
-  idem::Consumer* self = nullptr;
-  SteadyClock::time_point t0;
-  SteadyClock::time_point t1;
-  bool started = false;
-  idem::ConsumerHooks hooks;
-  hooks.at = [&](idem::HookPoint p) {
-    if (p == idem::HookPoint::BatchPolled && !started) {
-      started = true;
-      t0 = SteadyClock::now();
-    }
-    if (p == idem::HookPoint::AfterOffsetCommit && self->stats().delivered >= expected) {
-      t1 = SteadyClock::now();
-      self->stop();
-    }
-  };
-  idem::Consumer consumer(c, idem::open_store(url), hooks);
-  self = &consumer;
-  consumer.on<idem::OrderConfirmed>(topic, idem::count_handler<idem::OrderConfirmed>());
-  consumer.run();
-  return static_cast<double>(consumer.stats().delivered) / seconds_between(t0, t1);
+  c.kafka = group_props();
+  return c;
 }
 
-/// The billing consumer alone: idem::Consumer with billing_handler over the `expected`
-/// records already in `topic`, charging a second provider with an empty store (so the
-/// charges are new, not replays), with nothing else running. Records/s as above.
-double billing_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
-                        const std::string& provider_store, std::size_t batch, std::uint64_t expected,
-                        int seq) {
-  idem::http::PaymentProvider provider(idem::open_store(provider_store));
-  provider.start("127.0.0.1", 0);
-  idem::ConsumerConfig c;
-  c.bootstrap_servers = bootstrap;
-  c.group_id = fmt::format("billing-alone-e2e-{}", seq);
-  c.topics = {topic};
-  c.batch_size = batch;
-  c.kafka = kGroupProps;
+/// One consumer pass over the `expected` records already in the topic, with the handler
+/// `route` installs; events/s from the first polled batch to the offset commit after
+/// which `expected` events were processed (as bench_consumer times it).
+double timed_pass(const idem::ConsumerConfig& config, const std::string& url, std::uint64_t expected,
+                  const std::function<void(idem::Consumer&)>& route) {
   idem::Consumer* self = nullptr;
   SteadyClock::time_point t0;
   SteadyClock::time_point t1;
@@ -202,13 +180,36 @@ double billing_baseline(const std::string& bootstrap, const std::string& topic, 
       self->stop();
     }
   };
-  idem::Consumer consumer(c, idem::open_store(url), hooks);
+  idem::Consumer consumer(config, idem::open_store(url), hooks);
   self = &consumer;
-  idem::BillingConfig bc;
-  bc.provider_url = provider.base_url();
-  consumer.on<idem::OrderConfirmed>(topic, idem::billing_handler(bc));
+  route(consumer);
   consumer.run();
   return static_cast<double>(consumer.stats().processed) / seconds_between(t0, t1);
+}
+
+/// The consumer with count_handler (dedup mark + one count row per event).
+double count_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
+                      std::size_t batch, std::uint64_t expected, int seq) {
+  return timed_pass(consumer_config(bootstrap, topic, fmt::format("count-e2e-{}", seq), batch), url, expected,
+                    [&](idem::Consumer& c) {
+                      c.on<idem::OrderConfirmed>(topic, idem::count_handler<idem::OrderConfirmed>());
+                    });
+}
+
+/// The billing consumer alone: billing_handler over the same records, charging a second
+/// provider with an empty store (so the charges are new, not replays), with nothing
+/// else running.
+double billing_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
+                        const std::string& provider_store, std::size_t batch, std::uint64_t expected,
+                        int seq) {
+  idem::http::PaymentProvider provider(idem::open_store(provider_store));
+  provider.start("127.0.0.1", 0);
+  idem::BillingConfig bc;
+  bc.provider_url = provider.base_url();
+  return timed_pass(consumer_config(bootstrap, topic, fmt::format("billing-alone-e2e-{}", seq), batch), url,
+                    expected, [&](idem::Consumer& c) {
+                      c.on<idem::OrderConfirmed>(topic, idem::billing_handler(bc));
+                    });
 }
 
 /// The billing handler's client alone: `n` new charges (fresh keys) in a loop.
@@ -270,12 +271,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   auto relay = std::make_unique<idem::Relay>(relay_config(dbs.app, broker.bootstrap_servers()));
   std::thread relay_thread([&] { relay->run(); });
 
-  idem::ConsumerConfig cc;
-  cc.bootstrap_servers = broker.bootstrap_servers();
-  cc.group_id = fmt::format("{}-e2e-{}", idem::kBillingGroup, seq);
-  cc.topics = {topic};
-  cc.batch_size = batch;
-  cc.kafka = kGroupProps;
+  const idem::ConsumerConfig cc = consumer_config(broker.bootstrap_servers(), topic,
+                                                  fmt::format("{}-e2e-{}", idem::kBillingGroup, seq), batch);
   idem::BillingConfig bc;
   bc.provider_url = provider.base_url();
   auto billing = idem::billing_handler(bc);
@@ -364,7 +361,7 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   if (r.check.empty()) r.check = "ok";
 
   // Baselines, on the same databases, topic and provider.
-  r.consumer_per_s = consumer_baseline(broker.bootstrap_servers(), topic, dbs.app, batch,
+  r.consumer_per_s = count_baseline(broker.bootstrap_servers(), topic, dbs.app, batch,
                                        static_cast<std::uint64_t>(total), seq);
   r.billing_per_s = billing_baseline(broker.bootstrap_servers(), topic, dbs.app, dbs.provider_for_baseline,
                                      batch, static_cast<std::uint64_t>(total), seq);
