@@ -250,6 +250,37 @@ TEST_F(ConsumerTest, MalformedMessagesGoToDlqWithReasonHeaders) {
   EXPECT_EQ(s.dead_lettered_by_reason.at("route.no_route"), 1u);
 }
 
+TEST_F(ConsumerTest, RecordWithTooManyHeadersGoesToDlq) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  TestRecord at_limit = record_of(topic, make_event(1));  // 1 header (event_id) + 2 = 3
+  at_limit.headers.push_back({"h1", "a"});
+  at_limit.headers.push_back({"h2", "b"});
+  TestRecord over_limit = at_limit;
+  over_limit.payload = to_json(make_event(2));
+  over_limit.headers.push_back({"h3", "c"});
+  produce({at_limit, over_limit});
+
+  ConsumerConfig config = config_for(topic, group);
+  config.limits.max_headers = 3;
+  RunningConsumer consumer(counting_consumer(config, db_url_));
+  ASSERT_TRUE(eventually([&] {
+    const ConsumerStats s = consumer->stats();
+    return s.processed + s.dead_lettered >= 2;
+  }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_EQ(effects(group), 1);
+  EXPECT_EQ(consumer->stats().dead_lettered, 1u);
+
+  const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].header("idem.error.class"), "validation.too_many_headers");
+  EXPECT_EQ(dlq[0].header("idem.error.message"), "record has 4 headers, more than the limit of 3");
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), "1");
+  EXPECT_EQ(dlq[0].payload, over_limit.payload);
+  EXPECT_EQ(dlq[0].header("h3"), "c");  // the record's own headers are kept
+}
+
 TEST_F(ConsumerTest, OffsetsAreCommittedOnlyAfterTheDbCommit) {
   const std::string topic = make_topic(2);
   const std::string group = unique_name("g");
