@@ -31,7 +31,8 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
             "kafka.bootstrap.servers");
   cfg->bind(check->add_option("--group", opts->group, "Consumer group"), "consumer.group");
   cfg->bind(check->add_option("--topic", opts->topics, "Topic (repeatable)"), "consumer.topics");
-  check->callback([cfg, opts, &exit_code] {  // opts: the flags write into it
+  // `opts` is captured so the strings the bound flags write into outlive this function.
+  check->callback([opts, cfg, &exit_code] {
     const Config config = cfg->load();
     std::cout << config.describe();
     if (!config.store_url.empty()) {

@@ -1,4 +1,6 @@
-// `idem consume`: run an idempotent consumer from flags until SIGTERM/SIGINT.
+// `idem consume`: run an idempotent consumer until SIGTERM/SIGINT. Settings with a
+// configuration key come from the loader (file, environment, flags: docs/operations.md);
+// with `admin.listen` set it serves /metrics, /healthz and /readyz.
 #include <pthread.h>
 #include <signal.h>
 
@@ -18,8 +20,11 @@
 #include <fmt/ranges.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
+#include "idem/logging.hpp"
+#include "idem/metrics.hpp"
 #include "idem/events/order_confirmed.hpp"
 #include "idem/handlers/count.hpp"
 #include "idem/http/payment_provider.hpp"
@@ -68,15 +73,6 @@ class StopOnSignal {
   std::thread waiter_;
 };
 
-std::pair<std::string, std::string> split_property(const std::string& kv) {
-  const auto eq = kv.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                fmt::format("--kafka expects key=value, got '{}'", kv));
-  }
-  return {kv.substr(0, eq), kv.substr(eq + 1)};
-}
-
 struct HandlerOptions {
   std::string name;
   std::string provider_url;
@@ -116,9 +112,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::string handler = "count";
     std::string provider_url;
     bool no_idempotency_key = false;
-    std::size_t batch = 500;
-    int batch_window_ms = 50;
-    std::vector<std::string> kafka;
+    std::string batch;
+    std::string batch_window_ms;
     std::string auto_offset_reset;
     int dedup_retention_hours = 24 * 7;
     int safety_margin_hours = 1;
@@ -129,16 +124,24 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "consume", "Consume topics with exactly-once effects until SIGTERM/SIGINT");
-  cmd->add_option("--brokers", opts->brokers, "Kafka bootstrap servers (host:port,...)")
-      ->required();
-  cmd->add_option("--topic", opts->topics,
-                  "Topic to consume (repeatable); billing and analytics default to "
-                  "order-service.order.confirmed");
-  cmd->add_option("--group", opts->group,
-                  "Consumer group (also the dedup rows' group); required for count, billing "
-                  "and analytics default to billing-order-confirmed / analytics-order-confirmed");
-  cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db (migrated on start)")
-      ->required();
+  // Settings with a configuration key come from the loader (file, environment, flags).
+  auto cfg = std::make_shared<ConfigOptions>(cmd);
+  cfg->bind(cmd->add_option("--brokers", opts->brokers,
+                            "Kafka bootstrap servers host:port,... (kafka.bootstrap.servers)"),
+            "kafka.bootstrap.servers");
+  cfg->bind(cmd->add_option("--topic", opts->topics,
+                            "Topic to consume (repeatable; consumer.topics); billing and analytics "
+                            "default to order-service.order.confirmed"),
+            "consumer.topics");
+  cfg->bind(cmd->add_option("--group", opts->group,
+                            "Consumer group, also the dedup rows' group (consumer.group); required "
+                            "for count, billing and analytics default to billing-order-confirmed / "
+                            "analytics-order-confirmed"),
+            "consumer.group");
+  cfg->bind(cmd->add_option("--db", opts->db,
+                            "Store URL: postgresql://... or sqlite:///path.db, migrated on start "
+                            "(store.url)"),
+            "store.url");
   cmd->add_option("--handler", opts->handler,
                   "Built-in handler: count (one effect_log row per new event), billing (charge "
                   "the payment provider, ledger row, payment_status), analytics (revenue per customer)")
@@ -149,17 +152,18 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
   cmd->add_flag("--no-idempotency-key", opts->no_idempotency_key,
                 "TEST ONLY (billing): send a fresh key with every attempt instead of the event "
                 "id, i.e. no idempotency; exists to show the double charge it causes");
-  cmd->add_option("--batch", opts->batch, "Records per transaction (1 = per message)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
-      ->capture_default_str();
-  cmd->add_option("--batch-window-ms", opts->batch_window_ms,
-                  "After a batch's first record, wait at most this long for more")
-      ->check(CLI::Range(0, 60000))
-      ->capture_default_str();
-  cmd->add_option("--kafka", opts->kafka, "librdkafka property key=value (repeatable)");
-  cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
-                  "Where a group without committed offsets starts (default earliest)")
-      ->check(CLI::IsMember({"earliest", "latest"}));
+  cfg->bind(cmd->add_option("--batch", opts->batch,
+                            "Records per transaction, 1 = per message (consumer.batch_size)"),
+            "consumer.batch_size");
+  cfg->bind(cmd->add_option("--batch-window-ms", opts->batch_window_ms,
+                            "After a batch's first record, wait at most this long for more "
+                            "(consumer.batch_window_ms)"),
+            "consumer.batch_window_ms");
+  cfg->bind(cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
+                            "Where a group without committed offsets starts, default earliest "
+                            "(kafka.auto.offset.reset)")
+                ->check(CLI::IsMember({"earliest", "latest"})),
+            "kafka.auto.offset.reset");
   cmd->add_option("--dedup-retention-hours", opts->dedup_retention_hours,
                   "Dedup rows are kept this long (event time); older events are stale")
       ->check(CLI::Range(1, 24 * 3650))->capture_default_str();
@@ -174,18 +178,21 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                   "Run retention maintenance (idem maintain) in the background this often; 0: off")
       ->check(CLI::Range(0, 86'400))->capture_default_str();
 
-  cmd->callback([opts, &exit_code] {
-    if (opts->group.empty()) opts->group = default_group(opts->handler);
-    if (opts->group.empty()) {
+  cmd->callback([opts, cfg, &exit_code] {
+    const Config settings = cfg->load();
+    settings.require({"store.url", "kafka.bootstrap.servers"});
+    ConsumerConfig config = settings.consumer_config();
+    if (config.group_id.empty()) config.group_id = default_group(opts->handler);
+    if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  fmt::format("--group is required with --handler {}", opts->handler));
+                  fmt::format("consumer.group (--group) is required with --handler {}", opts->handler));
     }
-    if (opts->topics.empty() && opts->handler != "count") {
-      opts->topics.emplace_back(kOrderConfirmedTopic);
+    if (config.topics.empty() && opts->handler != "count") {
+      config.topics.emplace_back(kOrderConfirmedTopic);
     }
-    if (opts->topics.empty()) {
+    if (config.topics.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  "--topic is required with --handler count");
+                  "consumer.topics (--topic) is required with --handler count");
     }
     if (opts->no_idempotency_key && opts->handler != "billing") {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -194,15 +201,6 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     const Handler<OrderConfirmed> handler = make_handler(
         {.name = opts->handler, .provider_url = opts->provider_url,
          .no_idempotency_key = opts->no_idempotency_key});
-    ConsumerConfig config;
-    config.bootstrap_servers = opts->brokers;
-    config.group_id = opts->group;
-    config.topics = opts->topics;
-    config.batch_size = opts->batch;
-    config.batch_window = std::chrono::milliseconds(opts->batch_window_ms);
-    for (const auto& kv : opts->kafka) config.kafka.push_back(split_property(kv));
-    if (!opts->auto_offset_reset.empty())
-      config.kafka.emplace_back("auto.offset.reset", opts->auto_offset_reset);
 
     config.dedup_horizon.retention = std::chrono::hours(opts->dedup_retention_hours);
     config.dedup_horizon.safety_margin = std::chrono::hours(opts->safety_margin_hours);
@@ -222,27 +220,50 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                           : opts->stale == "skip"  ? StaleEventPolicy::Skip
                                                    : StaleEventPolicy::Quarantine;
 
-    auto store = open_store(opts->db);
+    auto store = open_store(settings.store_url, settings.store_options);
     store->migrate();
     std::optional<MaintenanceTask> maintenance;
     if (opts->maintain_every_s > 0) {
       RetentionPolicy policy;
       policy.dedup = config.dedup_horizon;
       maintenance.emplace(
-          opts->db, policy, std::chrono::seconds(opts->maintain_every_s),
+          settings.store_url, policy, std::chrono::seconds(opts->maintain_every_s),
           [](const MaintenanceReport& r) { std::cerr << "idem maintenance: " << r.summary() << '\n'; },
           [](std::string_view line) { std::cerr << line << '\n'; });
     }
 
+    const Logger logger(settings.log);
+    ConsumerHooks hooks;
+    hooks.log = logger.lines("consumer");
+    // admin.listen set: metrics (batch and handler histograms, counters read from stats()
+    // at scrape time) and /readyz with the consumer and the store.
+    const bool admin_enabled = !settings.admin.listen.empty();
+    Metrics metrics;
+    if (admin_enabled) hooks = metrics.instrument(config.group_id, std::move(hooks));
+
     // Signals are blocked before the consumer creates librdkafka's threads.
     StopOnSignal signals;
-    Consumer consumer(config, std::move(store));
-    for (const auto& topic : config.topics) consumer.on<OrderConfirmed>(topic, handler);
+    Consumer consumer(config, std::move(store), std::move(hooks));
+    for (const auto& topic : config.topics) {
+      consumer.on<OrderConfirmed>(
+          topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+    }
+    std::unique_ptr<AdminServer> admin;
+    if (admin_enabled) {
+      metrics.watch(consumer, config.group_id);
+      admin = std::make_unique<AdminServer>(
+          settings.admin.listen, metrics,
+          std::vector<ReadinessCheck>{consumer_readiness(consumer, settings.admin.stuck_after),
+                                      store_readiness(settings.store_url, settings.store_options)});
+      std::cout << fmt::format("admin server on port {}", admin->port()) << std::endl;
+    }
     signals.start(consumer);
 
     std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
               << std::endl;
     consumer.run();
+    admin.reset();  // before unwatch: no scrape may read a consumer that is going away
+    if (admin_enabled) metrics.unwatch(consumer);
 
     const ConsumerStats s = consumer.stats();
     std::cout << fmt::format(

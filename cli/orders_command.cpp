@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
 #include "idem/amount.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
@@ -30,15 +31,21 @@ void register_orders(CLI::App& app, ExitCode& exit_code) {
   orders->require_subcommand(1);
   CLI::App* create = orders->add_subcommand(
       "create", "Create and confirm N orders (each confirmation enqueues order.confirmed.v1)");
-  create->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db")->required();
+  // The store comes from the loader (file, environment, flags); the scenario stays flags.
+  auto cfg = std::make_shared<ConfigOptions>(create);
+  cfg->bind(create->add_option("--db", opts->db,
+                               "Store URL: postgresql://... or sqlite:///path.db (store.url)"),
+            "store.url");
   create->add_option("--count", opts->count, "Orders to create and confirm")
       ->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{100'000'000}));
   create->add_option("--customers", opts->customers, "Customer ids are drawn from 1..M")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}))->capture_default_str();
   create->add_option("--topic", opts->topic, "Topic of the events")->capture_default_str();
   create->add_flag("--migrate", opts->migrate, "Apply pending migrations first");
-  create->callback([opts, &exit_code] {
-    auto store = open_store(opts->db);
+  create->callback([opts, cfg, &exit_code] {
+    const Config settings = cfg->load();
+    settings.require({"store.url"});
+    auto store = open_store(settings.store_url, settings.store_options);
     if (opts->migrate) static_cast<void>(store->migrate());
     Outbox outbox;
     OrderServiceConfig config;

@@ -550,6 +550,7 @@ ConsumerConfig Config::consumer_config() const {
   c.dlq_suffix = consumer.dlq_suffix;
   c.retry = consumer.retry;
   c.limits.max_payload_bytes = consumer.max_message_bytes;
+  c.limits.max_headers = consumer.max_headers;
   c.kafka = kafka;
   c.dlq_ack_timeout = consumer.dlq_ack_timeout;
   return c;

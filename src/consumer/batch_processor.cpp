@@ -22,6 +22,12 @@ std::string_view as_view(const void* p, std::size_t n) {
   return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
 }
 
+std::size_t header_count(const rd_kafka_message_t& m) {
+  rd_kafka_headers_t* headers = nullptr;  // owned by the message
+  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return 0;
+  return rd_kafka_header_cnt(headers);
+}
+
 }  // namespace
 
 void call_hook(const ConsumerHooks& hooks, HookPoint point) {
@@ -84,6 +90,14 @@ void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
       item.valid = false;
       item.error_class = "route.no_route";
       item.error_message = fmt::format("no handler is registered for topic '{}'", topic);
+      continue;
+    }
+    if (const std::size_t headers = header_count(m); headers > config_.limits.max_headers) {
+      item.valid = false;
+      item.error_class =
+          fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
+      item.error_message = fmt::format("record has {} headers, more than the limit of {}",
+                                       headers, config_.limits.max_headers);
       continue;
     }
     Validated<Uuid> parsed =

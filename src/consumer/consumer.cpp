@@ -23,6 +23,7 @@
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/error.hpp"
+#include "idem/tracing.hpp"
 
 namespace idem {
 
@@ -81,6 +82,29 @@ detail::LogFn make_log(const ConsumerHooks& hooks) {
   return [](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   };
+}
+
+// `topic=T partition=P offset=O [event_id=E] [trace_id=X]`: where a dead-lettered or
+// retried record is, so its log line can be matched with the DLQ and with traces.
+std::string record_location(const rd_kafka_message_t& m) {
+  std::string out = fmt::format("topic={} partition={} offset={}", rd_kafka_topic_name(m.rkt),
+                                m.partition, m.offset);
+  rd_kafka_headers_t* headers = nullptr;  // owned by the message
+  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
+  const auto last = [&](const char* name) -> std::optional<std::string_view> {
+    const void* value = nullptr;
+    std::size_t size = 0;
+    if (rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        value == nullptr) {
+      return std::nullopt;
+    }
+    return std::string_view(static_cast<const char*>(value), size);
+  };
+  if (const auto event_id = last("event_id")) out += fmt::format(" event_id={}", *event_id);
+  if (const auto traceparent = last(kTraceparentHeader.data())) {
+    if (const auto trace = parse_traceparent(*traceparent)) out += " trace_id=" + trace->trace_id_hex();
+  }
+  return out;
 }
 
 }  // namespace
@@ -299,6 +323,8 @@ void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStat
     if (acked[i]) {
       ++delta.dead_lettered;
       ++delta.dead_lettered_by_reason[letter.error_class];
+      log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
+                      record_location(*letter.original), letter.error_class, letter.attempts));
       continue;
     }
     // Never lose a bad message: the partition goes back to this record and retries.
@@ -336,7 +362,15 @@ void Consumer::Impl::process_batch() {
       schedule.progressed(p.tp, p.next_offset);
     }
     if (p.retry_at) {
-      static_cast<void>(schedule.failed(p.tp, *p.retry_at, now, backoff));
+      const auto delay = schedule.failed(p.tp, *p.retry_at, now, backoff);
+      const auto retried = std::find_if(batch.begin(), batch.end(), [&](const auto& m) {
+        return m->partition == p.tp.partition && m->offset == *p.retry_at &&
+               p.tp.topic == rd_kafka_topic_name(m->rkt);
+      });
+      if (retried != batch.end()) {
+        log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
+                        delay.count()));
+      }
       poll->pause_and_seek({p.tp, *p.retry_at});
       ++delta.retries;
     }

@@ -20,6 +20,7 @@ std::string_view to_string(ValidationReason reason) noexcept {
     case ValidationReason::OutOfRange: return "out_of_range";
     case ValidationReason::NotRfc3339: return "not_rfc3339";
     case ValidationReason::UnknownEventType: return "unknown_event_type";
+    case ValidationReason::TooManyHeaders: return "too_many_headers";
   }
   return "unknown";  // only for a value cast from an out-of-range integer
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/error.hpp"
+#include "idem/tracing.hpp"
 
 namespace idem {
 
@@ -36,9 +37,11 @@ Handler<OrderConfirmed> billing_handler(BillingConfig config) {
     const std::string event_id = event.event_id.to_string();
     const std::string amount = event.total_amount.to_string();
     const std::string body = fmt::format(R"({{"order_id":{},"amount":"{}"}})", event.order_id, amount);
+    // The call is a child span of the record's trace: same trace id, a span id of its own.
+    // A record without a valid traceparent sends none (the provider starts its own).
     std::vector<std::pair<std::string, std::string>> headers;
-    if (const auto traceparent = record.header("traceparent")) {
-      headers.emplace_back("traceparent", std::string(*traceparent));
+    if (const auto trace = trace_context(record)) {
+      headers.emplace_back(std::string(kTraceparentHeader), trace->child().traceparent());
     }
 
     // IDEM-4: the event id is the key, so every retry of this call, and every

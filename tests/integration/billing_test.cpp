@@ -12,6 +12,7 @@
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/store.hpp"
+#include "idem/tracing.hpp"
 #include "idem/uuid.hpp"
 #include "support/store_backends.hpp"
 
@@ -112,7 +113,11 @@ TYPED_TEST(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
   ASSERT_EQ(charges.size(), 1u);
   EXPECT_EQ(charges[0].idempotency_key, e.event_id.to_string()) << "IDEM-4: the key is the event id";
   EXPECT_EQ(charges[0].amount, "10.50");
-  EXPECT_EQ(charges[0].traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  // The call is a child span of the record's context: same trace, a span of its own.
+  const auto forwarded = parse_traceparent(charges[0].traceparent);
+  ASSERT_TRUE(forwarded) << charges[0].traceparent;
+  EXPECT_EQ(forwarded->trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_NE(charges[0].traceparent.substr(36, 16), "00f067aa0ba902b7");
 
   auto tx = this->store_->begin();
   const Rows ledger = tx->execute(

@@ -1,7 +1,7 @@
 // W3C traceparent: format and parse rules, and the trace carried end to end: created
 // (or taken from the caller) at Outbox::enqueue, stored with the row, sent as a Kafka
 // header by the relay, and handed to the handler in RecordInfo.
-// (The HTTP leg, handler -> payment provider, is asserted by the billing tests.)
+// and, through the billing handler, on to the payment provider as a child span.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -14,7 +14,9 @@
 #include "idem/consumer.hpp"
 #include "idem/dev_broker.hpp"
 #include "idem/events/order_confirmed.hpp"
+#include "idem/http/payment_provider.hpp"
 #include "idem/outbox.hpp"
+#include "idem/reference/billing.hpp"
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
@@ -72,6 +74,38 @@ OrderConfirmed order_event(const Uuid& id, std::int64_t order_id) {
   return e;
 }
 
+/// Publishes every outbox row of `db` to the broker.
+void relay_everything(const std::string& db, const DevBroker& broker) {
+  RelayConfig relay_config;
+  relay_config.store_url = db;
+  relay_config.producer.bootstrap_servers = broker.bootstrap_servers();
+  relay_config.producer.kafka = {{"log_level", "2"}};
+  relay_config.progress_interval = 0ms;
+  Relay relay(relay_config);
+  ASSERT_TRUE(relay.run_until_empty(60s));
+}
+
+ConsumerConfig consumer_config(const DevBroker& broker, const std::string& topic, const std::string& group) {
+  ConsumerConfig config;
+  config.bootstrap_servers = broker.bootstrap_servers();
+  config.group_id = group;
+  config.topics = {topic};
+  config.batch_window = 20ms;
+  config.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  return config;
+}
+
+/// The traceparent of the only outbox row of `store`.
+std::string outbox_traceparent(Store& store) {
+  auto tx = store.begin();
+  for (const auto& row : tx->execute("SELECT headers FROM outbox")) {
+    for (const auto& [name, value] : outbox_headers_from_json(row.text(0))) {
+      if (name == kTraceparentHeader) return value;
+    }
+  }
+  return {};
+}
+
 TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   DevBroker broker;
   const std::string topic = fmt::format("traced-{:08x}", std::random_device{}());
@@ -107,21 +141,10 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   }
   ASSERT_EQ(enqueued.size(), 3U) << "every outbox row gets a traceparent";
 
-  RelayConfig relay_config;
-  relay_config.store_url = db;
-  relay_config.producer.bootstrap_servers = broker.bootstrap_servers();
-  relay_config.producer.kafka = {{"log_level", "2"}};
-  relay_config.progress_interval = 0ms;
-  Relay relay(relay_config);
-  ASSERT_TRUE(relay.run_until_empty(60s));
+  relay_everything(db, broker);
+  if (HasFatalFailure()) return;
 
-  ConsumerConfig config;
-  config.bootstrap_servers = broker.bootstrap_servers();
-  config.group_id = "traced";
-  config.topics = {topic};
-  config.batch_window = 20ms;
-  config.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-  Consumer consumer(config, open_store(db));
+  Consumer consumer(consumer_config(broker, topic, "traced"), open_store(db));
   std::mutex mutex;
   std::map<std::string, std::string> seen;  // event_id -> traceparent the handler saw
   consumer.on<OrderConfirmed>(topic, [&](const OrderConfirmed& e, const RecordInfo& r, Transaction&) {
@@ -144,6 +167,50 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   int callers_trace = 0;
   for (const auto& [id, traceparent] : seen) callers_trace += traceparent == callers ? 1 : 0;
   EXPECT_EQ(callers_trace, 1) << "the caller's context is kept, not replaced";
+}
+
+// outbox row -> relay -> Kafka header -> billing handler -> HTTP call -> the provider's
+// stored charge: one trace id all the way; the HTTP call is a span of its own.
+TEST(Tracing, BillingForwardsTheOutboxTraceToThePaymentProvider) {
+  DevBroker broker;
+  const std::string topic = fmt::format("billed-{:08x}", std::random_device{}());
+  broker.create_topic(topic, 1);
+  broker.create_topic(topic + ".dlq", 1);
+  const std::string db = test::fresh_sqlite_url();
+  auto store = open_store(db);
+  store->migrate();
+  http::PaymentProvider provider(open_store(test::fresh_sqlite_url()));
+  provider.start("127.0.0.1", 0);
+
+  Outbox outbox;
+  {
+    auto tx = store->begin();
+    outbox.enqueue(*tx, [&](const Uuid& id) {
+      return OutboxMessage{"order", "1", topic, to_json(order_event(id, 1)), {}, {}};
+    });
+    tx->commit();
+  }
+  const auto enqueued = parse_traceparent(outbox_traceparent(*store));
+  ASSERT_TRUE(enqueued) << "the outbox row has a valid traceparent";
+  relay_everything(db, broker);
+  if (HasFatalFailure()) return;
+
+  BillingConfig billing;
+  billing.provider_url = provider.base_url();
+  Consumer consumer(consumer_config(broker, topic, std::string(kBillingGroup)), open_store(db));
+  consumer.on<OrderConfirmed>(topic, billing_handler(billing));
+  std::thread runner([&] { consumer.run(); });
+  const bool charged = test::wait_until([&] { return consumer.stats().processed == 1; }, 60s);
+  consumer.stop();
+  runner.join();
+  ASSERT_TRUE(charged);
+
+  const auto charges = provider.charges(1);
+  ASSERT_EQ(charges.size(), 1U);
+  const auto received = parse_traceparent(charges[0].traceparent);
+  ASSERT_TRUE(received) << "the provider stored '" << charges[0].traceparent << "'";
+  EXPECT_EQ(received->trace_id_hex(), enqueued->trace_id_hex()) << "one trace end to end";
+  EXPECT_NE(received->span_id, enqueued->span_id) << "the HTTP call is a child span";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // Synchronisation is always "wait for a condition with a deadline", never a sleep.
 #include "idem/consumer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -213,6 +214,53 @@ TEST_F(ConsumerTest, MalformedMessagesGoToDlqWithReasonHeaders) {
   const ConsumerStats s = consumer->stats();
   EXPECT_EQ(s.dead_lettered_by_reason.at("validation.invalid_json"), 1u);
   EXPECT_EQ(s.dead_lettered_by_reason.at("route.no_route"), 1u);
+}
+
+TEST_F(ConsumerTest, RecordWithTooManyHeadersGoesToDlq) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  TestRecord at_limit = record_of(topic, make_event(1));  // 1 header (event_id) + 2 = 3
+  TestRecord over_limit = record_of(topic, make_event(2));
+  for (TestRecord* r : {&at_limit, &over_limit}) {
+    r->headers.push_back({"h1", "a"});
+    r->headers.push_back({"h2", "b"});
+  }
+  over_limit.headers.push_back({"h3", "c"});
+  produce({at_limit, over_limit});
+
+  ConsumerConfig config = config_for(topic, group);
+  config.limits.max_headers = 3;
+  std::mutex log_mutex;
+  std::vector<std::string> log_lines;
+  ConsumerHooks hooks;
+  hooks.log = [&](std::string_view line) {
+    std::lock_guard lock(log_mutex);
+    log_lines.emplace_back(line);
+  };
+  RunningConsumer consumer(counting_consumer(config, db_url_, std::move(hooks)));
+  ASSERT_TRUE(eventually([&] {
+    const ConsumerStats s = consumer->stats();
+    return s.processed + s.dead_lettered >= 2;
+  }));
+  ASSERT_TRUE(consumer.stop());
+  EXPECT_EQ(effects(group), 1);
+  EXPECT_EQ(consumer->stats().dead_lettered, 1u);
+
+  const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].header("idem.error.class"), "validation.too_many_headers");
+  EXPECT_EQ(dlq[0].header("idem.error.message"), "record has 4 headers, more than the limit of 3");
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), "1");
+  EXPECT_EQ(dlq[0].payload, over_limit.payload);
+  EXPECT_EQ(dlq[0].header("h3"), "c");  // the record's own headers are kept
+
+  // One log line locates the dead letter (topic, partition, offset, event id, reason).
+  const std::string located =
+      fmt::format("idem consumer: dead-lettered topic={} partition=0 offset=1 event_id={} "
+                  "class=validation.too_many_headers attempts=1",
+                  topic, over_limit.headers[0].second);  // record_of's event_id header
+  std::lock_guard lock(log_mutex);
+  EXPECT_EQ(std::count(log_lines.begin(), log_lines.end(), located), 1) << located;
 }
 
 TEST_F(ConsumerTest, OffsetsAreCommittedOnlyAfterTheDbCommit) {

@@ -424,8 +424,9 @@ TEST(OrderConfirmed, ReasonsHaveStableSnakeCaseNames) {
       {R::OutOfRange, "out_of_range"},
       {R::NotRfc3339, "not_rfc3339"},
       {R::UnknownEventType, "unknown_event_type"},
+      {R::TooManyHeaders, "too_many_headers"},
   };
-  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::UnknownEventType) + 1);
+  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::TooManyHeaders) + 1);
   for (const auto& [reason, name] : names) EXPECT_EQ(idem::to_string(reason), name);
 }
 

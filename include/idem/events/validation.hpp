@@ -26,6 +26,7 @@ enum class ValidationReason {
   OutOfRange,             ///< a number outside its allowed range
   NotRfc3339,             ///< occurred_at is not an RFC 3339 date-time
   UnknownEventType,       ///< event_type names no known event
+  TooManyHeaders,         ///< the record carries more Kafka headers than allowed
 };
 
 [[nodiscard]] std::string_view to_string(ValidationReason reason) noexcept;
@@ -61,6 +62,8 @@ class Validated {
 /// Limits applied before any parsing work.
 struct ParseLimits {
   std::size_t max_payload_bytes = 64 * 1024;
+  /// Kafka headers per record; a record with more goes to the DLQ (too_many_headers).
+  std::size_t max_headers = 64;
 };
 
 }  // namespace idem

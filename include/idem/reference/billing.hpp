@@ -4,7 +4,7 @@
 /// order.confirmed.v1, inside the event's transaction (where idem::Consumer has already
 /// marked the event processed for group `billing-order-confirmed`):
 ///   1. charge the payment provider: `POST /payments/charge {"order_id", "amount"}`
-///      with `Idempotency-Key: <event_id>` (and the record's `traceparent`, if any),
+///      with `Idempotency-Key: <event_id>` (and a child span of the record's `traceparent`),
 ///      retrying transient failures with the same key;
 ///   2. `UPDATE orders SET payment_status = 'charged'`;
 ///   3. append a billing_ledger row (order_id, event_id, amount, provider payment id).
