@@ -27,10 +27,11 @@ namespace {
 constexpr std::string_view kEnvPrefix = "IDEM_";
 constexpr std::string_view kConfigFileEnv = "IDEM_CONFIG";
 constexpr std::string_view kKafkaEnvPrefix = "IDEM_KAFKA_";
-// Reserved for the test and benchmark harnesses and scripts/with-postgres.sh: never
-// configuration, so never reported as unknown keys.
-constexpr std::array<std::string_view, 3> kNonConfigEnvPrefixes = {"IDEM_TEST_", "IDEM_BENCH_",
-                                                                     "IDEM_PG_"};
+// Reserved for the test and benchmark harnesses and scripts/ (test.sh: IDEM_BUILD_DIR,
+// IDEM_JOBS, IDEM_WERROR; with-postgres.sh: IDEM_PG_*): never configuration, so never
+// reported as unknown keys.
+constexpr std::array<std::string_view, 6> kNonConfigEnvPrefixes = {
+    "IDEM_TEST_", "IDEM_BENCH_", "IDEM_PG_", "IDEM_BUILD_", "IDEM_JOBS", "IDEM_WERROR"};
 
 // librdkafka properties idem sets itself; the message says what to do instead.
 struct OwnedProperty {

@@ -170,7 +170,8 @@ TEST(ConfigLoader, QuotesLibpqValuesSoTheyCannotAddParameters) {
 TEST(ConfigLoader, IgnoresTheTestHarnessVariables) {
   ConfigSources s;
   s.environment = {{"IDEM_TEST_PG_DSN", "postgresql://x"}, {"IDEM_BENCH_BATCH", "1"},
-                   {"IDEM_PG_BINDIR", "/usr/lib"}, {"PATH", "/bin"}};
+                   {"IDEM_PG_BINDIR", "/usr/lib"}, {"IDEM_BUILD_DIR", "/tmp/b"},
+                   {"IDEM_JOBS", "2"}, {"IDEM_WERROR", "ON"}, {"PATH", "/bin"}};
   EXPECT_NO_THROW(static_cast<void>(load_config(s)));
 }
 
