@@ -52,19 +52,7 @@ class ConsumerDeferredTest : public ::testing::Test {
     group_ = unique_name("g");
     broker_->create_topic(topic_, 1);
     broker_->create_topic(topic_ + ".dlq", 1);
-    KafkaTestProducer producer(broker_->bootstrap_servers());
-    for (int i = 1; i <= kEvents; ++i) {
-      OrderConfirmed e;
-      e.event_id = new_uuid_v7();
-      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now());
-      e.order_id = i;
-      e.customer_id = 42;
-      e.total_amount = Amount::from_hundredths(1999);
-      ids_[i] = e.event_id;
-      producer.send({topic_, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, 0});
-    }
-    producer.flush();
+    ids_ = test::produce_order_events(broker_->bootstrap_servers(), topic_, kEvents);
   }
 
   /// Runs a consumer with `handler` until `done` holds (30 s deadline), then stops it.

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "idem/events/order_confirmed.hpp"
+
 namespace idem::test {
 
 namespace {
@@ -109,6 +111,26 @@ void KafkaTestProducer::flush(std::chrono::milliseconds timeout) {
     throw std::runtime_error(
         fmt::format("{} record(s) failed, first: {}", impl_->failed, impl_->first_error));
   }
+}
+
+std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_servers,
+                                                  const std::string& topic, int count,
+                                                  std::int32_t partition) {
+  std::map<std::int64_t, Uuid> ids;
+  KafkaTestProducer producer(bootstrap_servers);
+  for (int i = 1; i <= count; ++i) {
+    OrderConfirmed e;
+    e.event_id = new_uuid_v7();
+    e.occurred_at =
+        std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+    e.order_id = i;
+    e.customer_id = 42;
+    e.total_amount = Amount::from_hundredths(1999);
+    ids[i] = e.event_id;
+    producer.send({topic, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, partition});
+  }
+  producer.flush();
+  return ids;
 }
 
 std::string unique_name(std::string_view prefix) {

@@ -4,6 +4,7 @@
 // Every call takes a deadline.
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "idem/kafka_admin.hpp"
+#include "idem/uuid.hpp"
 
 namespace idem::test {
 
@@ -52,6 +54,13 @@ class KafkaTestProducer {
 using idem::committed_offsets;
 using idem::end_offsets;
 using idem::read_topic;
+
+/// Produces `count` valid order.confirmed.v1 events (order ids 1..count, customer 42,
+/// 19.99) to partition `partition` of `topic`, keyed by order id with an `event_id`
+/// header, and waits for the broker. Returns order id -> event id.
+[[nodiscard]] std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_servers,
+                                                                const std::string& topic, int count,
+                                                                std::int32_t partition = 0);
 
 /// `prefix` plus 12 random hex digits: a topic or group name no other test run uses.
 [[nodiscard]] std::string unique_name(std::string_view prefix);
