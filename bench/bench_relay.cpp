@@ -1,9 +1,10 @@
 // Outbox relay throughput and enqueue cost, with two baselines measured in the same run
 // (bench/RELAY-RESULTS.md has figures and how to read them):
 //
-//   relay      idem::Relay: outbox rows -> acknowledged on the topic -> marked published
+//   relay      idem::Relay: outbox rows -> acknowledged on the topic -> marked published;
+//              warm (a running relay, the figure that counts) and from a cold start
 //   raw SQL    the relay's own claim and mark statements in a loop, no producer
-//   producer   a plain idempotent librdkafka producer sending the same payloads
+//   producer   a plain idempotent librdkafka producer sending the same payloads (warm)
 //   enqueue    UPDATE orders (the confirm) with vs without outbox.enqueue, per transaction
 //
 // Usage: idem_bench_relay [EVENTS]   (default 100000)
@@ -145,18 +146,41 @@ void exec(idem::Store& store, std::string_view sql) {
   tx->commit();
 }
 
-/// Resets every row to unpublished and, on PostgreSQL, VACUUMs, so that each run starts
-/// from the same table state (the marks of the previous run leave dead tuples behind).
+/// Rewrites the outbox compactly (PostgreSQL), so that each run starts from the same
+/// table state. A plain VACUUM is not enough: every run's marks (and every reset) write a
+/// new version of each row, and the table and its indexes keep growing; once they outgrow
+/// shared_buffers, later runs pay for reads and writes through the kernel that earlier
+/// runs did not (two runs of the same relay differed by 40 %).
+void vacuum_outbox(idem::Store& store, bool postgres) {
+  if (!postgres) return;
+  // VACUUM cannot run in a transaction block; no idem transaction is open here.
+  PGresult* r = PQexec(idem::postgres_native_handle(store), "VACUUM (FULL, ANALYZE) outbox");
+  if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+    std::fprintf(stderr, "VACUUM: %s", PQerrorMessage(idem::postgres_native_handle(store)));
+  }
+  PQclear(r);
+}
+
+/// Resets every row to unpublished, then vacuums.
 void reset_outbox(idem::Store& store, bool postgres) {
   exec(store, "UPDATE outbox SET published_at = NULL");
-  if (postgres) {
-    // VACUUM cannot run in a transaction block; no idem transaction is open here.
-    PGresult* r = PQexec(idem::postgres_native_handle(store), "VACUUM ANALYZE outbox");
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-      std::fprintf(stderr, "VACUUM: %s", PQerrorMessage(idem::postgres_native_handle(store)));
-    }
-    PQclear(r);
-  }
+  vacuum_outbox(store, postgres);
+}
+
+/// Leaves only the first `rows` rows (in id order) unpublished, then vacuums: the warm-up
+/// of a relay before its timed run.
+void reset_outbox_to_first(idem::Store& store, bool postgres, std::int64_t rows) {
+  exec(store, fmt::format("UPDATE outbox SET published_at = CASE WHEN id < (SELECT min(id) FROM outbox) + {} "
+                          "THEN NULL ELSE {} END",
+                          rows, postgres ? "now()" : "0"));
+  vacuum_outbox(store, postgres);
+}
+
+/// Sets every row after the first `rows` (in id order) back to unpublished, then vacuums.
+void unpublish_after_first(idem::Store& store, bool postgres, std::int64_t rows) {
+  exec(store, fmt::format("UPDATE outbox SET published_at = NULL WHERE id >= (SELECT min(id) FROM outbox) + {}",
+                          rows));
+  vacuum_outbox(store, postgres);
 }
 
 /// Fills the outbox with `n` order.confirmed.v1 events (1000 per transaction).
@@ -180,8 +204,11 @@ void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, st
   }
 }
 
-double relay_run(const std::string& url, const std::string& bootstrap, std::int64_t n,
-                 long postmaster, bool concurrent_marks = true) {
+// Rows a warm relay publishes before its timed run (they are not counted).
+constexpr std::int64_t kWarmUpRows = 1000;
+
+/// Builds a relay for the benchmark's store and broker.
+idem::RelayConfig relay_config(const std::string& url, const std::string& bootstrap, std::size_t mark_connections) {
   idem::RelayConfig c;
   c.store_url = url;
   c.producer.bootstrap_servers = bootstrap;
@@ -191,21 +218,50 @@ double relay_run(const std::string& url, const std::string& bootstrap, std::int6
   if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS")) c.producer.linger = std::chrono::milliseconds(std::stol(v));
   c.progress_interval = 0ms;
   c.cleanup_interval = 0ms;
-  c.concurrent_marks = concurrent_marks;
-  idem::Relay relay(c);
+  c.mark_connections = mark_connections;
+  return c;
+}
+
+/// Times `relay` draining `n` unpublished rows and prints the figure under `label`.
+double timed_drain(idem::Relay& relay, std::int64_t n, long postmaster, const std::string& label) {
+  const std::uint64_t before = relay.progress().published;
   const auto cpu = CpuReading::now(postmaster);
   const auto t = SteadyClock::now();
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain\n");
   const double s = seconds_since(t);
   // Read before the relay closes its connections (their backends' CPU goes with them).
-  std::printf("  relay run (%s marks): %.0f events/s, %s\n", concurrent_marks ? "concurrent" : "inline",
-              static_cast<double>(n) / s, cpu_per_event(cpu, CpuReading::now(postmaster), n).c_str());
-  if (relay.progress().published != static_cast<std::uint64_t>(n)) {
-    std::fprintf(stderr, "relay published %llu of %lld\n",
-                 static_cast<unsigned long long>(relay.progress().published),
+  std::printf("  relay run (%s): %.0f events/s, %s\n", label.c_str(), static_cast<double>(n) / s,
+              cpu_per_event(cpu, CpuReading::now(postmaster), n).c_str());
+  const std::uint64_t published = relay.progress().published - before;
+  if (published != static_cast<std::uint64_t>(n)) {
+    std::fprintf(stderr, "relay published %llu of %lld\n", static_cast<unsigned long long>(published),
                  static_cast<long long>(n));
   }
   return static_cast<double>(n) / s;
+}
+
+/// A cold start: the clock starts when the relay has been built, so the run includes
+/// librdkafka's start-up (broker connection, metadata, and the idempotent producer's
+/// InitProducerId, which librdkafka 2.0.2 retries on a 500 ms timer when no broker
+/// connection is up yet: about 1 s before the first acknowledgement).
+double relay_cold_run(idem::Store& store, bool postgres, const std::string& url, const std::string& bootstrap,
+                      std::int64_t n, long postmaster) {
+  reset_outbox(store, postgres);
+  idem::Relay relay(relay_config(url, bootstrap, idem::RelayConfig{}.mark_connections));
+  return timed_drain(relay, n, postmaster, "cold start");
+}
+
+/// A running relay: it first publishes kWarmUpRows rows (so its producer is connected
+/// and has its producer id, as in a relay that has been up for a while), then the rest
+/// of the table is set back to unpublished and the clock starts.
+double relay_warm_run(idem::Store& store, bool postgres, const std::string& url, const std::string& bootstrap,
+                      std::int64_t n, long postmaster, std::size_t mark_connections) {
+  reset_outbox_to_first(store, postgres, kWarmUpRows);
+  idem::Relay relay(relay_config(url, bootstrap, mark_connections));
+  if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain the warm-up rows\n");
+  unpublish_after_first(store, postgres, kWarmUpRows);
+  return timed_drain(relay, n - kWarmUpRows, postmaster,
+                     fmt::format("warm, {} mark connection(s)", mark_connections));
 }
 
 double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postmaster) {
@@ -263,9 +319,7 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++*static_cast<std::size_t*>(opaque);
   });
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-  const auto cpu = CpuReading::now(postmaster);
-  const auto t = SteadyClock::now();
-  for (const Payload& p : payloads) {
+  const auto produce = [&](const Payload& p) {
     while (true) {
       rd_kafka_headers_t* h = rd_kafka_headers_new(1);
       rd_kafka_header_add(h, "event_id", -1, p.event_id.data(), static_cast<ssize_t>(p.event_id.size()));
@@ -281,11 +335,21 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
       vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
       vus[4].u.headers = h;
       rd_kafka_error_t* e = rd_kafka_produceva(rk, vus.data(), vus.size());
-      if (e == nullptr) break;
+      if (e == nullptr) return;
       rd_kafka_error_destroy(e);
       rd_kafka_headers_destroy(h);
       rd_kafka_poll(rk, 5);
     }
+  };
+  // Warm, like the relay: the first message (not counted) waits for the broker
+  // connection and the producer id.
+  produce(payloads.front());
+  rd_kafka_flush(rk, 60'000);
+  acked = 0;
+  const auto cpu = CpuReading::now(postmaster);
+  const auto t = SteadyClock::now();
+  for (const Payload& p : payloads) {
+    produce(p);
     rd_kafka_poll(rk, 0);
   }
   rd_kafka_flush(rk, 60'000);
@@ -380,16 +444,16 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
     // worker waking up in the middle of one run and not another would only add noise.
     exec(*store, "ALTER TABLE outbox SET (autovacuum_enabled = off)");
   }
-  reset_outbox(*store, postgres);
   const long postmaster = postgres ? postmaster_of(*store) : 0;
-  const double relay1 = relay_run(url, bootstrap, n, postmaster);
+  const double cold = relay_cold_run(*store, postgres, url, bootstrap, n, postmaster);
+  const std::size_t marks = idem::RelayConfig{}.mark_connections;
+  const double relay1 = relay_warm_run(*store, postgres, url, bootstrap, n, postmaster, marks);
   reset_outbox(*store, postgres);
   const double raw = raw_sql_run(*store, postgres, n, postmaster);
-  reset_outbox(*store, postgres);
-  const double relay2 = relay_run(url, bootstrap, n, postmaster);
-  reset_outbox(*store, postgres);
-  // The same relay with marks inline on its one thread (concurrent_marks = false).
-  const double relay_inline = relay_run(url, bootstrap, n, postmaster, false);
+  const double relay2 = relay_warm_run(*store, postgres, url, bootstrap, n, postmaster, marks);
+  // The earlier designs, same run: one mark connection, and marks inline on the relay's thread.
+  const double relay_one = relay_warm_run(*store, postgres, url, bootstrap, n, postmaster, 1);
+  const double relay_inline = relay_warm_run(*store, postgres, url, bootstrap, n, postmaster, 0);
   const std::string ptopic = fmt::format("bench-plain-{}-{}", name, (*topic_seq)++);
   broker.create_topic(ptopic, kPartitions);
   const double plain = plain_producer_run(bootstrap, ptopic, payloads, postmaster);
@@ -401,6 +465,10 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
     pc.kafka = {{"log_level", "2"}};
     idem::Producer producer(pc);
     std::vector<idem::Delivery> out;
+    const Payload& w = payloads.front();  // warm-up, not counted
+    static_cast<void>(producer.send({itopic, w.key, w.value, *idem::Uuid::parse(w.event_id), {}, {}}));
+    producer.flush(60s, out);
+    out.clear();
     const auto t0 = SteadyClock::now();
     for (const Payload& p : payloads) {
       static_cast<void>(producer.send({itopic, p.key, p.value, *idem::Uuid::parse(p.event_id), {}, {}}));
@@ -411,8 +479,11 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
                 static_cast<double>(out.size()) / seconds_since(t0));
   }
   const double relay = std::max(relay1, relay2);
-  std::printf("%s relay: %.0f events/s (runs: %.0f, %.0f)\n", name.c_str(), relay, relay1, relay2);
-  std::printf("%s relay with inline marks (concurrent_marks=false): %.0f events/s -> %.0f%% of raw\n",
+  std::printf("%s relay: %.0f events/s (warm runs: %.0f, %.0f; cold start: %.0f)\n", name.c_str(), relay,
+              relay1, relay2, cold);
+  std::printf("%s relay with one mark connection: %.0f events/s -> %.0f%% of raw\n", name.c_str(), relay_one,
+              relay_one / raw * 100.0);
+  std::printf("%s relay with inline marks (mark_connections=0): %.0f events/s -> %.0f%% of raw\n",
               name.c_str(), relay_inline, relay_inline / raw * 100.0);
   std::printf("%s raw claim+mark SQL loop: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
               raw, relay / raw * 100.0);

@@ -36,11 +36,12 @@ struct RelayConfig {
   ProducerConfig producer;      ///< bootstrap servers, kafka pass-through, ...
   std::size_t batch_size = 1000;            ///< rows per claim
   std::size_t max_batches_in_flight = 8;    ///< claims produced but not yet acknowledged
-  /// Mark acknowledged batches on a second connection from a second thread, so marks
-  /// overlap with claims, produces and acks. false: marks run inline on the relay's
-  /// thread (the pre-2026-11-30 behaviour; kept for benchmarks and as a fallback).
-  /// sqlite://:memory: always marks inline (a second connection would be another db).
-  bool concurrent_marks = true;
+  /// Connections (each with its own thread) that mark acknowledged batches published,
+  /// so marks overlap with claims, produces, acks and each other. 0: marks run inline on
+  /// the relay's thread (the pre-2026-11-30 behaviour; kept for benchmarks and as a
+  /// fallback). sqlite://:memory: always marks inline (a second connection would be
+  /// another database). SQLite uses at most one (it has one writer at a time).
+  std::size_t mark_connections = 2;
   /// Polling interval when idle: the correctness path (LISTEN/NOTIFY only wakes earlier).
   std::chrono::milliseconds poll_interval{500};
   bool listen = true;  ///< PostgreSQL: LISTEN idem_outbox as a wake-up hint

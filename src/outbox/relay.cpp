@@ -87,54 +87,65 @@ struct Relay::Impl {
   bool last_claim_empty = false;
   std::string scratch;  // reused for the id list of a mark
 
-  // Marking runs on its own thread and connection (mark_store), so that the claim ->
+  // Marking runs on its own threads and connections (mark_stores), so that the claim ->
   // produce -> ack pipeline keeps going while the previous acknowledged batches are
-  // being marked: throughput is bounded by the slower of database and broker, not by
-  // their sum. Only acknowledged batches at the front of the pipeline (a prefix, in id
-  // order) are ever handed over, so a row is never marked before every earlier row of
-  // this relay was acknowledged. Without a second connection (sqlite://:memory:) marks
-  // run inline on `store`.
-  std::unique_ptr<Store> mark_store;
-  std::thread marker;
+  // being marked: throughput is bounded by the slowest of claims, broker and marks, not
+  // by their sum. The mark is the costliest statement (each UPDATE writes a new row
+  // version and its index entries), so more than one connection marks at once, each
+  // taking whatever is queued. Only acknowledged batches at the front of the pipeline (a
+  // prefix, in id order) are ever handed over, so a row is never marked before every
+  // earlier row of this relay was acknowledged; in which order the markers then commit
+  // does not matter (a crash before a mark only means those rows are sent again).
+  // Without a second connection (sqlite://:memory:, or mark_connections = 0) marks run
+  // inline on `store`.
+  std::vector<std::unique_ptr<Store>> mark_stores;
+  std::vector<std::thread> markers;
   std::mutex mark_mu;
-  std::condition_variable mark_cv;       // marker: work or quit
+  std::condition_variable mark_cv;       // markers: work or quit
   std::condition_variable mark_done_cv;  // relay thread: a job finished
   std::deque<MarkJob> mark_queue;        // guarded by mark_mu
   std::vector<MarkResult> mark_results;  // guarded by mark_mu
-  bool mark_busy = false;                // guarded by mark_mu
+  std::size_t marks_running = 0;         // guarded by mark_mu
   bool mark_quit = false;                // guarded by mark_mu
   std::size_t marks_pending = 0;         // relay thread: batches handed over, not reported
 
-  ~Impl() { stop_marker(); }
+  ~Impl() { stop_markers(); }
 
-  void stop_marker() noexcept {
-    if (!marker.joinable()) return;
+  void stop_markers() noexcept {
+    if (markers.empty()) return;
     {
       std::lock_guard lock(mark_mu);
       mark_quit = true;
     }
     mark_cv.notify_all();
-    marker.join();
+    for (std::thread& t : markers) t.join();
+    markers.clear();
   }
 
-  /// Executes one mark statement for `ids` on `s`.
+  /// Marks `ids` published on `s`, in one transaction of one mark statement per claim's
+  /// worth of ids. Merged jobs are split because PostgreSQL plans `id = ANY($1)` by the
+  /// array's length: a few thousand ids turn the index scan into a sequential scan of
+  /// the whole outbox (published rows included), so one merged mark of 20,000 ids cost
+  /// more than twenty marks of 1,000. The statements are pipelined (one round trip).
   void execute_mark(Store& s, const std::vector<std::int64_t>& ids, std::string& list) const {
-    list.clear();
-    list.reserve(ids.size() * 8 + 2);
-    list.push_back(postgres ? '{' : '[');
-    bool first = true;
-    for (const std::int64_t id : ids) {
-      if (!first) list.push_back(',');
-      first = false;
-      fmt::format_to(std::back_inserter(list), "{}", id);
-    }
-    list.push_back(postgres ? '}' : ']');
     auto tx = s.begin();
-    tx->execute(postgres ? kMarkPostgres : kMarkSqlite, list);
+    const std::size_t chunk = config.batch_size;
+    for (std::size_t from = 0; from < ids.size(); from += chunk) {
+      const std::size_t to = std::min(ids.size(), from + chunk);
+      list.clear();
+      list.reserve((to - from) * 8 + 2);
+      list.push_back(postgres ? '{' : '[');
+      for (std::size_t i = from; i < to; ++i) {
+        if (i > from) list.push_back(',');
+        fmt::format_to(std::back_inserter(list), "{}", ids[i]);
+      }
+      list.push_back(postgres ? '}' : ']');
+      tx->execute_deferred(postgres ? kMarkPostgres : kMarkSqlite, list);
+    }
     tx->commit();
   }
 
-  void marker_main() noexcept {
+  void marker_main(Store& mark_store) noexcept {
     std::string list;
     std::unique_lock lock(mark_mu);
     while (true) {
@@ -149,13 +160,13 @@ struct Relay::Impl {
         job.batches += mark_queue.front().batches;
         mark_queue.pop_front();
       }
-      mark_busy = true;
+      ++marks_running;
       lock.unlock();
       MarkResult r;
       r.rows = job.ids.size();
       r.batches = job.batches;
       try {
-        execute_mark(*mark_store, job.ids, list);
+        execute_mark(mark_store, job.ids, list);
       } catch (const std::exception& e) {
         r.ok = false;
         r.error = e.what();  // the mark store reconnects by itself on its next begin()
@@ -164,7 +175,7 @@ struct Relay::Impl {
         r.error = "unknown error";
       }
       lock.lock();
-      mark_busy = false;
+      --marks_running;
       mark_results.push_back(std::move(r));
       mark_done_cv.notify_all();
     }
@@ -172,7 +183,7 @@ struct Relay::Impl {
 
   /// Hands acknowledged batches (the front of the pipeline) to the marker.
   void submit_mark(MarkJob job) {
-    if (!marker.joinable()) {
+    if (markers.empty()) {
       MarkResult r;
       r.rows = job.ids.size();
       r.batches = job.batches;
@@ -198,7 +209,7 @@ struct Relay::Impl {
     {
       std::unique_lock lock(mark_mu);
       if (all) {
-        mark_done_cv.wait(lock, [&] { return mark_queue.empty() && !mark_busy; });
+        mark_done_cv.wait(lock, [&] { return mark_queue.empty() && marks_running == 0; });
       }
       results.swap(mark_results);
     }
@@ -230,9 +241,16 @@ struct Relay::Impl {
     store = open_store(config.store_url, config.store_options);
     postgres = store->backend() == Backend::Postgres;
     claimer = detail::make_shard_claimer(*store, config.store_url);
-    if (config.concurrent_marks && config.store_url.find(":memory:") == std::string::npos) {
-      mark_store = open_store(config.store_url, config.store_options);
-      marker = std::thread([this] { marker_main(); });
+    if (config.store_url.find(":memory:") == std::string::npos) {
+      // SQLite has one writer at a time: a second marker would only wait for the first.
+      const std::size_t connections =
+          postgres ? config.mark_connections : std::min<std::size_t>(config.mark_connections, 1);
+      for (std::size_t i = 0; i < connections; ++i) {
+        mark_stores.push_back(open_store(config.store_url, config.store_options));
+      }
+      for (const auto& mark_store : mark_stores) {
+        markers.emplace_back([this, &s = *mark_store] { marker_main(s); });
+      }
     }
     ProducerConfig pc = config.producer;
     if (!pc.log) pc.log = observer.log;

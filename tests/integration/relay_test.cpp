@@ -185,6 +185,29 @@ TYPED_TEST(RelayTest, PublishesEveryConfirmedOrderExactlyOnceKeyedByOrderId) {
   this->check_topic(expected, /*exactly_once=*/true);
 }
 
+TYPED_TEST(RelayTest, MarksEveryRowOnceWithMarksInlineOrOnSeveralConnections) {
+  if (this->url_.empty()) return;
+  // Small batches and a deep pipeline, so several marks are queued and (with more than
+  // one mark connection) run at once. Each round publishes only the new orders.
+  std::int64_t first = 1;
+  std::map<std::int64_t, Uuid> expected;
+  for (const std::size_t connections : {0UL, 1UL, 4UL}) {
+    SCOPED_TRACE(fmt::format("mark_connections = {}", connections));
+    expected.merge(this->confirm_orders(first, 300));
+    first += 300;
+    RelayConfig c = relay_config(this->url_);
+    c.batch_size = 10;
+    c.max_batches_in_flight = 16;
+    c.mark_connections = connections;
+    Relay relay(c);
+    ASSERT_TRUE(relay.run_until_empty(60s));
+    EXPECT_EQ(this->unpublished(), 0);
+    EXPECT_EQ(relay.progress().published, 300U);
+    EXPECT_EQ(relay.progress().batches, 30U);
+  }
+  this->check_topic(expected, /*exactly_once=*/true);
+}
+
 TYPED_TEST(RelayTest, RolledBackConfirmationLeavesNoRowAndNoMessage) {
   if (this->url_.empty()) return;
   auto kept = this->confirm_orders(1, 3);
