@@ -273,7 +273,7 @@ double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postm
   while (true) {
     idem::Rows rows;
     {
-      auto tx = store.begin();
+      auto tx = store.begin_read();  // as the relay claims
       rows = postgres ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(kBatch))
                       : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(kBatch));
       tx->commit();

@@ -36,6 +36,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     std::string bootstrap;
     std::string batch_size;
     std::string in_flight;
+    std::string mark_connections;
     std::string poll_interval_ms;
     int rebalance_ms = 2000;
     std::string retention_hours;
@@ -57,6 +58,9 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
             "relay.batch_size");
   cfg->bind(cmd->add_option("--in-flight", opts->in_flight, "Batches produced but not yet marked (relay.in_flight)"),
             "relay.in_flight");
+  cfg->bind(cmd->add_option("--mark-connections", opts->mark_connections,
+                            "Connections marking rows published, 0: inline (relay.mark_connections)"),
+            "relay.mark_connections");
   cfg->bind(cmd->add_option("--poll-interval-ms", opts->poll_interval_ms, "Idle polling interval"),
             "relay.poll_interval_ms");
   cfg->bind(cmd->add_option("--retention-hours", opts->retention_hours,

@@ -247,6 +247,13 @@ class Store {
   /// (a broken connection is re-established here, once, before giving up).
   [[nodiscard]] virtual std::unique_ptr<Transaction> begin() = 0;
 
+  /// Starts a transaction that only reads. On SQLite it takes no write lock (a plain
+  /// BEGIN: in WAL mode it reads a snapshot and never waits for a writer, where begin()
+  /// queues behind every write transaction of other connections), and a statement that
+  /// would write throws Error(InvalidArgument). On PostgreSQL it is begin(): readers never
+  /// wait for writers there anyway.
+  [[nodiscard]] virtual std::unique_ptr<Transaction> begin_read() { return begin(); }
+
   /// Applies every migration not yet applied, in version order, each in its own
   /// transaction; safe to run again and from several processes at once.
   virtual MigrationReport migrate(const MigrateOptions& options = {}) = 0;

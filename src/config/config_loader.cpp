@@ -445,6 +445,7 @@ Config validate(const Settings& settings, Problems& problems) {
   // relay.*
   v.integer("relay.batch_size", c.relay.batch_size);
   v.integer("relay.in_flight", c.relay.in_flight);
+  v.integer("relay.mark_connections", c.relay.mark_connections);
   v.duration_ms("relay.poll_interval_ms", c.relay.poll_interval);
   v.duration_ms("relay.progress_interval_ms", c.relay.progress_interval);
   double retention_hours = 24;
@@ -566,6 +567,7 @@ RelayConfig Config::relay_config() const {
   r.producer.kafka = kafka;
   r.batch_size = relay.batch_size;
   r.max_batches_in_flight = relay.in_flight;
+  r.mark_connections = relay.mark_connections;
   r.poll_interval = relay.poll_interval;
   r.retention = relay.retention;
   r.progress_interval = relay.progress_interval;

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -51,6 +53,20 @@ struct Batch {
   std::string error;
 };
 
+/// What the claim thread is asked to read.
+struct ClaimRequest {
+  std::int64_t cursor = 0;
+  std::string owned_array;  // PostgreSQL: the shards this relay owns
+};
+
+/// One claim, read and turned into messages by the claim thread.
+struct ClaimResult {
+  std::exception_ptr error;  // the claim failed: rethrown on the relay thread
+  std::int64_t session = 0;  // PostgreSQL: the backend pid that ran the claim
+  std::vector<std::int64_t> ids;
+  std::vector<ProducerMessage> messages;
+};
+
 /// A group of acknowledged batches handed to the marker.
 struct MarkJob {
   std::vector<std::int64_t> ids;
@@ -70,7 +86,10 @@ struct MarkResult {
 struct Relay::Impl {
   RelayConfig config;
   RelayObserver observer;
-  std::unique_ptr<Store> store;         // claims, marks, locks (their session), lag, cleanup
+  // Claims, shard locks (their session), lag, cleanup; inline marks. Guarded by store_mu:
+  // the claim thread and the relay thread both use it, never at once.
+  std::unique_ptr<Store> store;
+  std::mutex store_mu;
   std::unique_ptr<Store> listen_store;  // PostgreSQL: LISTEN idem_outbox
   std::unique_ptr<detail::ShardClaimer> claimer;
   std::unique_ptr<Producer> producer;
@@ -86,6 +105,21 @@ struct Relay::Impl {
   SteadyClock::time_point next_progress{};
   bool last_claim_empty = false;
   std::string scratch;  // reused for the id list of a mark
+
+  // Claims run ahead on their own thread (claim_thread): while the relay thread produces
+  // one batch and serves acknowledgements, the next batch is read and turned into
+  // messages, so neither the claim's round trip nor its rows' conversion is on the relay
+  // thread's path. One claim at a time: the next one starts after the last id of the
+  // previous (the cursor), which only its result tells. The relay thread alone decides
+  // when to claim and what the cursor is, and alone produces, so order is unchanged.
+  std::thread claim_thread;
+  std::mutex claim_mu;
+  std::condition_variable claim_cv;       // claim thread: a request or quit
+  std::condition_variable claim_done_cv;  // relay thread: the result is there
+  std::optional<ClaimRequest> claim_request;  // guarded by claim_mu
+  std::optional<ClaimResult> claim_result;    // guarded by claim_mu
+  bool claim_quit = false;                    // guarded by claim_mu
+  bool claim_outstanding = false;             // relay thread: requested, result not taken
 
   // Marking runs on its own threads and connections (mark_stores), so that the claim ->
   // produce -> ack pipeline keeps going while the previous acknowledged batches are
@@ -109,7 +143,107 @@ struct Relay::Impl {
   bool mark_quit = false;                // guarded by mark_mu
   std::size_t marks_pending = 0;         // relay thread: batches handed over, not reported
 
-  ~Impl() { stop_markers(); }
+  ~Impl() {
+    stop_claim_thread();
+    stop_markers();
+  }
+
+  void stop_claim_thread() noexcept {
+    if (!claim_thread.joinable()) return;
+    {
+      std::lock_guard lock(claim_mu);
+      claim_quit = true;
+    }
+    claim_cv.notify_all();
+    claim_thread.join();
+  }
+
+  void claim_main() noexcept {
+    std::unique_lock lock(claim_mu);
+    while (true) {
+      claim_cv.wait(lock, [&] { return claim_quit || claim_request.has_value(); });
+      if (claim_quit) return;
+      const ClaimRequest request = std::move(*claim_request);
+      claim_request.reset();
+      lock.unlock();
+      ClaimResult result;
+      try {
+        read_claim(request, result);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      lock.lock();
+      claim_result = std::move(result);
+      claim_done_cv.notify_all();
+    }
+  }
+
+  /// Runs the claim statement and turns its rows into messages (claim thread).
+  void read_claim(const ClaimRequest& request, ClaimResult& out) {
+    const auto limit = static_cast<std::int64_t>(config.batch_size);
+    Rows rows;
+    {
+      std::lock_guard lock(store_mu);
+      // A read transaction: on SQLite a claim then never queues behind a marker's write.
+      auto tx = store->begin_read();
+      rows = postgres ? tx->execute(kClaimPostgres, request.cursor, request.owned_array, limit)
+                      : tx->execute(kClaimSqlite, request.cursor, limit);
+      tx->commit();
+    }
+    if (rows.empty()) return;
+    out.session = rows[0].int64(6);
+    out.ids.reserve(rows.size());
+    out.messages.reserve(rows.size());
+    for (const auto row : rows) {
+      ProducerMessage m;
+      m.topic = std::string(row.text(2));
+      m.key = std::string(row.text(3));
+      m.payload = std::string(row.text(4));
+      m.event_id = row.uuid(1);  // the row's id, born with the event: never a new one
+      for (auto& [name, value] : outbox_headers_from_json(row.text(5))) {
+        if (name == "traceparent") {
+          m.traceparent = std::move(value);
+        } else {
+          m.headers.emplace_back(std::move(name), std::move(value));
+        }
+      }
+      out.ids.push_back(row.int64(0));
+      out.messages.push_back(std::move(m));
+    }
+  }
+
+  /// Asks the claim thread for the batch after `cursor` (relay thread).
+  void request_claim() {
+    {
+      std::lock_guard lock(claim_mu);
+      claim_request = ClaimRequest{cursor, owned_array};
+    }
+    claim_outstanding = true;
+    claim_cv.notify_one();
+  }
+
+  /// Takes the outstanding claim's result, waiting up to `timeout` for it. nullopt while
+  /// it is not there yet.
+  std::optional<ClaimResult> take_claim(milliseconds timeout) {
+    std::unique_lock lock(claim_mu);
+    if (!claim_done_cv.wait_for(lock, timeout, [&] { return claim_result.has_value(); })) {
+      return std::nullopt;
+    }
+    std::optional<ClaimResult> r = std::move(claim_result);
+    claim_result.reset();
+    claim_outstanding = false;
+    return r;
+  }
+
+  /// Waits for the outstanding claim, if any, and drops its rows: nothing of them was
+  /// sent, and they are claimed again from the oldest unpublished row.
+  void discard_claim() noexcept {
+    if (!claim_outstanding) return;
+    std::unique_lock lock(claim_mu);
+    claim_done_cv.wait(lock, [&] { return claim_result.has_value(); });
+    claim_result.reset();
+    claim_outstanding = false;
+  }
 
   void stop_markers() noexcept {
     if (markers.empty()) return;
@@ -187,7 +321,10 @@ struct Relay::Impl {
       MarkResult r;
       r.rows = job.ids.size();
       r.batches = job.batches;
-      execute_mark(*store, job.ids, scratch);  // throws: the caller's error path
+      {
+        std::lock_guard lock(store_mu);
+        execute_mark(*store, job.ids, scratch);  // throws: the caller's error path
+      }
       marks_pending += job.batches;
       std::lock_guard lock(mark_mu);
       mark_results.push_back(std::move(r));
@@ -228,7 +365,9 @@ struct Relay::Impl {
     return ok;
   }
 
-  [[nodiscard]] bool pipeline_empty() const { return in_flight.empty() && marks_pending == 0; }
+  [[nodiscard]] bool pipeline_empty() const {
+    return in_flight.empty() && marks_pending == 0 && !claim_outstanding;
+  }
 
   void log(std::string_view line) const {
     if (observer.log) observer.log(line);
@@ -255,6 +394,7 @@ struct Relay::Impl {
     ProducerConfig pc = config.producer;
     if (!pc.log) pc.log = observer.log;
     producer = std::make_unique<Producer>(std::move(pc));
+    claim_thread = std::thread([this] { claim_main(); });
     if (postgres && config.listen) open_listener();
     const auto now = SteadyClock::now();
     next_rebalance = now;
@@ -308,6 +448,7 @@ struct Relay::Impl {
 
   /// Drops everything in flight (it will be claimed and sent again, same event_ids).
   void reset_pipeline() noexcept {
+    discard_claim();
     producer->purge();
     for (const Batch& b : in_flight) prog.resent += b.ids.size();
     in_flight.clear();
@@ -343,8 +484,18 @@ struct Relay::Impl {
     }
   }
 
+  [[nodiscard]] bool balanced() {
+    std::lock_guard lock(store_mu);
+    return claimer->balanced();
+  }
+
   void rebalance() {
-    if (claimer->rebalance()) {
+    bool changed = false;
+    {
+      std::lock_guard lock(store_mu);
+      changed = claimer->rebalance();
+    }
+    if (changed) {
       std::string a = "{";
       for (std::size_t i = 0; i < claimer->owned().size(); ++i) {
         if (i > 0) a.push_back(',');
@@ -359,19 +510,13 @@ struct Relay::Impl {
     next_rebalance = SteadyClock::now() + config.rebalance_interval;
   }
 
-  /// Claims one batch and hands it to the producer. Returns the number of rows.
-  std::size_t claim_and_produce() {
-    const auto limit = static_cast<std::int64_t>(config.batch_size);
-    Rows rows;
-    {
-      auto tx = store->begin();
-      rows = postgres ? tx->execute(kClaimPostgres, cursor, owned_array, limit)
-                      : tx->execute(kClaimSqlite, cursor, limit);
-      tx->commit();
-    }
-    last_claim_empty = rows.empty();
-    if (rows.empty()) return 0;
-    if (postgres && rows[0].int64(6) != claimer->session()) {
+  /// Hands a claimed batch to the producer (relay thread). Returns the number of rows.
+  /// Throws the claim's own error.
+  std::size_t produce_claim(ClaimResult claim) {
+    if (claim.error) std::rethrow_exception(claim.error);
+    last_claim_empty = claim.ids.empty();
+    if (claim.ids.empty()) return 0;
+    if (postgres && claim.session != claimer->session()) {
       // begin() silently replaced a broken connection: our advisory locks died with the
       // old session, so these shards may have another owner now.
       log("idem relay: database session was replaced; re-acquiring shards");
@@ -379,25 +524,12 @@ struct Relay::Impl {
       next_rebalance = SteadyClock::now();
       return 0;
     }
-    step_done(RelayStep::Claimed, rows.size());
+    step_done(RelayStep::Claimed, claim.ids.size());
     Batch batch;
-    batch.ids.reserve(rows.size());
-    for (const auto row : rows) {
-      ProducerMessage m;
-      m.topic = std::string(row.text(2));
-      m.key = std::string(row.text(3));
-      m.payload = std::string(row.text(4));
-      m.event_id = row.uuid(1);  // the row's id, born with the event: never a new one
-      for (auto& [name, value] : outbox_headers_from_json(row.text(5))) {
-        if (name == "traceparent") {
-          m.traceparent = std::move(value);
-        } else {
-          m.headers.emplace_back(std::move(name), std::move(value));
-        }
-      }
-      const std::uint64_t ticket = producer->send(std::move(m));
-      if (batch.ids.empty()) batch.first_ticket = ticket;
-      batch.ids.push_back(row.int64(0));
+    batch.ids = std::move(claim.ids);
+    for (std::size_t i = 0; i < claim.messages.size(); ++i) {
+      const std::uint64_t ticket = producer->send(std::move(claim.messages[i]));
+      if (i == 0) batch.first_ticket = ticket;
     }
     cursor = batch.ids.back();
     const std::size_t n = batch.ids.size();
@@ -470,9 +602,13 @@ struct Relay::Impl {
 
   void report_progress() {
     next_progress = SteadyClock::now() + config.progress_interval;
-    auto tx = store->begin();
-    const Rows r = tx->execute(postgres ? kLagPostgres : kLagSqlite);
-    tx->commit();
+    Rows r;
+    {
+      std::lock_guard lock(store_mu);
+      auto tx = store->begin_read();
+      r = tx->execute(postgres ? kLagPostgres : kLagSqlite);
+      tx->commit();
+    }
     prog.backlog = r[0].int64(0);
     const std::int64_t age = r[0].int64(1);
     prog.oldest_unpublished_age =
@@ -489,10 +625,14 @@ struct Relay::Impl {
     std::int64_t deleted = 0;
     int batches = 0;
     while (batches < 100 && !stop.load(std::memory_order_relaxed)) {
-      auto tx = store->begin();
-      const Rows r = tx->execute(postgres ? kCleanupPostgres : kCleanupSqlite,
-                                 static_cast<std::int64_t>(config.retention.count()), batch);
-      tx->commit();
+      Rows r;
+      {
+        std::lock_guard lock(store_mu);
+        auto tx = store->begin();
+        r = tx->execute(postgres ? kCleanupPostgres : kCleanupSqlite,
+                        static_cast<std::int64_t>(config.retention.count()), batch);
+        tx->commit();
+      }
       ++batches;
       deleted += r.affected();
       prog.cleaned += static_cast<std::uint64_t>(r.affected());
@@ -518,31 +658,50 @@ struct Relay::Impl {
     bool due = now >= next_rebalance;
     if (due && pipeline_empty()) {
       rebalance();
-    } else if (due && claimer->balanced()) {
+    } else if (due && balanced()) {
       // Ownership would not change: no need to drain the pipeline for it (a drain every
       // rebalance_interval is a bubble in the throughput). Only a change waits for an
       // empty pipeline.
       next_rebalance = now + config.rebalance_interval;
       due = false;
     }
+    // A finished claim first: its rows go to the producer at once.
+    bool claimed = false;
+    bool came_back_empty = false;  // then this turn claims no more (idle until woken)
+    if (claim_outstanding) {
+      if (auto claim = take_claim(milliseconds(0))) {
+        claimed = produce_claim(std::move(*claim)) > 0;
+        came_back_empty = last_claim_empty;
+      }
+    }
     // After an empty claim nothing lies beyond the cursor: claiming again before the
     // pipeline empties would repeat that empty round trip every few milliseconds while
     // the last batches wait for acks and marks (and rows that commit meanwhile are found
     // once it is empty, when the cursor returns to the oldest unpublished row).
     const bool caught_up = last_claim_empty && !pipeline_empty();
-    bool claimed = false;
-    if (!draining && !due && !caught_up && !claimer->owned().empty() &&
-        in_flight.size() < config.max_batches_in_flight) {
-      claimed = claim_and_produce() > 0;
+    if (!claim_outstanding && !came_back_empty && !draining && !due && !caught_up &&
+        !claimer->owned().empty() && in_flight.size() < config.max_batches_in_flight) {
+      request_claim();  // read while this turn serves the producer
     }
     if (!pipeline_empty()) {
-      // More to claim: only serve what is ready. Otherwise wait briefly for acks (or,
-      // with nothing left at the broker, for the marker).
-      const bool can_claim_more = claimed && in_flight.size() < config.max_batches_in_flight;
       if (!in_flight.empty()) {
-        producer->poll(can_claim_more ? milliseconds(0) : milliseconds(5), deliveries);
+        // Serve acknowledgements: without waiting right after a produce; otherwise wait
+        // for them, briefly (1 ms) while a claim is out, so its rows are taken soon.
+        const milliseconds wait = claimed ? milliseconds(0)
+                                  : claim_outstanding ? milliseconds(1)
+                                                      : milliseconds(5);
+        producer->poll(wait, deliveries);
         apply_deliveries();
-      } else if (!can_claim_more) {
+      } else if (claim_outstanding) {
+        if (auto claim = take_claim(milliseconds(5))) {
+          claimed = produce_claim(std::move(*claim)) > 0;
+          if (!claimed) {
+            settle();
+            return pipeline_empty() && !due;  // an empty claim with nothing in flight: idle
+          }
+        }
+      } else {
+        // Nothing left at the broker: wait for the markers.
         std::unique_lock lock(mark_mu);
         mark_done_cv.wait_for(lock, milliseconds(5), [&] { return !mark_results.empty(); });
       }
@@ -581,6 +740,7 @@ struct Relay::Impl {
 
   /// On stop: wait (bounded) for what is in flight, mark what was acknowledged.
   void shutdown() {
+    discard_claim();
     const auto deadline = SteadyClock::now() + config.shutdown_timeout;
     try {
       while (!pipeline_empty() && SteadyClock::now() < deadline) {

@@ -70,6 +70,7 @@ TEST(ConfigLoader, DefaultsEqualTheLibraryStructs) {
   const RelayConfig relay = c.relay_config();
   EXPECT_EQ(relay.batch_size, lib_relay.batch_size);
   EXPECT_EQ(relay.max_batches_in_flight, lib_relay.max_batches_in_flight);
+  EXPECT_EQ(relay.mark_connections, lib_relay.mark_connections);
   EXPECT_EQ(relay.poll_interval, lib_relay.poll_interval);
   EXPECT_EQ(relay.retention, lib_relay.retention);
   EXPECT_EQ(relay.progress_interval, lib_relay.progress_interval);

@@ -186,6 +186,40 @@ TEST(SqliteStore, BusyTimeoutTurnsLockContentionIntoTransactionAborted) {
   next->commit();
 }
 
+TEST(SqliteStore, ReadTransactionDoesNotWaitForAWriterAndSeesTheCommittedState) {
+  const std::string url = fresh_sqlite_url();
+  auto writer = migrated_store(url);
+  {
+    auto tx = writer->begin();
+    EXPECT_TRUE(tx->mark_processed(idem::new_uuid_v7(), kGroup));
+    tx->commit();
+  }
+  idem::StoreOptions no_wait;
+  no_wait.busy_timeout = std::chrono::milliseconds(0);  // a wait would fail at once
+  auto reader = idem::open_store(url, no_wait);
+
+  auto writing = writer->begin();  // BEGIN IMMEDIATE: holds the write lock
+  EXPECT_TRUE(writing->mark_processed(idem::new_uuid_v7(), kGroup));
+  auto read = reader->begin_read();
+  const auto rows = read->execute("SELECT count(*) FROM processed_event");
+  EXPECT_EQ(rows[0].int64(0), 1) << "the writer's uncommitted row is not visible";
+  read->commit();
+  writing->commit();
+}
+
+TEST(SqliteStore, ReadTransactionRefusesToWrite) {
+  auto store = migrated_store(fresh_sqlite_url());
+  auto tx = store->begin_read();
+  const auto e = error_from([&] { (void)tx->execute("DELETE FROM processed_event"); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::InvalidArgument);
+  EXPECT_TRUE(contains(e->what(), "begin_read")) << e->what();
+  const auto m = error_from([&] { (void)tx->mark_processed(idem::new_uuid_v7(), kGroup); });
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->code(), ErrorCode::InvalidArgument);
+  tx->rollback();
+}
+
 TEST(SqliteStore, PartitionedMigrationIsPostgresOnly) {
   auto store = idem::open_store(fresh_sqlite_url());
   idem::MigrateOptions options;

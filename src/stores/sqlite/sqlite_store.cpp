@@ -252,10 +252,12 @@ SqliteStore::SqliteStore(std::string_view path, const StoreOptions& options)
 
     ControlScope control(control_allowed_);
     begin_ = std::make_unique<Statement>(db_, "BEGIN IMMEDIATE", SQLITE_PREPARE_PERSISTENT);
+    begin_read_ = std::make_unique<Statement>(db_, "BEGIN", SQLITE_PREPARE_PERSISTENT);
     commit_ = std::make_unique<Statement>(db_, "COMMIT", SQLITE_PREPARE_PERSISTENT);
     rollback_ = std::make_unique<Statement>(db_, "ROLLBACK", SQLITE_PREPARE_PERSISTENT);
   } catch (const Error& e) {
     begin_.reset();
+    begin_read_.reset();
     commit_.reset();
     rollback_.reset();
     sqlite3_close_v2(db_);
@@ -273,6 +275,7 @@ SqliteStore::~SqliteStore() {
   mark_.reset();
   savepoint_statements_.clear();
   begin_.reset();
+  begin_read_.reset();
   commit_.reset();
   rollback_.reset();
   user_cache_.clear();
@@ -388,6 +391,22 @@ void SqliteStore::transaction_finished(const SqliteTransaction* tx) noexcept {
 }
 
 std::unique_ptr<Transaction> SqliteStore::begin() {
+  // BEGIN IMMEDIATE takes the write lock now instead of at the first write. With a plain
+  // (deferred) BEGIN two transactions can both start as readers and then both try to
+  // upgrade to writer; SQLite must then fail one of them with SQLITE_BUSY at once (waiting
+  // could deadlock), so busy_timeout does not help. Every idem transaction writes (at
+  // least the dedup mark), so taking the lock up front costs nothing and makes concurrent
+  // writers queue on busy_timeout instead.
+  return start(*begin_, false);
+}
+
+std::unique_ptr<Transaction> SqliteStore::begin_read() {
+  // A plain BEGIN never takes the write lock, and the transaction refuses to write, so it
+  // can neither wait for a writer nor run into the upgrade deadlock described above.
+  return start(*begin_read_, true);
+}
+
+std::unique_ptr<Transaction> SqliteStore::start(Statement& begin_statement, bool read_only) {
   if (open_tx_ != nullptr) {
     invalid(
         "sqlite: a transaction is already open on this Store; a Store is one connection "
@@ -398,15 +417,9 @@ std::unique_ptr<Transaction> SqliteStore::begin() {
         "sqlite: the connection is still inside a transaction that idem did not start "
         "(begun through the native handle?)");
   }
-  auto tx = std::make_unique<SqliteTransaction>(*this);
-  // BEGIN IMMEDIATE takes the write lock now instead of at the first write. With a plain
-  // (deferred) BEGIN two transactions can both start as readers and then both try to
-  // upgrade to writer; SQLite must then fail one of them with SQLITE_BUSY at once (waiting
-  // could deadlock), so busy_timeout does not help. Every idem transaction writes (at
-  // least the dedup mark), so taking the lock up front costs nothing and makes concurrent
-  // writers queue on busy_timeout instead.
+  auto tx = std::make_unique<SqliteTransaction>(*this, read_only);
   std::optional<Error> error;
-  if (run_control(*begin_, "cannot begin transaction", error) != SQLITE_DONE) throw *error;
+  if (run_control(begin_statement, "cannot begin transaction", error) != SQLITE_DONE) throw *error;
   open_tx_ = tx.get();
   return tx;
 }
@@ -549,6 +562,7 @@ Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Par
   bind_all(db, st, params, sql);
 
   sqlite3_stmt* s = st.get();
+  if (sqlite3_stmt_readonly(s) == 0) require_writable(sql);
   const int columns = sqlite3_column_count(s);
   std::vector<std::optional<std::string>> cells;
   const sqlite3_int64 changes_before = sqlite3_total_changes64(db);
@@ -580,7 +594,14 @@ void SqliteTransaction::execute_deferred_params(std::string_view sql,
   (void)execute_params(sql, params);
 }
 
+void SqliteTransaction::require_writable(std::string_view what) const {
+  if (!read_only_) return;
+  throw Error(ErrorCode::InvalidArgument, ErrorSource::Sqlite,
+              fmt::format("sqlite: a read transaction (begin_read) cannot write: {}", what));
+}
+
 bool SqliteTransaction::mark_processed(const Uuid& event_id, std::string_view consumer_group) {
+  require_writable("mark_processed");
   validate_group(consumer_group);
   SqliteStore& store = usable();
   materialize_savepoints();
@@ -609,6 +630,7 @@ bool SqliteTransaction::mark_processed(const Uuid& event_id, std::string_view co
 
 std::vector<bool> SqliteTransaction::mark_processed_batch(std::span<const Uuid> event_ids,
                                                           std::string_view consumer_group) {
+  require_writable("mark_processed_batch");
   validate_group(consumer_group);
   SqliteStore& store = usable();
   std::vector<bool> result(event_ids.size(), false);

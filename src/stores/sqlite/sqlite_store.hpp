@@ -27,6 +27,7 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   [[nodiscard]] std::unique_ptr<Transaction> begin() override;
+  [[nodiscard]] std::unique_ptr<Transaction> begin_read() override;
   MigrationReport migrate(const MigrateOptions& options) override;
   [[nodiscard]] int schema_version() override;
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Sqlite; }
@@ -55,6 +56,8 @@ class SqliteStore final : public Store {
   [[nodiscard]] std::size_t max_batch_rows() const noexcept { return max_batch_rows_; }
 
   // --- internals ---------------------------------------------------------------
+  /// Opens a transaction with `begin_statement` (BEGIN IMMEDIATE or BEGIN).
+  std::unique_ptr<Transaction> start(Statement& begin_statement, bool read_only);
   static int authorize(void* self, int action, const char*, const char*, const char*,
                        const char*) noexcept;
   void exec(const char* sql, std::string_view what);
@@ -71,6 +74,7 @@ class SqliteStore final : public Store {
   bool control_allowed_ = false;
   bool control_denied_ = false;
   std::unique_ptr<Statement> begin_;
+  std::unique_ptr<Statement> begin_read_;
   std::unique_ptr<Statement> commit_;
   std::unique_ptr<Statement> rollback_;
   std::unique_ptr<Statement> mark_;
@@ -82,7 +86,9 @@ class SqliteStore final : public Store {
 /// A transaction on a SqliteStore, opened with BEGIN IMMEDIATE.
 class SqliteTransaction final : public Transaction {
  public:
-  explicit SqliteTransaction(SqliteStore& store) noexcept : store_(&store) {}
+  /// `read_only`: opened by begin_read() (plain BEGIN); statements that write are refused.
+  SqliteTransaction(SqliteStore& store, bool read_only) noexcept
+      : store_(&store), read_only_(read_only) {}
   ~SqliteTransaction() override;
 
   Rows execute_params(std::string_view sql, std::span<const Param> params) override;
@@ -112,6 +118,8 @@ class SqliteTransaction final : public Transaction {
 
   /// The store, if this transaction can still run statements; throws otherwise.
   SqliteStore& usable();
+  /// Throws Error(InvalidArgument) in a transaction opened by begin_read().
+  void require_writable(std::string_view what) const;
   /// After a failed statement: SQLite rolls the whole transaction back by itself on some
   /// errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY, SQLITE_NOMEM, and constraints with
   /// an OR ROLLBACK clause). Notice that, so no later statement runs in autocommit mode.
@@ -120,6 +128,7 @@ class SqliteTransaction final : public Transaction {
 
   SqliteStore* store_;
   State state_ = State::Active;
+  bool read_only_ = false;
   // Open savepoints, outermost first. On the connection savepoint i is named by its
   // depth ("idem_sp_d<i>"), so its three statements are prepared once per depth; the
   // caller's name only finds the entry. `sent`: SAVEPOINT has run on the connection.
