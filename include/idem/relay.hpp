@@ -37,11 +37,13 @@ struct RelayConfig {
   std::size_t batch_size = 1000;            ///< rows per claim
   std::size_t max_batches_in_flight = 8;    ///< claims produced but not yet acknowledged
   /// Connections (each with its own thread) that mark acknowledged batches published,
-  /// so marks overlap with claims, produces, acks and each other. 0: marks run inline on
-  /// the relay's thread (the pre-2026-11-30 behaviour; kept for benchmarks and as a
-  /// fallback). sqlite://:memory: always marks inline (a second connection would be
-  /// another database). SQLite uses at most one (it has one writer at a time).
-  std::size_t mark_connections = 2;
+  /// so marks overlap with claims, produces and acks. 0: marks run inline on the relay's
+  /// thread (the first design; kept for benchmarks and as a fallback). More than one
+  /// lets marks also overlap each other; on the 2-core benchmark machine that cost more
+  /// in contention than it gained (bench/RELAY-RESULTS.md). sqlite://:memory: always
+  /// marks inline (a second connection would be another database). SQLite uses at most
+  /// one (it has one writer at a time).
+  std::size_t mark_connections = 1;
   /// Polling interval when idle: the correctness path (LISTEN/NOTIFY only wakes earlier).
   std::chrono::milliseconds poll_interval{500};
   bool listen = true;  ///< PostgreSQL: LISTEN idem_outbox as a wake-up hint
@@ -89,8 +91,10 @@ struct RelayObserver {
   std::function<void(std::string_view)> log;
 };
 
-/// The relay loop. One thread runs it; request_stop() may be called from any thread
-/// (or a signal handler: it only stores an atomic flag).
+/// The relay loop. One thread runs it (and produces); the relay also starts a claim
+/// thread that reads the next batch ahead, and `mark_connections` marker threads, each on
+/// its own connection. request_stop() may be called from any thread (or a signal handler:
+/// it only stores an atomic flag).
 class Relay {
  public:
   /// Opens the relay's connections (and, on PostgreSQL, LISTENs) and builds the

@@ -49,7 +49,7 @@ const std::vector<KeySpec>& table() {
         {"postgres.user", KeyType::String, "", "libpq user", 0, 0, {}, {"PGUSER"}},
         {"relay.batch_size", KeyType::Integer, "1000", "rows per claim", 1, 100000},
         {"relay.in_flight", KeyType::Integer, "8", "batches produced but not yet marked", 1, 64},
-        {"relay.mark_connections", KeyType::Integer, "2",
+        {"relay.mark_connections", KeyType::Integer, "1",
          "connections marking rows published (0: on the relay's own)", 0, 16},
         {"relay.poll_interval_ms", KeyType::Integer, "500", "idle polling interval", 1, kMaxMs},
         {"relay.progress_interval_ms", KeyType::Integer, "5000", "progress interval (0: none)", 0,
