@@ -124,9 +124,9 @@ struct Relay::Impl {
   // Marking runs on its own threads and connections (mark_stores), so that the claim ->
   // produce -> ack pipeline keeps going while the previous acknowledged batches are
   // being marked: throughput is bounded by the slowest of claims, broker and marks, not
-  // by their sum. The mark is the costliest statement (each UPDATE writes a new row
-  // version and its index entries), so more than one connection marks at once, each
-  // taking whatever is queued. Only acknowledged batches at the front of the pipeline (a
+  // by their sum. With mark_connections > 1 several markers run at once, each taking
+  // whatever is queued (by default one: on 2 cores a second cost more in contention on
+  // the same heap and index pages than it gained). Only acknowledged batches at the front of the pipeline (a
   // prefix, in id order) are ever handed over, so a row is never marked before every
   // earlier row of this relay was acknowledged; in which order the markers then commit
   // does not matter (a crash before a mark only means those rows are sent again).
