@@ -203,27 +203,22 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
   CLI::App* dlq = app.add_subcommand("dlq", "Inspect and replay a dead-letter topic");
   dlq->require_subcommand(1);
 
-  auto list_opts = std::make_shared<CommonOptions>();
-  CLI::App* list = dlq->add_subcommand("list", "One line per dead letter (filters apply)");
-  list_opts->add_to(list);
-  list->callback([list_opts, &exit_code] {
-    const auto records = read_dead_letters(list_opts->connection(), list_opts->topic, list_opts->filter());
-    const auto now = std::chrono::system_clock::now();
-    for (const auto& r : records) print_line(r, now);
-    std::cerr << fmt::format("{} dead letter(s)\n", records.size());
-    exit_code.value = 0;
-  });
-
-  auto show_opts = std::make_shared<CommonOptions>();
-  CLI::App* show = dlq->add_subcommand("show", "Decoded headers and payload of each selected dead letter");
-  show_opts->add_to(show);
-  show->callback([show_opts, &exit_code] {
-    const auto records = read_dead_letters(show_opts->connection(), show_opts->topic, show_opts->filter());
-    const auto now = std::chrono::system_clock::now();
-    for (const auto& r : records) print_full(r, now);
-    std::cerr << fmt::format("{} dead letter(s)\n", records.size());
-    exit_code.value = 0;
-  });
+  // list and show select alike and differ only in how they print each dead letter.
+  using Printer = void (*)(const DeadLetterRecord&, std::chrono::system_clock::time_point);
+  const auto add_reader = [&](const char* name, const char* help, Printer print) {
+    auto opts = std::make_shared<CommonOptions>();
+    CLI::App* cmd = dlq->add_subcommand(name, help);
+    opts->add_to(cmd);
+    cmd->callback([opts, print, &exit_code] {
+      const auto records = read_dead_letters(opts->connection(), opts->topic, opts->filter());
+      const auto now = std::chrono::system_clock::now();
+      for (const auto& r : records) print(r, now);
+      std::cerr << fmt::format("{} dead letter(s)\n", records.size());
+      exit_code.value = 0;
+    });
+  };
+  add_reader("list", "One line per dead letter (filters apply)", &print_line);
+  add_reader("show", "Decoded headers and payload of each selected dead letter", &print_full);
 
   struct ReplayFlags {
     CommonOptions common;

@@ -222,13 +222,10 @@ struct Relay::Impl {
     claim_cv.notify_one();
   }
 
-  /// Takes the outstanding claim's result, waiting up to `timeout` for it. nullopt while
-  /// it is not there yet.
-  std::optional<ClaimResult> take_claim(milliseconds timeout) {
-    std::unique_lock lock(claim_mu);
-    if (!claim_done_cv.wait_for(lock, timeout, [&] { return claim_result.has_value(); })) {
-      return std::nullopt;
-    }
+  /// Takes the outstanding claim's result; nullopt while it is not there yet.
+  std::optional<ClaimResult> take_claim() {
+    std::lock_guard lock(claim_mu);
+    if (!claim_result) return std::nullopt;
     std::optional<ClaimResult> r = std::move(claim_result);
     claim_result.reset();
     claim_outstanding = false;
@@ -669,7 +666,7 @@ struct Relay::Impl {
     bool claimed = false;
     bool came_back_empty = false;  // then this turn claims no more (idle until woken)
     if (claim_outstanding) {
-      if (auto claim = take_claim(milliseconds(0))) {
+      if (auto claim = take_claim()) {
         claimed = produce_claim(std::move(*claim)) > 0;
         came_back_empty = last_claim_empty;
       }
@@ -693,13 +690,9 @@ struct Relay::Impl {
         producer->poll(wait, deliveries);
         apply_deliveries();
       } else if (claim_outstanding) {
-        if (auto claim = take_claim(milliseconds(5))) {
-          claimed = produce_claim(std::move(*claim)) > 0;
-          if (!claimed) {
-            settle();
-            return pipeline_empty() && !due;  // an empty claim with nothing in flight: idle
-          }
-        }
+        // Nothing at the broker: wait for the claim (the next turn takes it).
+        std::unique_lock lock(claim_mu);
+        claim_done_cv.wait_for(lock, milliseconds(5), [&] { return claim_result.has_value(); });
       } else {
         // Nothing left at the broker: wait for the markers.
         std::unique_lock lock(mark_mu);

@@ -24,6 +24,7 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
 
@@ -33,69 +34,36 @@ namespace {
 using namespace std::chrono_literals;
 
 template <class Backend>
-class ConsumerDeferredTest : public ::testing::Test {
+class ConsumerDeferredTest : public OrderEventsSuite<Backend> {
  protected:
   static constexpr int kEvents = 40;
 
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
-  void SetUp() override {
-    url_ = Backend::fresh_url();
-    if (this->IsSkipped() || this->HasFatalFailure()) return;
-    open_store(url_)->migrate();
-    observer_ = open_store(url_);
-    topic_ = unique_name("orders");
-    group_ = unique_name("g");
-    broker_->create_topic(topic_, 1);
-    broker_->create_topic(topic_ + ".dlq", 1);
-    ids_ = test::produce_order_events(broker_->bootstrap_servers(), topic_, kEvents);
-  }
+  void SetUp() override { this->set_up_orders(kEvents); }
 
   /// Runs a consumer with `handler` until `done` holds (30 s deadline), then stops it.
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
     ConsumerConfig c;
-    c.bootstrap_servers = broker_->bootstrap_servers();
-    c.group_id = group_;
-    c.topics = {topic_};
+    c.bootstrap_servers = this->broker_->bootstrap_servers();
+    c.group_id = this->group_;
+    c.topics = {this->topic_};
     c.batch_size = 1000;
     c.batch_window = 1s;  // the whole topic in one batch
     c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-    Consumer consumer(c, open_store(url_));
-    consumer.on<OrderConfirmed>(topic_, std::move(handler));
-    std::exception_ptr error;
-    std::thread runner([&] {
-      try {
-        consumer.run();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    const bool reached = wait_until([&] { return done(consumer); }, 30s, 20ms);
-    consumer.stop();
-    runner.join();
-    if (error) std::rethrow_exception(error);
+    std::unique_ptr<Consumer> consumer = std::make_unique<Consumer>(c, open_store(this->url_));
+    consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
+    const Consumer& observed = *consumer;
+    RunningConsumer running(std::move(consumer));
+    const bool reached = wait_until([&] { return done(observed); }, 30s, 20ms);
+    ASSERT_TRUE(running.stop());
+    if (running.error()) std::rethrow_exception(running.error());
     ASSERT_TRUE(reached) << "the consumer did not get there within 30 s";
   }
 
   std::int64_t rows(const std::string& sql, const Uuid& id) {
-    auto tx = observer_->begin();
-    return tx->execute(sql, id, group_)[0].int64(0);
+    auto tx = this->observer_->begin();
+    return tx->execute(sql, id, this->group_)[0].int64(0);
   }
-
-  static DevBroker* broker_;
-  std::string url_;
-  std::unique_ptr<Store> observer_;
-  std::string topic_;
-  std::string group_;
-  std::map<std::int64_t, Uuid> ids_;  // order id -> event id
 };
-
-template <class Backend>
-DevBroker* ConsumerDeferredTest<Backend>::broker_ = nullptr;
 
 TYPED_TEST_SUITE(ConsumerDeferredTest, AllBackends, BackendName);
 

@@ -43,34 +43,25 @@ constexpr std::int64_t kPoison = 2;  // always asks for a retry
 constexpr int kEvents = 10;
 
 template <class Backend>
-class RetryTopicsTest : public DevBrokerSuite {
+class RetryTopicsTest : public OrderEventsSuite<Backend> {
  protected:
   void SetUp() override {
-    url_ = Backend::fresh_url();
-    if (this->IsSkipped() || this->HasFatalFailure()) return;
-    open_store(url_)->migrate();
-    observer_ = open_store(url_);
-    topic_ = unique_name("orders");
-    group_ = unique_name("g");
-    broker_->create_topic(topic_, 1);
-    broker_->create_topic(topic_ + ".dlq", 1);
+    if (!this->set_up_orders(kEvents)) return;
     // Explicitly: the mock cluster would auto-create them with 4 partitions.
-    for (int level = 1; level <= 2; ++level)
-      broker_->create_topic(retry_topic(level), 1);
-    ids_ = test::produce_order_events(broker_->bootstrap_servers(), topic_, kEvents);
+    for (int level = 1; level <= 2; ++level) this->broker_->create_topic(retry_topic(level), 1);
   }
 
   std::string retry_topic(int level) const {
-    return topic_ + ".retry." + group_ + "." + std::to_string(level);
+    return this->topic_ + ".retry." + this->group_ + "." + std::to_string(level);
   }
 
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
-    ConsumerConfig c = mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
+    ConsumerConfig c = mock_consumer_config(this->broker_->bootstrap_servers(), this->group_, {this->topic_});
     c.batch_size = 1000;
     c.batch_window = 300ms;  // the whole source topic in the first batch
     c.retry_topics.delays = {50ms, 100ms};
-    auto consumer = std::make_unique<Consumer>(c, open_store(url_));
-    consumer->on<OrderConfirmed>(topic_, std::move(handler));
+    std::unique_ptr<Consumer> consumer = std::make_unique<Consumer>(c, open_store(this->url_));
+    consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
     const Consumer& observed = *consumer;
     RunningConsumer running(std::move(consumer));
     const bool reached = wait_until([&] { return done(observed); }, 60s, 20ms);
@@ -80,17 +71,11 @@ class RetryTopicsTest : public DevBrokerSuite {
   }
 
   std::int64_t effects_of(std::int64_t order_id) {
-    auto tx = observer_->begin();
+    auto tx = this->observer_->begin();
     return tx->execute("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
-                       ids_.at(order_id), group_)[0]
+                       this->ids_.at(order_id), this->group_)[0]
         .int64(0);
   }
-
-  std::string url_;
-  std::unique_ptr<Store> observer_;
-  std::string topic_;
-  std::string group_;
-  std::map<std::int64_t, Uuid> ids_;  // order id -> event id
 };
 
 TYPED_TEST_SUITE(RetryTopicsTest, AllBackends, BackendName);

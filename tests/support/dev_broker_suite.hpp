@@ -6,7 +6,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
-#include <random>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -17,15 +17,12 @@
 
 #include "idem/consumer.hpp"
 #include "idem/dev_broker.hpp"
+#include "idem/store.hpp"
+#include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/kafka_test_producer.hpp"  // unique_name, produce_order_events
 
 namespace idem::test {
-
-/// `<prefix>-<12 random hex digits>`.
-inline std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
 
 /// A consumer configuration for the mock cluster: its first group join waits a fixed 3 s,
 /// so session.timeout.ms must be above that (docs/dev-broker.md); short batch windows
@@ -52,6 +49,34 @@ class DevBrokerSuite : public ::testing::Test {
     broker_ = nullptr;
   }
   static inline DevBroker* broker_ = nullptr;
+};
+
+/// A suite whose tests consume order.confirmed events: each test gets a fresh migrated
+/// store (url_, and observer_ to read it), a fresh topic with its DLQ holding the events
+/// (ids_: order id -> event id), and a fresh consumer group.
+template <class Backend>
+class OrderEventsSuite : public DevBrokerSuite {
+ protected:
+  /// Call first in SetUp(). False when the backend is not available here (the test is
+  /// skipped then).
+  bool set_up_orders(int events) {
+    url_ = Backend::fresh_url();
+    if (this->IsSkipped() || this->HasFatalFailure()) return false;
+    open_store(url_)->migrate();
+    observer_ = open_store(url_);
+    topic_ = unique_name("orders");
+    group_ = unique_name("g");
+    broker_->create_topic(topic_, 1);
+    broker_->create_topic(topic_ + ".dlq", 1);
+    ids_ = produce_order_events(broker_->bootstrap_servers(), topic_, events);
+    return true;
+  }
+
+  std::string url_;
+  std::unique_ptr<Store> observer_;
+  std::string topic_;
+  std::string group_;
+  std::map<std::int64_t, Uuid> ids_;
 };
 
 /// Runs Consumer::run() on its own thread; stop() (or the destructor) stops and joins.
