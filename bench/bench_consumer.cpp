@@ -52,10 +52,11 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -455,7 +456,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
                 std::size_t target) {
   {
     auto s = idem::open_store(url);
-    s->migrate();
+    idem::migrate_reference_system(*s);
   }
   idem::ConsumerConfig c;
   c.bootstrap_servers = bootstrap;
@@ -562,7 +563,7 @@ void sq_exec(sqlite3* db, const std::string& sql) {
 
 Result run_raw_sqlite(const std::string& path, const std::string& topic, const std::string& handler,
                       std::size_t batch, std::span<const Event> events) {
-  { idem::open_store("sqlite://" + path)->migrate(); }
+  { idem::migrate_reference_system(*idem::open_store("sqlite://" + path)); }
   sqlite3* db = nullptr;
   sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   sq_exec(db, "PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
@@ -730,7 +731,7 @@ void pg_read_pipeline(PGconn* c, std::size_t commands, F&& on_result) {
 
 Result run_raw_pg(const std::string& url, const std::string& topic, const std::string& handler,
                   std::size_t batch, std::span<const Event> events) {
-  { idem::open_store(url)->migrate(); }
+  { idem::migrate_reference_system(*idem::open_store(url)); }
   PGconn* c = pg_connect(url);
   pg_ok(c,
         PQprepare(c, "mark",

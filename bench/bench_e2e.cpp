@@ -35,12 +35,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/http/idempotent_client.hpp"
-#include "idem/http/payment_provider.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/order_service.hpp"
@@ -250,7 +251,7 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   // before the clock starts.
   const std::int64_t total = n + 1 + kPacedEvents;
   auto store = idem::open_store(dbs.app);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   for (std::int64_t id = 0; id < total;) {
     auto tx = store->begin();
     for (int k = 0; k < 1000 && id < total; ++k, ++id) {

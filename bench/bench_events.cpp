@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/uuid.hpp"
 
 namespace {

@@ -29,10 +29,11 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/metrics.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/metrics/metrics.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -126,7 +127,7 @@ double added_ns_per_event() {
 
 double run(const std::string& bootstrap, const std::string& topic, const std::string& url,
            std::size_t batch, std::size_t target, bool on, int round) {
-  idem::open_store(url)->migrate();
+  idem::migrate_reference_system(*idem::open_store(url));
   idem::ConsumerConfig c;
   c.bootstrap_servers = bootstrap;
   c.group_id = fmt::format("bench-metrics-{}-{}", round, on ? "on" : "off");

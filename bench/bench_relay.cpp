@@ -29,8 +29,9 @@
 
 #include <fmt/format.h>
 
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
@@ -402,7 +403,7 @@ std::pair<double, double> enqueue_cost(idem::Store& store, int n) {
 void bench_backend(const std::string& name, const std::string& url, const std::string& bootstrap,
                    idem::DevBroker& broker, std::int64_t n, int* topic_seq) {
   auto store = idem::open_store(url);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   const bool postgres = store->backend() == idem::Backend::Postgres;
   // IDEM_BENCH_SKIP_ENQUEUE=1: relay figures only (quicker runs while tuning).
   const bool skip_enqueue = std::getenv("IDEM_BENCH_SKIP_ENQUEUE") != nullptr;

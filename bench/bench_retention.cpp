@@ -32,6 +32,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/clock.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
@@ -255,7 +256,7 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
         m.partitions_behind = 8;  // day - 8 .. day + 3: the pass creates nothing
         m.partitions_ahead = 3;
         m.clock = &clock;
-        store->migrate(m);
+        idem::migrate_reference_system(*store, m);
       }
       auto c = connect(db.url());
       exec(c.get(), v7_rows_sql(rows, ms_of(expired_day), 86'400'000));
@@ -276,7 +277,7 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
     // Batched DELETE: the same rows in the unpartitioned table.
     {
       Database db(dsn, "idem_bench_ret_delete");
-      idem::open_store(db.url())->migrate();
+      idem::migrate_reference_system(*idem::open_store(db.url()));
       auto c = connect(db.url());
       exec(c.get(), v7_rows_sql(rows, ms_of(expired_day), 86'400'000));
       exec(c.get(), "VACUUM ANALYZE processed_event");
@@ -347,7 +348,7 @@ void bench_v7_vs_v4(const std::string& dsn, std::int64_t prefill, std::int64_t m
   double fill_v7_s = 0;
   double fill_v4_s = 0;
   for (const auto* db : {&v7db, &v4db}) {
-    idem::open_store(db->url())->migrate();
+    idem::migrate_reference_system(*idem::open_store(db->url()));
     auto c = connect(db->url());
     const auto t0 = Clock::now();
     // Pre-fill in chunks of 1M, like a table that grew over days (v7: the last 7 days).

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -104,7 +105,7 @@ std::vector<idem::Uuid> next_ids(idem::UuidV7Generator& gen, std::size_t n) {
 void run_idem(benchmark::State& state, const std::string& url) {
   const auto batch = static_cast<std::size_t>(state.range(0));
   auto store = idem::open_store(url);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   idem::UuidV7Generator gen;
   std::int64_t marked = 0;
   for (auto _ : state) {
@@ -153,7 +154,7 @@ void BM_RawSqlite(benchmark::State& state) {
   const std::string path = fresh_sqlite_path();
   {  // same schema as idem's migration
     auto store = idem::open_store("sqlite://" + path);
-    store->migrate();
+    idem::migrate_reference_system(*store);
   }
   sqlite3* db = nullptr;
   sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -208,7 +209,7 @@ void BM_RawPostgres(benchmark::State& state) {
   const std::string url = fresh_pg_url();
   {
     auto store = idem::open_store(url);
-    store->migrate();
+    idem::migrate_reference_system(*store);
   }
   PGconn* c = pg_connect(url);
   const char* sql = batch == 1

@@ -21,13 +21,14 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
 #include "idem/logging.hpp"
-#include "idem/metrics.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
-#include "idem/http/payment_provider.hpp"
+#include "idem/metrics/metrics.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/retention.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
@@ -221,7 +222,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                                    : StaleEventPolicy::Quarantine;
 
     auto store = open_store(settings.store_url, settings.store_options);
-    store->migrate();
+    idem::migrate_reference_system(*store);
     std::optional<MaintenanceTask> maintenance;
     if (opts->maintain_every_s > 0) {
       RetentionPolicy policy;

@@ -24,7 +24,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
 
 namespace idem::cli {

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
@@ -46,7 +47,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     mo.partition_period = std::chrono::hours(opts->period_hours);
     mo.partitions_behind = opts->behind;
     mo.partitions_ahead = opts->ahead;
-    const MigrationReport report = store->migrate(mo);
+    const MigrationReport report = idem::migrate_reference_system(*store, mo);
     if (report.applied.empty()) {
       std::cout << fmt::format("{}: schema is up to date at version {}\n", to_string(store->backend()),
                                report.to_version);

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/amount.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
@@ -46,7 +47,7 @@ void register_orders(CLI::App& app, ExitCode& exit_code) {
     const Config settings = cfg->load();
     settings.require({"store.url"});
     auto store = open_store(settings.store_url, settings.store_options);
-    if (opts->migrate) static_cast<void>(store->migrate());
+    if (opts->migrate) static_cast<void>(idem::migrate_reference_system(*store));
     Outbox outbox;
     OrderServiceConfig config;
     config.topic = opts->topic;

@@ -13,7 +13,7 @@
 
 #include "commands.hpp"
 #include "idem/error.hpp"
-#include "idem/http/payment_provider.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {

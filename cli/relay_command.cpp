@@ -16,7 +16,7 @@
 #include "commands.hpp"
 #include "config_options.hpp"
 #include "idem/error.hpp"
-#include "idem/metrics.hpp"
+#include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
 
 namespace idem::cli {

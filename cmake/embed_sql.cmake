@@ -1,12 +1,14 @@
 # Schema migrations live as plain .sql files under sql/<backend>/ so they can be
-# read and reviewed as SQL; this turns them into a generated C++ source with
-# one string per file, ordered by file name (NNNN_name.sql).
-function(idem_embed_sql out_cpp namespace_name)
+# read and reviewed as SQL; this turns them into a generated C++ source with one
+# idem::SchemaMigration per file, ordered by file name (NNNN_name.sql), returned by
+# `<namespace_name>::<function_name>()` (declared by the caller's own header).
+function(idem_embed_sql out_cpp include_header namespace_name function_name)
   set(files ${ARGN})
   list(SORT files)
   set(body "// Generated from sql/*.sql by cmake/embed_sql.cmake. Do not edit.\n")
-  string(APPEND body "#include \"stores/migration.hpp\"\n\nnamespace idem::detail::${namespace_name} {\n")
-  string(APPEND body "const std::vector<Migration>& migrations() {\n  static const std::vector<Migration> all = {\n")
+  string(APPEND body "#include \"${include_header}\"\n\nnamespace ${namespace_name} {\n")
+  string(APPEND body "const std::vector<idem::SchemaMigration>& ${function_name}() {\n")
+  string(APPEND body "  static const std::vector<idem::SchemaMigration> all = {\n")
   foreach(f IN LISTS files)
     get_filename_component(name ${f} NAME_WE)
     string(REGEX MATCH "^[0-9]+" version "${name}")
@@ -18,6 +20,6 @@ function(idem_embed_sql out_cpp namespace_name)
     string(APPEND body "    {${version}, \"${name}\", R\"idem_sql(${sql})idem_sql\"},\n")
     set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${f})
   endforeach()
-  string(APPEND body "  };\n  return all;\n}\n}  // namespace idem::detail::${namespace_name}\n")
+  string(APPEND body "  };\n  return all;\n}\n}  // namespace ${namespace_name}\n")
   file(CONFIGURE OUTPUT ${out_cpp} CONTENT "${body}" @ONLY)
 endfunction()

@@ -1,5 +1,5 @@
 // Validating a message into a typed event at the consumer boundary (EVT-4).
-#include <idem/events/order_confirmed.hpp>
+#include <idem/reference/order_confirmed.hpp>
 
 #include <iostream>
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "idem/amount.hpp"
-#include "idem/kafka_admin.hpp"
+#include "idem/devtools/kafka_admin.hpp"
 
 namespace idem::cli::demo {
 

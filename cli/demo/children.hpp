@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "idem/child_process.hpp"
+#include "idem/devtools/child_process.hpp"
 
 namespace idem::cli::demo {
 

@@ -41,10 +41,11 @@
 #include "demo/children.hpp"
 #include "demo/demo.hpp"
 #include "demo/provider_admin.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/amount.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/kafka_admin.hpp"
+#include "idem/devtools/kafka_admin.hpp"
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
@@ -171,7 +172,7 @@ class Demo {
     scope_.dlq_start = end_offsets(scope_.brokers, scope_.dlq_topic, scope_.dlq_partitions);
 
     store_ = open_store(url_);
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
     {
       auto tx = store_->begin();
       const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM outbox");

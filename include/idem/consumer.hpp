@@ -29,6 +29,7 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/events/event_codec.hpp"
 #include "idem/events/validation.hpp"
+#include "idem/retry.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -74,16 +75,6 @@ struct RecordInfo {
     }
     return std::nullopt;
   }
-};
-
-/// Capped exponential backoff with jitter for blocking retries of a partition.
-/// Attempt n (1-based) waits min(max_backoff, initial_backoff * multiplier^(n-1)),
-/// then scaled by a uniform random factor in [1 - jitter, 1 + jitter] (and capped again).
-struct RetryPolicy {
-  std::chrono::milliseconds initial_backoff{100};
-  std::chrono::milliseconds max_backoff{10000};
-  double multiplier = 2.0;
-  double jitter = 0.2;  ///< 0 to 1
 };
 
 /// Non-blocking retries (off by default). When `delays` is non-empty, an event whose

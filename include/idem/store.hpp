@@ -218,6 +218,26 @@ struct MigrateOptions {
   const Clock* clock = &SystemClock::instance();
 };
 
+/// One versioned schema change of one backend: `sql/<backend>/NNNN_name.sql`.
+struct SchemaMigration {
+  int version = 0;        ///< 1, 2, ...: applied in this order, each once
+  std::string_view name;  ///< e.g. "0001_orders_and_ledger"; recorded with the version
+  std::string_view sql;   ///< one or more statements; no BEGIN/COMMIT of their own
+};
+
+/// An application's own schema, versioned apart from idem's: the reference system's
+/// tables, or a user's business tables. Each set's versions are recorded under its
+/// `name` in idem_schema_migrations, so sets never collide and idem's own migrations
+/// (set kIdemMigrations) create only idem's tables.
+struct MigrationSet {
+  std::string name;                       ///< not kIdemMigrations; e.g. "reference"
+  std::vector<SchemaMigration> postgres;  ///< in version order
+  std::vector<SchemaMigration> sqlite;    ///< in version order
+};
+
+/// The name under which idem's own migrations (processed_event, outbox, leases) are recorded.
+inline constexpr std::string_view kIdemMigrations = "idem";
+
 /// What migrate() did.
 struct MigrationReport {
   int from_version = 0;
@@ -254,11 +274,16 @@ class Store {
   /// wait for writers there anyway.
   [[nodiscard]] virtual std::unique_ptr<Transaction> begin_read() { return begin(); }
 
-  /// Applies every migration not yet applied, in version order, each in its own
-  /// transaction; safe to run again and from several processes at once.
+  /// Applies every migration of idem's own schema not yet applied, in version order,
+  /// each in its own transaction; safe to run again and from several processes at once.
+  /// Creates only idem's tables (processed_event, outbox, leases).
   virtual MigrationReport migrate(const MigrateOptions& options = {}) = 0;
-  /// The highest applied migration version (0 for an empty database).
-  [[nodiscard]] virtual int schema_version() = 0;
+  /// Applies an application's MigrationSet the same way (the backend's list of it).
+  /// \throws Error(InvalidArgument) for an empty name or kIdemMigrations;
+  ///   Error(Schema) when a migration fails (nothing of it stays).
+  virtual MigrationReport migrate_set(const MigrationSet& set) = 0;
+  /// The highest applied version of a migration set (0 when none is applied).
+  [[nodiscard]] virtual int schema_version(std::string_view set = kIdemMigrations) = 0;
 
   [[nodiscard]] virtual Backend backend() const noexcept = 0;
 };

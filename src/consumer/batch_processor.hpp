@@ -24,7 +24,7 @@
 
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_partition.hpp"

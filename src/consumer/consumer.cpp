@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/backoff.hpp"
+#include "retry/backoff.hpp"
 #include "consumer/batch_processor.hpp"
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/offset_tracker.hpp"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
 
 namespace idem::detail {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 

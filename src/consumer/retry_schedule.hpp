@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "consumer/backoff.hpp"
+#include "retry/backoff.hpp"
 #include "consumer/topic_partition.hpp"
 
 namespace idem::detail {

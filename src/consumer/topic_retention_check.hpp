@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
 
 namespace idem::detail {

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/backoff.hpp"
+#include "retry/backoff.hpp"
 #include "idem/error.hpp"
 #include "idem/uuid.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "idem/error.hpp"
 
 namespace idem {

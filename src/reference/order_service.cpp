@@ -1,7 +1,7 @@
 #include "idem/reference/order_service.hpp"
 
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/timestamp.hpp"
 
 namespace idem {

@@ -11,6 +11,7 @@
 #include "idem/error.hpp"
 #include "idem/stores/postgres.hpp"
 #include "idem/stores/sqlite.hpp"
+#include "stores/migration.hpp"
 
 namespace idem {
 
@@ -153,3 +154,19 @@ std::unique_ptr<Store> open_store(std::string_view url, const StoreOptions& opti
 }
 
 }  // namespace idem
+
+namespace idem::detail {
+
+void check_migration_set_name(std::string_view name, std::string_view backend) {
+  if (name.empty()) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
+                fmt::format("{}: migrate_set: a MigrationSet needs a name", backend));
+  }
+  if (name == kIdemMigrations) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
+                fmt::format("{}: migrate_set: '{}' is idem's own migration set; use migrate()",
+                            backend, name));
+  }
+}
+
+}  // namespace idem::detail

@@ -37,10 +37,11 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 
 namespace {
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
     config.kafka = opts.kafka;
 
     auto store = idem::open_store(opts.db);
-    store->migrate();
+    idem::migrate_reference_system(*store);
 
     std::mt19937_64 rng(opts.seed);
     std::uniform_real_distribution<double> coin(0.0, 1.0);

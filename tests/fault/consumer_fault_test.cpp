@@ -33,6 +33,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
@@ -87,7 +88,7 @@ class ConsumerFaultBase : public ::testing::Test {
 
   void open_world(const std::string& db_url, std::size_t messages) {
     db_url_ = db_url;
-    idem::open_store(db_url_)->migrate();
+    idem::migrate_reference_system(*idem::open_store(db_url_));
     broker_ = std::make_unique<DevBrokerProcess>(IDEM_CLI_PATH);
     topic_ = unique_name("orders");
     broker_->create_topic(topic_, kPartitions);

@@ -16,7 +16,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
@@ -74,7 +75,7 @@ class RelayFault : public ::testing::Test {
     url_ = Backend::fresh_url();
     if (url_.empty()) return;
     store_ = open_store(url_);
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
   }
 
   std::map<std::int64_t, Uuid> confirm_orders(std::int64_t first, std::int64_t n) {

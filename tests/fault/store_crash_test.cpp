@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/process.hpp"
@@ -35,7 +36,7 @@ class StoreCrash : public ::testing::Test {
     url_ = Backend::fresh_url();
     if (this->IsSkipped() || this->HasFatalFailure()) return;
     ASSERT_FALSE(url_.empty());
-    idem::open_store(url_)->migrate();
+    idem::migrate_reference_system(*idem::open_store(url_));
   }
 
   ChildProcess start_child(const char* mode, const idem::Uuid& id) {

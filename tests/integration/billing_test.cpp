@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/http/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/store.hpp"
@@ -48,7 +49,7 @@ class BillingTest : public ::testing::Test {
     const std::string provider_db = Backend::fresh_url();
     if (this->IsSkipped() || this->HasFatalFailure()) return;
     store_ = open_store(db);
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
     provider_ = std::make_unique<http::PaymentProvider>(open_store(provider_db));
     provider_->start("127.0.0.1", 0);
     auto tx = store_->begin();

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"

@@ -16,10 +16,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
-#include "idem/metrics.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/metrics/metrics.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/store_backends.hpp"
@@ -89,7 +90,7 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   broker.create_topic(topic + ".dlq", 1);
   const std::string group = "metrics-group";
   const std::string db = test::fresh_sqlite_url();
-  open_store(db)->migrate();
+  idem::migrate_reference_system(*open_store(db));
 
   // The gate event goes first, alone, to partition 0.
   const test::Workload gate_load = test::make_workload(topic, 1, 0, 0, 7);

@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "idem/http/idempotent_client.hpp"
-#include "idem/http/payment_provider.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"

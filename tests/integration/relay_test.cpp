@@ -5,6 +5,7 @@
 // the broker refuses; retention cleanup; progress and lag reports; and on PostgreSQL two
 // relays at once and the LISTEN wake-up. Waits are conditions with deadlines, never
 // sleeps.
+#include "idem/reference/schema.hpp"
 #include "idem/relay.hpp"
 
 #include <atomic>
@@ -21,9 +22,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
@@ -98,7 +99,7 @@ class RelayTest : public ::testing::Test {
     url_ = Backend::fresh_url();
     if (url_.empty()) return;  // skipped (or failed under CI)
     store_ = open_store(url_);
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
     topic_ = unique_topic("relay-orders");
     broker().create_topic(topic_, 3);
   }

@@ -4,6 +4,7 @@
 // ahead, or older than the oldest partition) are handled explicitly; the batched
 // DELETE removes exactly the expired rows while a consumer runs, and every event still
 // has exactly one effect; an advisory lock keeps one maintenance at a time.
+#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
 
 #include <atomic>
@@ -18,9 +19,9 @@
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -93,7 +94,7 @@ TEST(PostgresRetention, PartitionsAreCreatedAheadAndDroppedOnlyWhenFullyExpired)
   IDEM_FRESH_POSTGRES_URL(url);
   ManualClock clock(kDayD + 12h);
   auto store = open_store(url);
-  store->migrate(partitioned(clock, 2, 1));  // D-2 .. D+1, plus DEFAULT
+  idem::migrate_reference_system(*store, partitioned(clock, 2, 1));  // D-2 .. D+1, plus DEFAULT
   ASSERT_EQ(partitions(*store), (std::set<std::string>{"processed_event_p20260308", "processed_event_p20260309",
                                                        "processed_event_p20260310", "processed_event_p20260311",
                                                        "processed_event_default"}));
@@ -138,7 +139,7 @@ TEST(PostgresRetention, IdsOutsideEveryPartitionAreHandledExplicitly) {
   IDEM_FRESH_POSTGRES_URL(url);
   ManualClock clock(kDayD + 12h);
   auto store = open_store(url);
-  store->migrate(partitioned(clock, 1, 1));  // D-1 .. D+1
+  idem::migrate_reference_system(*store, partitioned(clock, 1, 1));  // D-1 .. D+1
   // A producer whose clock is 10 days ahead, and an event from before the oldest partition.
   const Uuid future = uuid_v7_born_at(kDayD + std::chrono::days(10) + 2h);
   const Uuid ancient = uuid_v7_born_at(kDayD - std::chrono::days(30));
@@ -170,7 +171,7 @@ TEST(PostgresRetention, UnpartitionedTableDeletesExactlyTheExpiredRowsInBatches)
   IDEM_FRESH_POSTGRES_URL(url);
   ManualClock clock(kDayD);
   auto store = open_store(url);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   std::vector<Uuid> expired;
   std::vector<Uuid> kept;
   for (int i = 0; i < 250; ++i) expired.push_back(uuid_v7_born_at(kDayD - 7 * 24h - 1ms - i * 1min));
@@ -195,7 +196,7 @@ TEST(PostgresRetention, AnAdvisoryLockKeepsOneMaintenanceAtATime) {
   IDEM_FRESH_POSTGRES_URL(url);
   ManualClock clock(kDayD);
   auto store = open_store(url);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   ASSERT_TRUE(mark(*store, uuid_v7_born_at(kDayD - 10 * 24h)));
   auto other = open_store(url);
   {
@@ -239,7 +240,7 @@ void delete_while_consuming(const std::string& url) {
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
   auto observer = open_store(url);
-  observer->migrate();
+  idem::migrate_reference_system(*observer);
 
   // 6000 expired marks of this group, born 8 to 9 days ago.
   const auto now = std::chrono::system_clock::now();

@@ -22,10 +22,10 @@
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"

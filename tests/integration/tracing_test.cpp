@@ -11,10 +11,11 @@
 
 #include <fmt/format.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/http/payment_provider.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/relay.hpp"
@@ -113,7 +114,7 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   broker.create_topic(topic + ".dlq", 1);
   const std::string db = test::fresh_sqlite_url();
   auto store = open_store(db);
-  store->migrate();
+  idem::migrate_reference_system(*store);
 
   // Two events born with a trace of their own, one continuing the caller's trace.
   const std::string callers = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -178,7 +179,7 @@ TEST(Tracing, BillingForwardsTheOutboxTraceToThePaymentProvider) {
   broker.create_topic(topic + ".dlq", 1);
   const std::string db = test::fresh_sqlite_url();
   auto store = open_store(db);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   http::PaymentProvider provider(open_store(test::fresh_sqlite_url()));
   provider.start("127.0.0.1", 0);
 

@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/test_env.hpp"

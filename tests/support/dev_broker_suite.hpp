@@ -15,8 +15,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
@@ -62,7 +63,7 @@ class OrderEventsSuite : public DevBrokerSuite {
   bool set_up_orders(int events) {
     url_ = Backend::fresh_url();
     if (this->IsSkipped() || this->HasFatalFailure()) return false;
-    open_store(url_)->migrate();
+    idem::migrate_reference_system(*open_store(url_));
     observer_ = open_store(url_);
     topic_ = unique_name("orders");
     group_ = unique_name("g");

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 
 namespace idem::test {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Plain librdkafka clients for tests: a producer that waits for acknowledgements; the
-// topic reader and offset probes come from the library (idem/kafka_admin.hpp).
+// topic reader and offset probes come from the library (idem/devtools/kafka_admin.hpp).
 // Every call takes a deadline.
 #include <chrono>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "idem/kafka_admin.hpp"
+#include "idem/devtools/kafka_admin.hpp"
 #include "idem/uuid.hpp"
 
 namespace idem::test {
@@ -28,7 +28,7 @@ struct TestRecord {
   std::int32_t partition = -1;
 };
 
-/// A record read back (the library type of include/idem/kafka_admin.hpp).
+/// A record read back (the library type of include/idem/devtools/kafka_admin.hpp).
 using ReadRecord = idem::KafkaRecord;
 
 /// An idempotent producer (acks=all). Not thread-safe.

@@ -1,10 +1,10 @@
 #pragma once
 // Child processes for the crash and race tests: the library's idem::ChildProcess
-// (include/idem/child_process.hpp), plus where the programs of tests/children/ live.
+// (include/idem/devtools/child_process.hpp), plus where the programs of tests/children/ live.
 #include <string>
 #include <string_view>
 
-#include "idem/child_process.hpp"
+#include "idem/devtools/child_process.hpp"
 
 namespace idem::test {
 

@@ -2,6 +2,7 @@
 // exactly one effect per valid event, dead letters with their reasons, offsets only
 // after the DB commit, savepoint isolation, per-partition retry, graceful stop, groups.
 // Synchronisation is always "wait for a condition with a deadline", never a sleep.
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 
 #include <algorithm>
@@ -21,11 +22,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "consumer/backoff.hpp"
-#include "idem/dev_broker.hpp"
+#include "retry/backoff.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -77,7 +78,7 @@ class ConsumerTest : public ::testing::Test {
 
   void SetUp() override {
     db_url_ = test::fresh_sqlite_url();
-    open_store(db_url_)->migrate();
+    idem::migrate_reference_system(*open_store(db_url_));
     observer_ = open_store(db_url_);
   }
 

@@ -13,11 +13,12 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -37,7 +38,7 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
     broker_->create_topic(topic_, 1);
     broker_->create_topic(topic_ + ".dlq", 1);
     db_url_ = test::fresh_sqlite_url();
-    open_store(db_url_)->migrate();
+    idem::migrate_reference_system(*open_store(db_url_));
     observer_ = open_store(db_url_);
   }
 

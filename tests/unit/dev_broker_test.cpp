@@ -1,7 +1,7 @@
 // DevBroker: the embedded mock cluster must behave like a Kafka cluster for the
 // things idem relies on (produce, group consume, manual commit, resume, metadata)
 // and its fault injection must have an effect that clients can observe.
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 
 #include <librdkafka/rdkafka.h>
 

@@ -4,6 +4,7 @@
 // replaying again applies nothing new; a replay also reaching another group is a
 // no-op there; events past the dedup horizon are refused unless forced; --dry-run
 // sends nothing. Synchronisation is by condition with a deadline.
+#include "idem/reference/schema.hpp"
 #include "idem/dlq.hpp"
 
 #include <atomic>
@@ -16,10 +17,10 @@
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
-#include "idem/handlers/count.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -55,7 +56,7 @@ class DlqTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
     db_url_ = test::fresh_sqlite_url();
-    open_store(db_url_)->migrate();
+    idem::migrate_reference_system(*open_store(db_url_));
     observer_ = open_store(db_url_);
     topic_ = unique_name("orders");
     broker_->create_topic(topic_, 2);

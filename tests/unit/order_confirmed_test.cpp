@@ -1,4 +1,4 @@
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 // The outbox on SQLite: the event_id is born once, in enqueue, and is the same in the
 // payload and the row; a rolled-back transaction leaves no row; shards are stable.
+#include "idem/reference/schema.hpp"
 #include "idem/outbox.hpp"
 
 #include <string>
@@ -7,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "idem/error.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
 #include "support/store_backends.hpp"
@@ -19,7 +20,7 @@ class OutboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = open_store(test::fresh_sqlite_url());
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
   }
   std::int64_t count(const std::string& sql) {
     return test::SqliteBackend::read_scalar(*store_, sql);

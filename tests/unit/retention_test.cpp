@@ -2,6 +2,7 @@
 // removes exactly the rows of events born before the horizon (event time, not
 // processed_at), in bounded batches; published outbox rows go by published_at; a lease
 // keeps one maintenance at a time; the background task runs passes until destroyed.
+#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
 
 #include <atomic>
@@ -53,7 +54,7 @@ class RetentionTest : public ::testing::Test {
   void SetUp() override {
     url_ = test::fresh_sqlite_url();
     store_ = open_store(url_);
-    store_->migrate();
+    idem::migrate_reference_system(*store_);
     policy_.clock = &clock_;
     policy_.dedup.retention = 7 * 24h;
     policy_.dedup.safety_margin = 1h;

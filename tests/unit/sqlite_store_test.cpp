@@ -153,7 +153,8 @@ TEST(SqliteStoreOpen, NativeHandleOfAnotherBackendIsRejected) {
   struct OtherStore final : Store {
     std::unique_ptr<idem::Transaction> begin() override { return nullptr; }
     idem::MigrationReport migrate(const idem::MigrateOptions&) override { return {}; }
-    int schema_version() override { return 0; }
+    idem::MigrationReport migrate_set(const idem::MigrationSet&) override { return {}; }
+    int schema_version(std::string_view) override { return 0; }
     idem::Backend backend() const noexcept override { return idem::Backend::Postgres; }
   } other;
   const auto e = error_from([&] { (void)idem::sqlite_native_handle(other); });

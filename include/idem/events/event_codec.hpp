@@ -6,7 +6,6 @@
 
 #include <string_view>
 
-#include "idem/events/order_confirmed.hpp"
 #include "idem/events/validation.hpp"
 #include "idem/uuid.hpp"
 
@@ -23,17 +22,5 @@ namespace idem {
 /// (never a Kafka offset: IDEM-X2); parse() must already have rejected a non-v7 id.
 template <class Event>
 struct EventCodec;
-
-/// The codec for the reference system's `order.confirmed.v1`.
-template <>
-struct EventCodec<OrderConfirmed> {
-  [[nodiscard]] static Validated<OrderConfirmed> parse(std::string_view payload,
-                                                       const ParseLimits& limits) {
-    return parse_order_confirmed(payload, limits);
-  }
-  [[nodiscard]] static const Uuid& event_id(const OrderConfirmed& event) noexcept {
-    return event.event_id;
-  }
-};
 
 }  // namespace idem

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "idem/consumer.hpp"  // RetryPolicy
+#include "idem/retry.hpp"
 
 namespace idem::http {
 
@@ -34,7 +34,7 @@ struct ClientConfig {
   std::chrono::milliseconds connect_timeout{2000};  ///< TCP connect, per attempt
   std::chrono::milliseconds total_timeout{10000};   ///< whole request/answer, per attempt
   int max_attempts = 6;                             ///< attempts per call, >= 1
-  /// Backoff between attempts (the consumer's RetryPolicy type, other defaults).
+  /// Backoff between attempts (RetryPolicy, with the HTTP client's defaults).
   RetryPolicy retry{.initial_backoff = std::chrono::milliseconds(50),
                     .max_backoff = std::chrono::milliseconds(2000),
                     .multiplier = 2.0,

@@ -3,7 +3,7 @@
 /// The analytics consumer of the reference system (SPEC section 2): on the same topic
 /// as billing but in its own group (`analytics-order-confirmed`, so its own dedup
 /// rows), it adds each new order.confirmed.v1 to its customer's revenue and order
-/// count (table analytics_customer_revenue, migration 0005).
+/// count (table analytics_customer_revenue, reference migration 0003).
 
 #include <cstdint>
 #include <optional>
@@ -11,7 +11,7 @@
 
 #include "idem/amount.hpp"
 #include "idem/consumer.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 
 namespace idem {

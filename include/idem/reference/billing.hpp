@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "idem/consumer.hpp"
-#include "idem/events/order_confirmed.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/http/idempotent_client.hpp"
 
 namespace idem {

@@ -282,7 +282,10 @@ class PostgresStore final : public Store {
   }
 
   MigrationReport migrate(const MigrateOptions& options) override;
-  int schema_version() override;
+  MigrationReport migrate_set(const MigrationSet& set) override;
+  int schema_version(std::string_view set) override;
+  MigrationReport apply_migrations(std::string_view set, std::span<const SchemaMigration> migrations,
+                                   const MigrateOptions* options);
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Postgres; }
 
   PGconn* native() {
@@ -913,15 +916,30 @@ void PostgresStore::check_processed_event(const MigrateOptions& options, bool re
 }
 
 MigrationReport PostgresStore::migrate(const MigrateOptions& options) {
+  return apply_migrations(kIdemMigrations, postgres_sql::migrations(), &options);
+}
+
+MigrationReport PostgresStore::migrate_set(const MigrationSet& set) {
+  check_migration_set_name(set.name, "postgres");
+  return apply_migrations(set.name, set.postgres, nullptr);
+}
+
+// `options` is set for idem's own migrations only: migration 1 (processed_event) is
+// checked against what is there and may be created partitioned.
+MigrationReport PostgresStore::apply_migrations(std::string_view set,
+                                                std::span<const SchemaMigration> migrations,
+                                                const MigrateOptions* options) {
   if (active_ != nullptr) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Postgres,
                 "postgres: migrate() while a transaction is open on this store");
   }
-  const Clock& clock = options.clock != nullptr ? *options.clock : SystemClock::instance();
-  if (options.partitioned) {
+  const Clock& clock = options != nullptr && options->clock != nullptr ? *options->clock
+                                                                        : SystemClock::instance();
+  if (options != nullptr && options->partitioned) {
     // Validate before touching the database.
-    (void)plan_partitions(options, clock.now());
+    (void)plan_partitions(*options, clock.now());
   }
+  const std::string set_name(set);
   conn_.ensure_ready();
 
   // Each step is its own transaction holding the migration lock, so concurrent
@@ -958,58 +976,68 @@ MigrationReport PostgresStore::migrate(const MigrateOptions& options) {
   {
     Tx tx(*this);
     query("CREATE TABLE IF NOT EXISTS idem_schema_migrations ("
-          "version int PRIMARY KEY, "
+          "migration_set text NOT NULL, "
+          "version int NOT NULL, "
           "name text NOT NULL, "
-          "applied_at timestamptz NOT NULL DEFAULT now())",
+          "applied_at timestamptz NOT NULL DEFAULT now(), "
+          "PRIMARY KEY (migration_set, version))",
           {}, "migrate: create idem_schema_migrations");
-    const Result r = query("SELECT coalesce(max(version), 0) FROM idem_schema_migrations", {},
-                           "migrate: read the schema version");
+    const char* set_param[1] = {set_name.c_str()};
+    const Result r = query(
+        "SELECT coalesce(max(version), 0) FROM idem_schema_migrations WHERE migration_set = $1",
+        set_param, "migrate: read the schema version");
     report.from_version = std::atoi(PQgetvalue(r.get(), 0, 0));
     tx.commit();
   }
 
-  for (const Migration& m : postgres_sql::migrations()) {
+  for (const SchemaMigration& m : migrations) {
     Tx tx(*this);
     const std::string version = std::to_string(m.version);
-    const char* params[1] = {version.c_str()};
-    const Result applied = query("SELECT name FROM idem_schema_migrations WHERE version = $1::int",
-                                 params, "migrate: read the applied migrations");
+    const char* params[2] = {set_name.c_str(), version.c_str()};
+    const Result applied = query(
+        "SELECT name FROM idem_schema_migrations WHERE migration_set = $1 AND version = $2::int",
+        params, "migrate: read the applied migrations");
     const bool recorded = PQntuples(applied.get()) > 0;
-    if (m.version == 1) check_processed_event(options, recorded);
+    const bool processed_event_migration = options != nullptr && m.version == 1;
+    if (processed_event_migration) check_processed_event(*options, recorded);
     if (recorded) {
       tx.commit();
       continue;
     }
-    std::string name = m.name;
+    std::string name(m.name);
     std::string ddl;
-    if (m.version == 1 && options.partitioned) {
-      ddl = partitioned_processed_event_ddl(options, clock.now());
+    if (processed_event_migration && options->partitioned) {
+      ddl = partitioned_processed_event_ddl(*options, clock.now());
       name = kPartitionedMigrationName;
     } else {
-      ddl = m.sql;
+      ddl = std::string(m.sql);
     }
     // Simple-query protocol: a migration file holds several statements; they run
     // inside this transaction, so a failing one leaves nothing behind.
     const Result r = conn_.exec_simple(ddl.c_str());
-    if (!ok_status(r.get())) conn_.fail(r.get(), fmt::format("migration {}", name));
-    const char* record[2] = {version.c_str(), name.c_str()};
-    query("INSERT INTO idem_schema_migrations (version, name) VALUES ($1::int, $2)", record,
-          "migrate: record the migration");
+    if (!ok_status(r.get())) conn_.fail(r.get(), fmt::format("migration {} of '{}'", name, set));
+    const char* record[3] = {set_name.c_str(), version.c_str(), name.c_str()};
+    query("INSERT INTO idem_schema_migrations (migration_set, version, name) "
+          "VALUES ($1, $2::int, $3)",
+          record, "migrate: record the migration");
     tx.commit();
     report.applied.push_back(name);
   }
 
-  report.to_version = schema_version();
+  report.to_version = schema_version(set);
   return report;
 }
 
-int PostgresStore::schema_version() {
+int PostgresStore::schema_version(std::string_view set) {
   if (active_ == nullptr) conn_.ensure_ready();
   const Result exists = query("SELECT to_regclass('idem_schema_migrations') IS NOT NULL", {},
                               "schema_version");
   if (std::strcmp(PQgetvalue(exists.get(), 0, 0), "t") != 0) return 0;
-  const Result r = query("SELECT coalesce(max(version), 0) FROM idem_schema_migrations", {},
-                         "schema_version");
+  const std::string set_name(set);
+  const char* params[1] = {set_name.c_str()};
+  const Result r = query(
+      "SELECT coalesce(max(version), 0) FROM idem_schema_migrations WHERE migration_set = $1",
+      params, "schema_version");
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 

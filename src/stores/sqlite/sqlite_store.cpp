@@ -36,9 +36,11 @@ constexpr std::string_view kMarkSql =
 
 constexpr const char* kMigrationsTableSql =
     "CREATE TABLE IF NOT EXISTS idem_schema_migrations ("
-    " version INTEGER PRIMARY KEY,"
+    " migration_set TEXT NOT NULL,"
+    " version INTEGER NOT NULL,"
     " name TEXT NOT NULL,"
-    " applied_at TEXT NOT NULL)";
+    " applied_at TEXT NOT NULL,"
+    " PRIMARY KEY (migration_set, version))";
 
 [[noreturn]] void invalid(const std::string& message) {
   throw Error(ErrorCode::InvalidArgument, ErrorSource::Sqlite, message);
@@ -424,24 +426,34 @@ std::unique_ptr<Transaction> SqliteStore::start(Statement& begin_statement, bool
   return tx;
 }
 
-int SqliteStore::schema_version() {
+int SqliteStore::schema_version(std::string_view set) {
   if (!has_table("idem_schema_migrations")) return 0;
-  Statement q(db_, "SELECT coalesce(max(version), 0) FROM idem_schema_migrations", 0);
+  Statement q(db_,
+              "SELECT coalesce(max(version), 0) FROM idem_schema_migrations "
+              "WHERE migration_set = ?1",
+              0);
   StatementUse use(q);
+  sqlite3_bind_text(q.get(), 1, set.data(), static_cast<int>(set.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(q.get());
   if (rc != SQLITE_ROW) throw make_error(db_, rc, "cannot read the schema version");
   return sqlite3_column_int(q.get(), 0);
 }
 
-void SqliteStore::apply_migration(int version, const char* name, const char* sql, bool& applied) {
+void SqliteStore::apply_migration(std::string_view set, const SchemaMigration& migration,
+                                  bool& applied) {
+  const std::string name(migration.name);
+  const std::string sql(migration.sql);
   // BEGIN IMMEDIATE holds the database's write lock from the check to the COMMIT, so
   // migrators in other connections and processes queue here (on busy_timeout) and each
   // migration is applied exactly once.
   exec_control("BEGIN IMMEDIATE", "cannot begin migration transaction");
   try {
-    Statement check(db_, "SELECT 1 FROM idem_schema_migrations WHERE version = ?1", 0);
+    Statement check(db_,
+                    "SELECT 1 FROM idem_schema_migrations WHERE migration_set = ?1 AND version = ?2",
+                    0);
     StatementUse use_check(check);
-    sqlite3_bind_int(check.get(), 1, version);
+    sqlite3_bind_text(check.get(), 1, set.data(), static_cast<int>(set.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int(check.get(), 2, migration.version);
     const int rc = sqlite3_step(check.get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
       throw make_error(db_, rc, "cannot read applied migrations");
@@ -450,14 +462,15 @@ void SqliteStore::apply_migration(int version, const char* name, const char* sql
       // The migration's SQL may hold several statements; sqlite3_exec runs them all. It
       // runs without control permission: a BEGIN or COMMIT inside a migration file would
       // split the migration from its bookkeeping row, so it is refused.
-      exec(sql, fmt::format("migration {} failed", name));
+      exec(sql.c_str(), fmt::format("migration {} of '{}' failed", name, set));
       Statement record(db_,
-                       "INSERT INTO idem_schema_migrations(version, name, applied_at) "
-                       "VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                       "INSERT INTO idem_schema_migrations(migration_set, version, name, "
+                       "applied_at) VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                        0);
       StatementUse use_record(record);
-      sqlite3_bind_int(record.get(), 1, version);
-      sqlite3_bind_text(record.get(), 2, name, -1, SQLITE_STATIC);
+      sqlite3_bind_text(record.get(), 1, set.data(), static_cast<int>(set.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_int(record.get(), 2, migration.version);
+      sqlite3_bind_text(record.get(), 3, name.c_str(), -1, SQLITE_TRANSIENT);
       const int ins = sqlite3_step(record.get());
       if (ins != SQLITE_DONE) throw make_error(db_, ins, "cannot record migration");
     }
@@ -479,6 +492,16 @@ MigrationReport SqliteStore::migrate(const MigrateOptions& options) {
   if (options.partitioned) {
     invalid("sqlite: partitioned processed_event is PostgreSQL-only (MigrateOptions::partitioned)");
   }
+  return apply_migrations(kIdemMigrations, sqlite_sql::migrations());
+}
+
+MigrationReport SqliteStore::migrate_set(const MigrationSet& set) {
+  check_migration_set_name(set.name, "sqlite");
+  return apply_migrations(set.name, set.sqlite);
+}
+
+MigrationReport SqliteStore::apply_migrations(std::string_view set,
+                                              std::span<const SchemaMigration> migrations) {
   if (open_tx_ != nullptr)
     invalid("sqlite: migrate() cannot run while a transaction is open on this Store");
   try {
@@ -497,13 +520,13 @@ MigrationReport SqliteStore::migrate(const MigrateOptions& options) {
     }
 
     MigrationReport report;
-    report.from_version = schema_version();
-    for (const Migration& m : sqlite_sql::migrations()) {
+    report.from_version = schema_version(set);
+    for (const SchemaMigration& m : migrations) {
       bool applied = false;
-      apply_migration(m.version, m.name, m.sql, applied);
+      apply_migration(set, m, applied);
       if (applied) report.applied.emplace_back(m.name);
     }
-    report.to_version = schema_version();
+    report.to_version = schema_version(set);
     return report;
   } catch (const Error& e) {
     // A busy database is worth retrying; anything else means the schema could not be

@@ -29,7 +29,8 @@ class SqliteStore final : public Store {
   [[nodiscard]] std::unique_ptr<Transaction> begin() override;
   [[nodiscard]] std::unique_ptr<Transaction> begin_read() override;
   MigrationReport migrate(const MigrateOptions& options) override;
-  [[nodiscard]] int schema_version() override;
+  MigrationReport migrate_set(const MigrationSet& set) override;
+  [[nodiscard]] int schema_version(std::string_view set) override;
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Sqlite; }
 
   [[nodiscard]] sqlite3* db() const noexcept { return db_; }
@@ -63,7 +64,8 @@ class SqliteStore final : public Store {
   void exec(const char* sql, std::string_view what);
   std::unique_ptr<Statement> prepare_schema_statement(const std::string& sql);
   [[nodiscard]] bool has_table(const char* name);
-  void apply_migration(int version, const char* name, const char* sql, bool& applied);
+  MigrationReport apply_migrations(std::string_view set, std::span<const SchemaMigration> migrations);
+  void apply_migration(std::string_view set, const SchemaMigration& migration, bool& applied);
 
   sqlite3* db_ = nullptr;
   std::string path_;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "idem/amount.hpp"
+#include "idem/events/event_codec.hpp"
 #include "idem/events/validation.hpp"
 #include "idem/timestamp.hpp"
 #include "idem/uuid.hpp"
@@ -35,5 +36,17 @@ struct OrderConfirmed {
 
 /// Serializes to the canonical JSON form that parse_order_confirmed accepts.
 [[nodiscard]] std::string to_json(const OrderConfirmed& event);
+
+/// The codec for the reference system's `order.confirmed.v1`.
+template <>
+struct EventCodec<OrderConfirmed> {
+  [[nodiscard]] static Validated<OrderConfirmed> parse(std::string_view payload,
+                                                       const ParseLimits& limits) {
+    return parse_order_confirmed(payload, limits);
+  }
+  [[nodiscard]] static const Uuid& event_id(const OrderConfirmed& event) noexcept {
+    return event.event_id;
+  }
+};
 
 }  // namespace idem

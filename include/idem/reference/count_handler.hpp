@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The built-in `count` handler: records each new event as one `effect_log` row
-/// (migration 0003), so tests and `idem consume --handler count` can count effects.
+/// (reference migration 0002), so tests and `idem consume --handler count` can count effects.
 /// effect_log has no unique constraint on purpose: a double effect shows as two rows.
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 
 #include <algorithm>
 #include <array>

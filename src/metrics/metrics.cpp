@@ -1,7 +1,7 @@
 // Metrics: prometheus-cpp families for what is observed as it happens (histograms,
 // relay marks, TTL runs) plus a collector that turns Consumer::stats() into counters at
 // scrape time, so the consumer's hot path pays nothing for its counters.
-#include "idem/metrics.hpp"
+#include "idem/metrics/metrics.hpp"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>

@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "idem/handlers/count.hpp"
+#include "idem/reference/count_handler.hpp"
 
 namespace idem {
 

@@ -1,4 +1,4 @@
-#include "idem/http/payment_provider.hpp"
+#include "idem/reference/payment_provider.hpp"
 
 #include <httplib.h>
 

@@ -1,4 +1,4 @@
-#include "consumer/backoff.hpp"
+#include "retry/backoff.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "idem/child_process.hpp"
+#include "idem/devtools/child_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -4,7 +4,7 @@
 // cluster created through the property belongs to the client that set it and dies
 // with it, and it cannot be controlled independently of that client. A cluster on a
 // handle of our own lives exactly as long as this object and serves any process.
-#include "idem/dev_broker.hpp"
+#include "idem/devtools/dev_broker.hpp"
 
 #include <syslog.h>
 #include <climits>

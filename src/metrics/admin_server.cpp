@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
-#include "idem/metrics.hpp"
+#include "idem/metrics/metrics.hpp"
 
 namespace idem {
 

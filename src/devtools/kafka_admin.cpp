@@ -1,4 +1,4 @@
-#include "idem/kafka_admin.hpp"
+#include "idem/devtools/kafka_admin.hpp"
 
 #include <librdkafka/rdkafka.h>
 
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/kafka_handle.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "idem/error.hpp"
 
 namespace idem {
