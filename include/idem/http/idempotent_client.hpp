@@ -10,6 +10,7 @@
 /// libcurl is linked privately; this header does not include curl.h (pimpl).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +40,9 @@ struct ClientConfig {
                     .max_backoff = std::chrono::milliseconds(2000),
                     .multiplier = 2.0,
                     .jitter = 0.2};
+  /// AsyncClient: connections kept open to one host at most (libcurl's
+  /// CURLMOPT_MAX_HOST_CONNECTIONS); further calls to that host wait for a free one.
+  std::size_t max_host_connections = 64;
   /// Upper bound on a server's Retry-After, so a hostile value cannot stall the caller.
   std::chrono::milliseconds max_retry_after{30000};
   /// TEST ONLY. false sends a fresh random key with every attempt instead of the

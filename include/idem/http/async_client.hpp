@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// An HTTP client for many concurrent calls with an external side effect (IDEM-4),
+/// without a thread per call: one event-loop thread drives every transfer through
+/// libcurl's multi interface, reuses connections and keeps at most
+/// ClientConfig::max_host_connections open per host. Each call keeps the rules of
+/// IdempotentClient: the same `Idempotency-Key` on every attempt, transient failures
+/// (connection errors, timeouts, an incomplete answer, 5xx, 409, 429 with Retry-After)
+/// retried with capped exponential backoff and jitter (timers in the loop, never a
+/// sleeping thread), any other 4xx permanent.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/http/idempotent_client.hpp"
+
+namespace idem::http {
+
+/// One POST of a JSON body with an idempotency key.
+struct Request {
+  std::string url;
+  std::string json_body;
+  std::string idempotency_key;
+  std::vector<std::pair<std::string, std::string>> extra_headers;  ///< e.g. traceparent
+};
+
+/// Thread-safe: start() may be called from any thread. Callbacks run on the client's
+/// event-loop thread; they must be quick and must not block (hand the result on).
+class AsyncClient {
+ public:
+  /// Starts the event-loop thread.
+  /// \throws Error(InvalidArgument, Config) for a bad configuration;
+  ///   Error(Internal, Http) if libcurl cannot be initialised.
+  explicit AsyncClient(ClientConfig config = {});
+  /// Stops the loop: calls still running end with CallStatus::RetriesExhausted and
+  /// error "cancelled" (their callbacks run before the destructor returns).
+  ~AsyncClient();
+  AsyncClient(const AsyncClient&) = delete;
+  AsyncClient& operator=(const AsyncClient&) = delete;
+
+  /// Starts one call (all its attempts); `done` runs exactly once when it ends.
+  /// Never blocks. \throws Error(InvalidArgument, Http) for an invalid key or header.
+  void start(Request request, std::function<void(CallResult)> done);
+
+  /// Calls started and not yet ended.
+  [[nodiscard]] std::size_t in_flight() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::http
