@@ -19,6 +19,7 @@
 
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
+#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -89,7 +90,7 @@ Outcome run_billing_through_resets(bool idempotency_key) {
 }
 
 TEST(BillingDoubleChargeTest, WithTheKeyEveryOrderIsChargedOnce) {
-  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   const Outcome out = run_billing_through_resets(/*idempotency_key=*/true);
   ASSERT_TRUE(out.summary.is_object());
   EXPECT_GT(out.summary.value("resets_after_commit", 0), 0) << "the fault must actually fire";
@@ -104,7 +105,7 @@ TEST(BillingDoubleChargeTest, WithTheKeyEveryOrderIsChargedOnce) {
 }
 
 TEST(BillingDoubleChargeTest, WithoutTheKeyLostAnswersChargeTwice) {
-  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   const Outcome out = run_billing_through_resets(/*idempotency_key=*/false);
   ASSERT_TRUE(out.summary.is_object());
   EXPECT_GT(out.summary.value("resets_after_commit", 0), 0);

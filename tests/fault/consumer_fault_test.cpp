@@ -36,12 +36,15 @@
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 
 namespace {
+
+using test::unique_name;
 
 using namespace std::chrono_literals;
 using idem::test::ChildProcess;
@@ -66,11 +69,6 @@ enum class Db { Sqlite, Postgres };
 
 std::string db_name(Db db) { return db == Db::Sqlite ? "sqlite" : "postgres"; }
 void PrintTo(Db db, std::ostream* os) { *os << db_name(db); }  // for GoogleTest's listings
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:010x}", prefix, rng() & 0xffffffffffULL);
-}
 
 std::uint64_t random_seed() { return std::random_device{}(); }
 

@@ -21,6 +21,8 @@
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
@@ -28,26 +30,13 @@
 namespace idem {
 namespace {
 
+using test::eventually;
+
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
 using test::ChildProcess;
 
-#define IDEM_REQUIRE_CLI()                                            \
-  if (std::string(IDEM_CLI_PATH).empty()) {                           \
-    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
-  }
-
 constexpr const char* kTopic = "order-service.order.confirmed";
-
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(20ms);  // polling a condition, bounded by the deadline
-  }
-  return cond();
-}
 
 /// `idem dev-broker` with the reference topic; its stdin is the control channel.
 struct BrokerProcess {

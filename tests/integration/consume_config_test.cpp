@@ -14,6 +14,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
@@ -25,7 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
-  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   DevBroker broker;
   const std::string topic = test::unique_name("configured");
   broker.create_topic(topic, 1);

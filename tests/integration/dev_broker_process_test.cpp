@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 #include "support/kafka_handle.hpp"
 
 #include "support/process.hpp"
@@ -25,21 +27,12 @@
 namespace idem {
 namespace {
 
+using test::unique_name;
+
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using Props = test::KafkaProps;
 using test::ChildProcess;
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:016x}", prefix, rng());
-}
-
-/// Skips the test when the build has no CLI (IDEM_BUILD_CLI=OFF).
-#define IDEM_REQUIRE_CLI()                                            \
-  if (std::string(IDEM_CLI_PATH).empty()) {                           \
-    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
-  }
 
 using Handle = test::KafkaHandle;
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "idem/reference/schema.hpp"
 #include "idem/clock.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
@@ -457,7 +458,7 @@ TEST_F(PostgresStoreTest, MigrateConcurrentlyFromTwoConnectionsIsSafe) {
 // ---- connection loss and commit outcomes ----------------------------------------------
 
 TEST_F(PostgresStoreTest, ConnectionLostIsClassifiedAsConnectionAndBeginReconnects) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   const char* lookup = "SELECT count(*) FROM processed_event WHERE consumer_group = $1";
   EXPECT_EQ(int_of(*store_, lookup, kGroup), 0);  // now a prepared statement of this session
   ASSERT_TRUE(mark_committed(*store_, new_uuid_v7()));
@@ -510,7 +511,7 @@ TEST_F(PostgresStoreTest, ConnectionLostIsClassifiedAsConnectionAndBeginReconnec
 }
 
 TEST_F(PostgresStoreTest, SessionKilledWhileIdleInTransactionMeansNotCommitted) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   const Uuid id = new_uuid_v7();
   {
     auto tx = store_->begin();
@@ -529,7 +530,7 @@ TEST_F(PostgresStoreTest, SessionKilledWhileIdleInTransactionMeansNotCommitted) 
 }
 
 TEST_F(PostgresStoreTest, InDoubtCommit) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   // A deferred constraint trigger runs inside COMMIT; it sleeps, so the session can be
   // killed while COMMIT is executing. The client then gets no verdict for its COMMIT.
   {
@@ -584,7 +585,7 @@ TEST_F(PostgresStoreTest, InDoubtCommit) {
 }
 
 TEST_F(PostgresStoreTest, CommitAfterASwallowedErrorReportsItAndCommitsNothing) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   const Uuid id = new_uuid_v7();
   auto tx = store_->begin();
   ASSERT_TRUE(tx->mark_processed(id, kGroup));
@@ -612,7 +613,7 @@ TEST_F(PostgresStoreTest, CommitAfterASwallowedErrorReportsItAndCommitsNothing) 
 }
 
 TEST_F(PostgresStoreTest, SavepointIsolatesAFailingStatement) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   auto tx = store_->begin();
   const char* insert =
       "INSERT INTO orders (id, customer_id, total_amount, created_at) VALUES ($1, $2, $3, now())";
@@ -628,7 +629,7 @@ TEST_F(PostgresStoreTest, SavepointIsolatesAFailingStatement) {
 }
 
 TEST_F(PostgresStoreTest, SerializationFailureIsTransient) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   {
     auto tx = store_->begin();
     tx->execute("INSERT INTO orders (id, customer_id, total_amount, created_at) VALUES (1, 1, 1, now())");
@@ -679,7 +680,7 @@ TEST_F(PostgresStoreTest, MarkWithoutMigrationIsASchemaError) {
 }
 
 TEST_F(PostgresStoreTest, NativeHandleJoinsTheOpenTransaction) {
-  store_->migrate();
+  idem::migrate_reference_system(*store_);
   {
     auto tx = store_->begin();
     PGconn* conn = postgres_native_handle(*store_);

@@ -18,6 +18,7 @@
 #include "idem/http/idempotent_client.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
+#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/provider_process.hpp"
@@ -244,7 +245,7 @@ TEST_F(ProviderTest, FaultsChangeAtRuntimeOverHttp) {
 // The key store is durable: a real `idem provider` process, stopped and started again
 // on the same database file, replays the first answer instead of charging again.
 TEST(ProviderProcessTest, ReplaysAfterARestart) {
-  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   const std::string db = test::fresh_sqlite_url();
   ClientConfig config = one_attempt();
   std::string first_body;
@@ -275,7 +276,7 @@ TEST(ProviderProcessTest, ReplaysAfterARestart) {
 // and its answer commit together, so nothing was charged). The restarted provider
 // forgets the claim: the retry charges once instead of meeting 409 forever.
 TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
-  if (std::string(IDEM_CLI_PATH).empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   const std::string db = test::fresh_sqlite_url();
   auto store = open_store(db);  // the test reads the provider's tables through it
   const auto count = [&](const std::string& sql) { return test::SqliteBackend::read_scalar(*store, sql); };

@@ -28,11 +28,14 @@
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
 
 namespace idem {
 namespace {
+
+using test::eventually;
 
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
@@ -45,17 +48,6 @@ std::string unique_topic(std::string_view prefix) {
 DevBroker& broker() {
   static DevBroker b;
   return b;
-}
-
-/// Waits for `cond` up to `timeout`, checking every few milliseconds.
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);  // polling a condition, bounded by the deadline
-  }
-  return cond();
 }
 
 RelayConfig relay_config(const std::string& url) {

@@ -7,16 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "support/test_env.hpp"
 #include "support/cli_run.hpp"
 #include "support/store_backends.hpp"
 
 namespace idem {
 namespace {
-
-#define IDEM_REQUIRE_CLI()                                            \
-  if (std::string(IDEM_CLI_PATH).empty()) {                           \
-    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
-  }
 
 const std::vector<std::string> kSecrets = {"fileDbPassword1", "fileSaslPassword2", "envPgPassword3",
                                            "envSslKeyPassword4", "urlPassword5", "flagClientSecret6",

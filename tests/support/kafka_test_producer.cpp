@@ -133,9 +133,4 @@ std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_s
   return ids;
 }
 
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
-
 }  // namespace idem::test

@@ -15,6 +15,8 @@
 #include "idem/devtools/kafka_admin.hpp"
 #include "idem/uuid.hpp"
 
+#include "support/wait.hpp"
+
 namespace idem::test {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -61,8 +63,5 @@ using idem::read_topic;
 [[nodiscard]] std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_servers,
                                                                 const std::string& topic, int count,
                                                                 std::int32_t partition = 0);
-
-/// `prefix` plus 12 random hex digits: a topic or group name no other test run uses.
-[[nodiscard]] std::string unique_name(std::string_view prefix);
 
 }  // namespace idem::test

@@ -31,6 +31,7 @@
 
 #include "idem/amount.hpp"
 #include "idem/error.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/process.hpp"
@@ -69,7 +70,9 @@ class StoreContract : public ::testing::Test {
     if (this->IsSkipped() || this->HasFatalFailure()) return;
     ASSERT_FALSE(url_.empty()) << Backend::name << ": fresh_url() returned no URL";
     store_ = open_store(url_);
-    store_->migrate();
+    // The reference system's tables (orders, billing_ledger) are the business tables
+    // these tests write to, as a user's own MigrationSet would be.
+    migrate_reference_system(*store_);
   }
 
   /// Another connection to the same database.
@@ -634,9 +637,34 @@ TYPED_TEST_P(StoreContract, MigrateCreatesTheSchemaOnAnEmptyDatabase) {
   EXPECT_GE(report.to_version, 2);
   EXPECT_EQ(report.to_version, store->schema_version());
   EXPECT_GE(report.applied.size(), 2u);
-  for (const char* table : {"processed_event", "orders", "billing_ledger"}) {
+  for (const char* table : {"processed_event", "outbox"}) {
     EXPECT_EQ(this->scalar(*store, std::string("SELECT count(*) FROM ") + table), 0) << table;
   }
+  // idem's own migrations create only idem's tables: a user's `orders` is never touched.
+  EXPECT_THROW((void)this->scalar(*store, "SELECT count(*) FROM orders"), Error);
+}
+
+TYPED_TEST_P(StoreContract, MigrationSetsAreVersionedApart) {
+  const std::string url = TypeParam::fresh_url();
+  if (this->IsSkipped() || this->HasFatalFailure()) return;
+  auto store = open_store(url);
+  const int idem_version = store->migrate().to_version;
+  EXPECT_EQ(store->schema_version("reference"), 0);
+  const MigrationReport report = store->migrate_set(reference_migrations());
+  EXPECT_EQ(report.from_version, 0);
+  EXPECT_EQ(report.to_version, store->schema_version("reference"));
+  EXPECT_FALSE(report.applied.empty());
+  EXPECT_EQ(store->schema_version(), idem_version) << "a set's versions are its own";
+  for (const char* table : {"orders", "billing_ledger", "effect_log"}) {
+    EXPECT_EQ(this->scalar(*store, std::string("SELECT count(*) FROM ") + table), 0) << table;
+  }
+  EXPECT_TRUE(store->migrate_set(reference_migrations()).applied.empty());
+  MigrationSet unnamed = reference_migrations();
+  unnamed.name = "";
+  EXPECT_THROW((void)store->migrate_set(unnamed), Error);
+  MigrationSet impostor = reference_migrations();
+  impostor.name = std::string(kIdemMigrations);
+  EXPECT_THROW((void)store->migrate_set(impostor), Error);
 }
 
 TYPED_TEST_P(StoreContract, MigrateIsIdempotent) {
@@ -964,7 +992,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     SavepointRollbackKeepsTheRestOfTheTransaction, SavepointReleaseKeepsWork,
     ExecuteBindsParametersAndReturnsRows, ExecuteReportsAffectedRows,
     ExecuteRejectsAMissingOrExtraParameter, SqlErrorNamesTheProblem,
-    ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase, MigrateIsIdempotent,
+    ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase, MigrationSetsAreVersionedApart, MigrateIsIdempotent,
     ConcurrentMigratorsApplyEachMigrationOnce, LazySavepointFailingStatementRollsBackOnlyItsEvent,
     LazySavepointsNestAndUndoInnerWork, LazySavepointErrorIsAttributedToTheOpenSavepoint,
     TransactionWithOnlyEmptySavepointsCommits, DeferredStatementsKeepTheirOrderWithSynchronousOnes,

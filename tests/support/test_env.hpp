@@ -27,3 +27,11 @@ std::optional<std::string> postgres_dsn();
     GTEST_SKIP() << "IDEM_TEST_PG_DSN is not set; skipping PostgreSQL test";          \
   }                                                                                  \
   const std::string var = *var##_opt
+
+/// Use inside a TEST body of a test that runs the idem CLI (IDEM_CLI_PATH): skips when
+/// the build has none (IDEM_BUILD_CLI=OFF), and fails under CI=true, where it must exist.
+#define IDEM_REQUIRE_CLI()                                                              \
+  if (std::string(IDEM_CLI_PATH).empty()) {                                             \
+    if (::idem::test::in_ci()) FAIL() << "the idem CLI is not built, under CI=true";    \
+    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)";                   \
+  }

@@ -14,6 +14,7 @@
 
 #include "stores/migration.hpp"
 
+#include "idem/reference/schema.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/sqlite.hpp"
@@ -39,7 +40,7 @@ constexpr const char* kGroup = "billing-order-confirmed";
 std::unique_ptr<Store> migrated_store(const std::string& url,
                                       const idem::StoreOptions& options = {}) {
   auto store = idem::open_store(url, options);
-  store->migrate();
+  idem::migrate_reference_system(*store);
   return store;
 }
 
@@ -244,7 +245,9 @@ TEST(SqliteStore, MigrationsAreRecordedByVersionAndName) {
   auto store = migrated_store(fresh_sqlite_url());
   auto tx = store->begin();
   const auto rows =
-      tx->execute("SELECT version, name, applied_at FROM idem_schema_migrations ORDER BY version");
+      tx->execute("SELECT version, name, applied_at FROM idem_schema_migrations "
+                  "WHERE migration_set = $1 ORDER BY version",
+                  std::string(idem::kIdemMigrations));
   const auto& embedded = idem::detail::sqlite_sql::migrations();
   ASSERT_EQ(rows.size(), embedded.size());
   for (std::size_t i = 0; i < embedded.size(); ++i) {

@@ -29,6 +29,7 @@
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/wait.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
@@ -36,21 +37,13 @@
 namespace idem {
 namespace {
 
+using test::eventually;
+
 using namespace std::chrono_literals;
 using test::KafkaTestProducer;
 using test::RunningConsumer;
 using test::TestRecord;
 using test::unique_name;
-
-/// Waits until `pred` holds or `timeout` passes; returns the last value of `pred`.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);  // polling interval of a condition, not a synchronisation
-  }
-  return pred();
-}
 
 OrderConfirmed make_event(std::int64_t order_id) {
   OrderConfirmed e;

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/wait.hpp"
 #include "support/kafka_handle.hpp"
 
 #include "idem/error.hpp"
@@ -26,15 +27,12 @@
 namespace idem {
 namespace {
 
+using test::unique_name;
+
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using Props = test::KafkaProps;
 using Header = std::pair<std::string, std::optional<std::string>>;
-
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:016x}", prefix, rng());
-}
 
 struct MessageDeleter {
   void operator()(rd_kafka_message_t* m) const { rd_kafka_message_destroy(m); }

@@ -22,6 +22,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
+#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -259,7 +260,7 @@ TEST_F(DlqTest, ReplayToAnotherTopicAndBadInputAreReported) {
 
 TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
   const std::string cli = IDEM_CLI_PATH;
-  if (cli.empty()) GTEST_SKIP() << "the idem CLI is not built";
+  IDEM_REQUIRE_CLI();
   const OrderConfirmed e = make_event(9);
   TestRecord letter = record_of(topic_ + ".dlq", e);
   letter.headers.emplace_back("idem.original.topic", topic_);

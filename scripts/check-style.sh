@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Style checks of the test command (scripts/test.sh):
+#  1. clang-format: every tracked C++ file must already be formatted with the repo's
+#     .clang-format; any drift fails (fix with `scripts/check-style.sh --fix`).
+#  2. clang-tidy with the repo's .clang-tidy on the C++ sources changed since
+#     IDEM_TIDY_BASE (default: the previous commit), using BUILD_DIR's
+#     compile_commands.json. Its findings are printed; IDEM_TIDY_STRICT=1 makes them fail.
+#   scripts/check-style.sh [--fix] [BUILD_DIR]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+fix=0
+if [ "${1:-}" = "--fix" ]; then fix=1; shift; fi
+build="${1:-${IDEM_BUILD_DIR:-$root/build-test}}"
+
+mapfile -t files < <(git ls-files '*.cpp' '*.hpp')
+if [ "$fix" = 1 ]; then
+  clang-format -i "${files[@]}"
+  echo "check-style: formatted ${#files[@]} files"
+  exit 0
+fi
+if ! clang-format --dry-run -Werror "${files[@]}" 2>"$build/clang-format.log"; then
+  echo "check-style: clang-format drift (run scripts/check-style.sh --fix):"
+  grep -o '^[^:]*:[0-9]*:[0-9]*: error' "$build/clang-format.log" | cut -d: -f1 | sort -u | sed 's/^/  /'
+  exit 1
+fi
+echo "check-style: clang-format: ${#files[@]} files formatted"
+
+base="${IDEM_TIDY_BASE:-HEAD~1}"
+if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
+  echo "check-style: clang-tidy: no base commit $base; nothing to check"
+  exit 0
+fi
+mapfile -t changed < <(git diff --name-only --diff-filter=AM "$base" -- 'src/*.cpp' 'cli/*.cpp' \
+                       'src/**/*.cpp' 'cli/**/*.cpp')
+if [ ${#changed[@]} -eq 0 ]; then
+  echo "check-style: clang-tidy: no C++ source changed since $base"
+  exit 0
+fi
+if [ ! -f "$build/compile_commands.json" ]; then
+  echo "check-style: clang-tidy needs $build/compile_commands.json (configure first)"
+  exit 1
+fi
+findings=0
+for f in "${changed[@]}"; do
+  out=$(clang-tidy -p "$build" --quiet "$f" 2>/dev/null || true)
+  if grep -q 'warning:\|error:' <<<"$out"; then
+    findings=$((findings + 1))
+    printf '%s\n' "$out" | grep -A3 'warning:\|error:' | head -n 40
+  fi
+done
+echo "check-style: clang-tidy: ${#changed[@]} changed files since $base, $findings with findings"
+if [ "${IDEM_TIDY_STRICT:-0}" = 1 ] && [ "$findings" -gt 0 ]; then exit 1; fi
