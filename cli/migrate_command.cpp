@@ -19,6 +19,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     int period_hours = 24;
     int behind = 7;
     int ahead = 3;
+    bool reference = false;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -29,6 +30,9 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
             "store.url");
   cmd->add_flag("--partitioned", opts->partitioned,
                 "PostgreSQL: RANGE-partition processed_event on event_id (UUIDv7 time bounds)");
+  cmd->add_flag("--reference", opts->reference,
+                "Also create the reference system's tables (orders, billing_ledger, effect_log, "
+                "analytics); idem's own tables are always created");
   cmd->add_option("--partition-hours", opts->period_hours, "Partition period in hours")
       ->check(CLI::Range(1, 24 * 31))
       ->capture_default_str();
@@ -47,7 +51,8 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     mo.partition_period = std::chrono::hours(opts->period_hours);
     mo.partitions_behind = opts->behind;
     mo.partitions_ahead = opts->ahead;
-    const MigrationReport report = idem::migrate_reference_system(*store, mo);
+    const MigrationReport report =
+        opts->reference ? migrate_reference_system(*store, mo) : store->migrate(mo);
     if (report.applied.empty()) {
       std::cout << fmt::format("{}: schema is up to date at version {}\n", to_string(store->backend()),
                                report.to_version);

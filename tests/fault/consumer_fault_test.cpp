@@ -44,7 +44,7 @@
 
 namespace {
 
-using test::unique_name;
+using idem::test::unique_name;
 
 using namespace std::chrono_literals;
 using idem::test::ChildProcess;

@@ -25,18 +25,7 @@ for forbidden in httplib prometheus tomlplusplus; do
 done
 echo "link line: no cpp-httplib, prometheus-cpp or toml++"
 
-broker_out=$work/broker.out
-"$cli" dev-broker --topic deposits:2 --no-stdin >"$broker_out" 2>"$work/broker.err" &
-broker=$!
-trap 'kill "$broker" 2>/dev/null || true; wait "$broker" 2>/dev/null || true' EXIT
-bootstrap=""
-for _ in $(seq 1 300); do  # the broker prints its bootstrap servers once it is up
-  bootstrap=$(grep -o '127\.0\.0\.1:[0-9]*\(,127\.0\.0\.1:[0-9]*\)*' "$broker_out" | head -n 1 || true)
-  [ -n "$bootstrap" ] && break
-  kill -0 "$broker" 2>/dev/null || { echo "FAIL: the dev broker exited"; cat "$work/broker.err"; exit 1; }
-  sleep 0.1
-done
-[ -n "$bootstrap" ] || { echo "FAIL: the dev broker printed no bootstrap servers"; exit 1; }
-
-"$work/build/consumer" "$bootstrap" deposits "$work/outside.db"
+# The outside program is the exactly-once consumer example, run against a dev broker.
+bash "$(dirname "$0")/../../examples/run_with_dev_broker.sh" "$cli" deposits:2 \
+  "$work/build/consumer" deposits "$work/outside.db"
 echo "outside project OK"

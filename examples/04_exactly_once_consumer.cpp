@@ -1,4 +1,5 @@
-// An outside project that links only the core (idem::idem): an exactly-once consumer of
+// An exactly-once consumer that links only the core (idem::idem) (it is also the
+// packaging test's outside project, tests/packaging/): a consumer of
 // its own event type against a Kafka broker (argv[1]: bootstrap servers, argv[2]: topic)
 // and a SQLite store (argv[3]: file). It produces 20 deposits plus a resend of 5 of them
 // (same event ids, as a producer retry after a crash would), consumes them, and checks
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 struct Deposit {
@@ -57,14 +59,21 @@ int main(int argc, char** argv) {
   const std::string topic = argv[2];
   const std::string db_url = std::string("sqlite://") + argv[3];
 
+  const auto read_balance = [&] {
+    auto store = idem::open_store(db_url);
+    auto tx = store->begin();
+    return tx->execute("SELECT total FROM balance WHERE id = 1")[0].int64(0);
+  };
   {
     auto store = idem::open_store(db_url);
-    store->migrate();  // idem's own tables only
+    store->migrate();  // idem's own tables only; the application's table is its own
     auto tx = store->begin();
-    (void)tx->execute("CREATE TABLE balance (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)");
-    (void)tx->execute("INSERT INTO balance VALUES (1, 0)");
+    (void)tx->execute(
+        "CREATE TABLE IF NOT EXISTS balance (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)");
+    (void)tx->execute("INSERT INTO balance VALUES (1, 0) ON CONFLICT DO NOTHING");
     tx->commit();
   }
+  const std::int64_t before = read_balance();
 
   std::vector<std::string> payloads;
   std::int64_t expected = 0;
@@ -73,12 +82,18 @@ int main(int argc, char** argv) {
     expected += i;
   }
   {
-    idem::Producer producer(idem::ProducerConfig{.bootstrap_servers = bootstrap});
+    idem::ProducerConfig producer_config;
+    producer_config.bootstrap_servers = bootstrap;
+    idem::Producer producer(producer_config);
     std::vector<idem::Delivery> deliveries;
     for (int copy = 0; copy < 2; ++copy) {
       for (std::size_t i = 0; i < payloads.size(); ++i) {
         if (copy == 1 && i >= 5) break;  // the resend: same payloads, same event ids
-        (void)producer.send({.topic = topic, .key = std::to_string(i), .payload = payloads[i]});
+        idem::ProducerMessage message;
+        message.topic = topic;
+        message.key = std::to_string(i);
+        message.payload = payloads[i];
+        (void)producer.send(std::move(message));
       }
     }
     if (!producer.flush(std::chrono::seconds(30), deliveries)) {
@@ -87,10 +102,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  idem::ConsumerConfig config{.bootstrap_servers = bootstrap,
-                              .group_id = "outside-deposits",
-                              .topics = {topic},
-                              .kafka = {{"auto.offset.reset", "earliest"}}};
+  idem::ConsumerConfig config;
+  config.bootstrap_servers = bootstrap;
+  config.group_id = "outside-deposits";
+  config.topics = {topic};
+  config.kafka = {{"auto.offset.reset", "earliest"}};
   config.check_topic_retention = false;  // the dev broker does not answer DescribeConfigs
   idem::Consumer consumer(config, idem::open_store(db_url));
   consumer.on<Deposit>(topic, [](const Deposit& d, const idem::RecordInfo&, idem::Transaction& tx) {
@@ -108,10 +124,8 @@ int main(int argc, char** argv) {
   runner.join();
 
   const auto stats = consumer.stats();
-  auto store = idem::open_store(db_url);
-  auto tx = store->begin();
-  const std::int64_t total = tx->execute("SELECT total FROM balance WHERE id = 1")[0].int64(0);
+  const std::int64_t deposited = read_balance() - before;
   std::cout << "processed=" << stats.processed << " duplicates=" << stats.duplicates
-            << " balance=" << total << " expected=" << expected << "\n";
-  return stats.processed == 20 && total == expected ? 0 : 1;
+            << " deposited=" << deposited << " expected=" << expected << "\n";
+  return stats.processed == 20 && deposited == expected ? 0 : 1;
 }
