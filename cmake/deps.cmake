@@ -5,6 +5,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(RDKAFKA REQUIRED IMPORTED_TARGET rdkafka>=2.0)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq>=14)
 pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3>=3.35)  # RETURNING needs 3.35
+# OpenSSL's libcrypto: SHA-256 of a truncated dead letter's payload (librdkafka links it too).
+pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto>=3.0)
 # cpp-httplib: Debian builds it as a shared library; its pkg-config file carries the
 # defines (OpenSSL, zlib, brotli support) the header must be compiled with.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib>=0.11)

@@ -64,6 +64,11 @@ struct DeadLetterRecord {
   /// The event's id: the payload's top-level "event_id" when it is a UUID, else the
   /// `event_id` header when it is one. nullopt for a record that carries none.
   std::optional<Uuid> event_id;
+  /// Letters read for the same original record (topic, partition, offset): a consumer that
+  /// crashed after its letter was acknowledged but before its offset commit sends the
+  /// letter again. read_dead_letters returns the first and counts the rest here, so a
+  /// record is listed and replayed once.
+  std::size_t copies = 1;
 
   /// The value of the first header named `name`, or nullopt.
   [[nodiscard]] std::optional<std::string_view> header(std::string_view name) const noexcept;
@@ -94,8 +99,8 @@ struct DlqFilter {
 
 /// Reads every record of `dlq_topic` that exists when the call starts (all partitions,
 /// from the log start to the end offsets queried first) and returns those matching
-/// `filter`, in partition then offset order. Blocks until done or connection.timeout
-/// per step.
+/// `filter`, in partition then offset order, one per original record (see
+/// DeadLetterRecord::copies). Blocks until done or connection.timeout per step.
 /// \throws Error(InvalidArgument, Kafka) when the topic does not exist;
 ///   Error(Timeout, Kafka) when the broker does not answer in time;
 ///   Error(InvalidArgument, Config) for a rejected property.

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include "consumer/retry_topics.hpp"
 #include "idem/error.hpp"
@@ -31,7 +32,37 @@ bool consumer_only(std::string_view key) {
   return std::find(kConsumerOnly.begin(), kConsumerOnly.end(), key) != kConsumerOnly.end();
 }
 
+// SHA-256 of the original payload, hex: with idem.original.size it identifies the
+// record a truncated letter stands for (OpenSSL's libcrypto; librdkafka links it too).
+std::string sha256_hex(const void* data, std::size_t size) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  if (EVP_Digest(data, size, digest.data(), &length, EVP_sha256(), nullptr) != 1) return "";
+  std::string hex;
+  hex.reserve(2 * length);
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
 }  // namespace
+
+bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+      return true;
+    default:
+      return false;
+  }
+}
 
 DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config,
                                        const RetryTopicMap& retry_topics, const LogFn* log,
@@ -79,7 +110,7 @@ void DeadLetterProducer::delivery_trampoline(rd_kafka_t* /*rk*/, const rd_kafka_
   self->results_[id - self->base_id_] = m->err;
 }
 
-void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id) {
+void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id, bool truncate) {
   const rd_kafka_message_t& m = *letter.original;
   // A record read from a retry topic stands for its record on the source topic: its
   // retries and its dead letter belong to that topic and keep the first coordinates.
@@ -121,6 +152,16 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id)
   add("idem.error.message", letter.message);
   add(kAttemptsHeader, std::to_string(letter.attempts));
   if (letter.retry_level > 0) add(kNotBeforeHeader, std::to_string(letter.not_before_ms));
+  // A retry carries the whole record (it is processed again); a dead letter too large to
+  // carry whole carries a prefix and says so.
+  const bool cut = letter.retry_level == 0 && (truncate || m.len > kDeadLetterMaxPayload);
+  std::size_t payload_size = m.len;
+  if (cut) {
+    payload_size = std::min(m.len, kDeadLetterPayloadPrefix);
+    add("idem.payload.truncated", "true");
+    add("idem.original.size", std::to_string(m.len));
+    add("idem.original.sha256", sha256_hex(m.payload, m.len));
+  }
 
   // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.
   std::array<rd_kafka_vu_t, 6> vus{};
@@ -129,7 +170,7 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id)
   vus[1].vtype = RD_KAFKA_VTYPE_KEY;
   vus[1].u.mem = {m.key, m.key_len};
   vus[2].vtype = RD_KAFKA_VTYPE_VALUE;
-  vus[2].u.mem = {m.payload, m.len};
+  vus[2].u.mem = {m.payload, payload_size};
   vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
   vus[3].u.i = RD_KAFKA_MSG_F_COPY;
   vus[4].vtype = RD_KAFKA_VTYPE_HEADERS;
@@ -147,6 +188,42 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id)
   }
 }
 
+void DeadLetterProducer::remember(SourceRecord record) {
+  if (!acknowledged_.insert(record).second) return;
+  acknowledged_order_.push_back(std::move(record));
+  if (acknowledged_order_.size() > kRememberedLetters) {
+    acknowledged_.erase(acknowledged_order_.front());
+    acknowledged_order_.pop_front();
+  }
+}
+
+std::vector<rd_kafka_resp_err_t> DeadLetterProducer::produce_and_wait(
+    std::span<const DeadLetter> letters, const std::vector<std::size_t>& which, bool truncate,
+    std::chrono::milliseconds timeout) {
+  base_id_ = next_id_;
+  next_id_ += which.size();
+  results_.assign(which.size(), kPending);
+  for (std::size_t i = 0; i < which.size(); ++i) produce_one(letters[which[i]], base_id_ + i, truncate);
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::any_of(results_.begin(), results_.end(), [](auto e) { return e == kPending; })) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    rd_kafka_poll(rk_.get(), std::min(to_kafka_ms(left), 100));
+  }
+  std::vector<rd_kafka_resp_err_t> errors = results_;
+  for (auto& e : errors) {
+    if (e == kPending) e = RD_KAFKA_RESP_ERR__TIMED_OUT;
+  }
+  // Stop waiting for anything still pending; a late report no longer matches a slot.
+  if (std::any_of(results_.begin(), results_.end(), [](auto e) { return e == kPending; })) {
+    rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE);
+  }
+  results_.clear();
+  return errors;
+}
+
 std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
                                            std::chrono::milliseconds timeout) {
   std::vector<bool> ok(letters.size(), false);
@@ -159,32 +236,54 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
     build_handle();
   }
 
-  base_id_ = next_id_;
-  next_id_ += letters.size();
-  results_.assign(letters.size(), kPending);
-  for (std::size_t i = 0; i < letters.size(); ++i) produce_one(letters[i], base_id_ + i);
-
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::any_of(results_.begin(), results_.end(), [](auto e) { return e == kPending; })) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    rd_kafka_poll(rk_.get(), std::min(to_kafka_ms(left), 100));
-  }
+  const auto source_of = [](const DeadLetter& letter) {
+    const rd_kafka_message_t& m = *letter.original;
+    return SourceRecord{rd_kafka_topic_name(m.rkt), m.partition, m.offset, letter.retry_level};
+  };
+  std::vector<std::size_t> to_send;
   for (std::size_t i = 0; i < letters.size(); ++i) {
-    ok[i] = results_[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (!ok[i] && log_ != nullptr && *log_) {
-      (*log_)(fmt::format("idem dlq: {} [{}] offset {} not acknowledged: {}",
-                          rd_kafka_topic_name(letters[i].original->rkt),
-                          letters[i].original->partition, letters[i].original->offset,
-                          results_[i] == kPending ? "timed out" : rd_kafka_err2str(results_[i])));
+    if (acknowledged_.contains(source_of(letters[i]))) {
+      ok[i] = true;  // sent and acknowledged when this batch was tried before
+    } else {
+      to_send.push_back(i);
     }
   }
-  // Stop waiting for anything still pending; a late report no longer matches a slot.
-  if (std::find(ok.begin(), ok.end(), false) != ok.end()) {
-    rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE);
+  if (to_send.empty()) return ok;
+
+  std::vector<rd_kafka_resp_err_t> errors = produce_and_wait(letters, to_send, false, timeout);
+  // Refused as too large (by librdkafka's message.max.bytes or the broker's): once more,
+  // cut to a prefix. Anything else permanent is reported as such; a transient failure
+  // (broker unavailable, timeout) is retried by the caller with its partition.
+  std::vector<std::size_t> too_large;
+  std::vector<std::size_t> too_large_slots;
+  for (std::size_t k = 0; k < to_send.size(); ++k) {
+    if (errors[k] == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+        errors[k] == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) {
+      if (letters[to_send[k]].retry_level == 0) {
+        too_large.push_back(to_send[k]);
+        too_large_slots.push_back(k);
+      }
+    }
   }
-  results_.clear();
+  if (!too_large.empty()) {
+    const auto retried = produce_and_wait(letters, too_large, true, timeout);
+    for (std::size_t k = 0; k < too_large.size(); ++k) errors[too_large_slots[k]] = retried[k];
+  }
+
+  for (std::size_t k = 0; k < to_send.size(); ++k) {
+    const std::size_t i = to_send[k];
+    ok[i] = errors[k] == RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (ok[i]) {
+      remember(source_of(letters[i]));
+    } else if (log_ != nullptr && *log_) {
+      (*log_)(fmt::format("idem dlq: {} [{}] offset {} not acknowledged ({}): {}",
+                          rd_kafka_topic_name(letters[i].original->rkt),
+                          letters[i].original->partition, letters[i].original->offset,
+                          permanent_produce_error(errors[k]) ? "permanent" : "transient",
+                          errors[k] == RD_KAFKA_RESP_ERR__TIMED_OUT ? "timed out"
+                                                                    : rd_kafka_err2str(errors[k])));
+    }
+  }
   return ok;
 }
 

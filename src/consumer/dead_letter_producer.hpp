@@ -7,15 +7,31 @@
 // letter with retry_level > 0.
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
 
 namespace idem::detail {
+
+/// Largest payload a dead letter carries whole. A larger one (or one the producer or the
+/// broker refuses as too large) is sent cut to kDeadLetterPayloadPrefix bytes with
+/// `idem.payload.truncated`, `idem.original.size` and `idem.original.sha256`: a record
+/// that can never be valid must reach the DLQ whatever its size, and the original stays
+/// in the source topic at the offset the letter names.
+inline constexpr std::size_t kDeadLetterMaxPayload = 512 * 1024;
+inline constexpr std::size_t kDeadLetterPayloadPrefix = 4 * 1024;
+
+/// Whether a failed produce can succeed if tried again as it is. Permanent errors (too
+/// large, invalid record, unauthorized, unknown topic after creation) must never be
+/// retried in place forever.
+[[nodiscard]] bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept;
 
 /// One record to dead-letter.
 struct DeadLetter {
@@ -42,14 +58,33 @@ class DeadLetterProducer : private CallbackContext {
 
   /// Produces every letter and waits up to `timeout` for the broker's acknowledgements.
   /// Element i of the result is true when letters[i] is durably on its DLQ topic.
-  /// Blocks for at most about `timeout`.
+  /// A letter this producer already got acknowledged for the same source record (its
+  /// batch is being retried) is not sent again and counts as acknowledged. A letter
+  /// refused as too large is sent once more, truncated. Blocks for at most about
+  /// 2 × `timeout`.
   [[nodiscard]] std::vector<bool> send(std::span<const DeadLetter> letters,
                                        std::chrono::milliseconds timeout);
 
  private:
   static void delivery_trampoline(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
   void build_handle();
-  void produce_one(const DeadLetter& letter, std::uint64_t id);
+  void produce_one(const DeadLetter& letter, std::uint64_t id, bool truncate);
+  /// Produces `letters[i]` for each i in `which` and waits for their reports; returns
+  /// each one's delivery error (or "timed out" as RD_KAFKA_RESP_ERR__TIMED_OUT).
+  std::vector<rd_kafka_resp_err_t> produce_and_wait(std::span<const DeadLetter> letters,
+                                                    const std::vector<std::size_t>& which,
+                                                    bool truncate,
+                                                    std::chrono::milliseconds timeout);
+
+  // Source records (topic, partition, offset, retry level) whose letter the broker
+  // acknowledged, oldest first, bounded: a batch that is retried after a later failure
+  // must not send its letters again. Forgetting the oldest only risks a duplicate letter,
+  // which `idem dlq list/replay` collapse by original coordinates.
+  using SourceRecord = std::tuple<std::string, std::int32_t, std::int64_t, std::uint32_t>;
+  static constexpr std::size_t kRememberedLetters = 100'000;
+  std::set<SourceRecord> acknowledged_;
+  std::deque<SourceRecord> acknowledged_order_;
+  void remember(SourceRecord record);
 
   ConsumerConfig config_;
   const RetryTopicMap& retry_topics_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -94,6 +96,26 @@ int partition_count(rd_kafka_t* rk, const std::string& topic, milliseconds timeo
                 fmt::format("dlq: topic {} does not exist ({})", topic, rd_kafka_err2str(topic_err)));
   }
   return partitions;
+}
+
+// Keeps the first letter of each original record (topic, partition, offset) and counts
+// the others on it. Letters without complete original coordinates are all kept.
+std::vector<DeadLetterRecord> collapse_copies(std::vector<DeadLetterRecord> letters) {
+  std::vector<DeadLetterRecord> out;
+  out.reserve(letters.size());
+  std::map<std::tuple<std::string, std::int32_t, std::int64_t>, std::size_t> first;
+  for (DeadLetterRecord& r : letters) {
+    if (!r.original_topic.empty() && r.original_partition && r.original_offset) {
+      const auto [it, inserted] = first.try_emplace(
+          std::tuple(r.original_topic, *r.original_partition, *r.original_offset), out.size());
+      if (!inserted) {
+        ++out[it->second].copies;
+        continue;
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 DeadLetterRecord decode(const rd_kafka_message_t& m) {
@@ -248,7 +270,7 @@ std::vector<DeadLetterRecord> read_dead_letters(const DlqConnection& connection,
   std::sort(out.begin(), out.end(), [](const DeadLetterRecord& a, const DeadLetterRecord& b) {
     return std::pair(a.partition, a.offset) < std::pair(b.partition, b.offset);
   });
-  return out;
+  return collapse_copies(std::move(out));
 }
 
 std::string_view to_string(ReplayAction action) noexcept {

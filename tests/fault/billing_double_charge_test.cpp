@@ -19,6 +19,7 @@
 
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/provider_process.hpp"
@@ -71,7 +72,7 @@ Outcome run_billing_through_resets(bool idempotency_key) {
   if (!idempotency_key) args.emplace_back("--no-idempotency-key");
   auto consumer = test::ChildProcess::spawn(IDEM_CLI_PATH, args);
 
-  const bool all_billed = test::wait_until(
+  const bool all_billed = test::eventually(
       [&] { return scalar(db, "SELECT count(*) FROM orders WHERE payment_status = 'charged'") == kOrders; },
       90s);
   EXPECT_TRUE(all_billed) << "not every order was billed in time";

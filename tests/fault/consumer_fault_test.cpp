@@ -129,7 +129,7 @@ class ConsumerFaultBase : public ::testing::Test {
 
   /// Waits until `group` committed everything (kCatchUpDeadline).
   bool wait_caught_up(const std::string& group) {
-    return idem::test::wait_until([&] { return caught_up(group); }, kCatchUpDeadline, 500ms);
+    return idem::test::eventually([&] { return caught_up(group); }, kCatchUpDeadline, 500ms);
   }
 
   /// SIGTERM, then expects the graceful stop: a stats line, "stopped", exit status 0.
@@ -246,7 +246,7 @@ class ConsumerFaultBase : public ::testing::Test {
 
   /// Steps every loop until all are finished (bounded by each loop's per-child deadline).
   static bool run_all(std::vector<CrashLoop>& loops, std::chrono::seconds deadline) {
-    return idem::test::wait_until(
+    return idem::test::eventually(
         [&] {
           bool all = true;
           for (auto& l : loops) all = l.step() && all;
@@ -475,7 +475,7 @@ TEST_F(ConsumerDbOutage, PostgresStopAndStartLosesNothingAndTheConsumerSurvives)
   // The consumer now fails its transactions and pauses its partitions with backoff; it
   // must neither die nor commit offsets past what the database holds.
   std::uint64_t retries = 0;
-  ASSERT_TRUE(idem::test::wait_until(
+  ASSERT_TRUE(idem::test::eventually(
       [&] {
         consumer.write_line("stats");
         const auto stats = idem::test::read_stats(consumer, 10s);

@@ -14,6 +14,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/wait.hpp"
 #include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -62,13 +63,13 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
   ASSERT_TRUE(admin_line) << "no admin port line";
   const int port = std::stoi(admin_line->substr(std::string("admin server on port ").size()));
   ASSERT_TRUE(test::expect_line(cli, fmt::format("consuming {} as {}", topic, group), 30s));
-  ASSERT_TRUE(test::wait_until([&] { return test::effect_rows(db, group) == 3; }, 60s));
+  ASSERT_TRUE(test::eventually([&] { return test::effect_rows(db, group) == 3; }, 60s));
 
   httplib::Client http("127.0.0.1", port);
   const std::string processed =
       fmt::format("idem_consumer_events_processed_total{{group=\"{}\"}} 3", group);
   std::string metrics;
-  ASSERT_TRUE(test::wait_until(
+  ASSERT_TRUE(test::eventually(
       [&] {
         const auto res = http.Get("/metrics");
         metrics = res ? res->body : "";
@@ -79,7 +80,7 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
   const auto healthz = http.Get("/healthz");
   ASSERT_TRUE(healthz);
   EXPECT_EQ(healthz->status, 200);
-  ASSERT_TRUE(test::wait_until(
+  ASSERT_TRUE(test::eventually(
       [&] {
         const auto res = http.Get("/readyz");
         return res && res->status == 200;

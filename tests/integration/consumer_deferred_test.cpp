@@ -23,6 +23,7 @@
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -53,7 +54,7 @@ class ConsumerDeferredTest : public OrderEventsSuite<Backend> {
     consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
     const Consumer& observed = *consumer;
     RunningConsumer running(std::move(consumer));
-    const bool reached = wait_until([&] { return done(observed); }, 30s, 20ms);
+    const bool reached = eventually([&] { return done(observed); }, 30s, 20ms);
     ASSERT_TRUE(running.stop());
     if (running.error()) std::rethrow_exception(running.error());
     ASSERT_TRUE(reached) << "the consumer did not get there within 30 s";

@@ -20,6 +20,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -78,7 +79,7 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
     auto consumer = std::make_unique<Consumer>(c, open_store(db_url_), hooks);
     consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
     test::RunningConsumer running(std::move(consumer));
-    const bool reached = test::wait_until([&] { return done(running->stats()); }, 60s, 20ms);
+    const bool reached = test::eventually([&] { return done(running->stats()); }, 60s, 20ms);
     EXPECT_TRUE(running.stop());
     EXPECT_FALSE(running.error());
     EXPECT_TRUE(reached);

@@ -22,6 +22,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -90,6 +91,66 @@ class DlqTest : public test::DevBrokerSuite {
   std::string topic_;
 };
 
+// Issue 13, items 1 and 2: a 2 MiB record with valid fields at offset 0 used to block its
+// partition for ever (its dead letter was refused as too large and the batch retried),
+// and the batch's other dead letters were sent again on every retry. Now the letter is
+// sent once, cut to a prefix with the original size and SHA-256, and the partition moves on.
+TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsPartition) {
+  OrderConfirmed big = make_event(1);
+  std::string payload = to_json(big);
+  payload.insert(payload.size() - 1, ",\"padding\":\"" + std::string(2 * 1024 * 1024, 'x') + "\"");
+  std::vector<TestRecord> records = {{topic_, "1", payload, {{"event_id", big.event_id.to_string()}}, 0}};
+  records.push_back({topic_, "2", "{not json", {}, 0});  // malformed, same batch
+  std::vector<OrderConfirmed> valid;
+  for (int i = 3; i <= 22; ++i) {
+    valid.push_back(make_event(i));
+    records.push_back(record_of(topic_, valid.back()));
+    records.back().partition = 0;
+  }
+  produce(records);
+
+  const std::string group = unique_name("billing");
+  auto consumer = std::make_unique<Consumer>(config_for(group), open_store(db_url_));
+  consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
+  test::RunningConsumer running(std::move(consumer));
+  ASSERT_TRUE(test::eventually([&] { return count_effects(*observer_, group) == 20; }, 60s))
+      << "the valid records behind the oversized one were not processed";
+  ASSERT_TRUE(test::eventually([&] { return running->stats().dead_lettered == 2; }, 30s));
+
+  const auto letters = read_dead_letters(connection(), topic_ + ".dlq");
+  ASSERT_EQ(letters.size(), 2u);
+  const DeadLetterRecord& cut = letters[0].original_offset == 0 ? letters[0] : letters[1];
+  EXPECT_EQ(cut.original_offset, 0);
+  EXPECT_EQ(cut.error_class, "validation.too_large");
+  EXPECT_EQ(cut.header("idem.payload.truncated"), "true");
+  EXPECT_EQ(cut.header("idem.original.size"), std::to_string(payload.size()));
+  ASSERT_TRUE(cut.header("idem.original.sha256").has_value());
+  EXPECT_EQ(cut.header("idem.original.sha256")->size(), 64u);
+  EXPECT_LT(cut.payload.size(), payload.size());
+  EXPECT_EQ(cut.payload, payload.substr(0, cut.payload.size()));
+  for (const auto& letter : letters) EXPECT_EQ(letter.copies, 1u) << letter.original_offset.value_or(-1);
+}
+
+// A consumer that crashed after its letter was acknowledged but before its offset commit
+// sends the letter again; `idem dlq list/replay` show and replay the record once.
+TEST_F(DlqTest, LettersOfTheSameOriginalRecordAreCollapsed) {
+  const auto letter_for = [&](std::int64_t original_offset) {
+    TestRecord r = record_of(topic_ + ".dlq", make_event(original_offset));
+    r.headers.emplace_back("idem.original.topic", topic_);
+    r.headers.emplace_back("idem.original.partition", "1");
+    r.headers.emplace_back("idem.original.offset", std::to_string(original_offset));
+    r.headers.emplace_back("idem.error.class", "validation.missing");
+    return r;
+  };
+  produce({letter_for(5), letter_for(5), letter_for(6), letter_for(5)});
+  const auto letters = read_dead_letters(connection(), topic_ + ".dlq");
+  ASSERT_EQ(letters.size(), 2u);
+  EXPECT_EQ(letters[0].original_offset, 5);
+  EXPECT_EQ(letters[0].copies, 3u);
+  EXPECT_EQ(letters[1].original_offset, 6);
+  EXPECT_EQ(letters[1].copies, 1u);
+}
+
 TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   std::vector<OrderConfirmed> events;
   std::vector<TestRecord> records;
@@ -114,7 +175,7 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   analytics_consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
   test::RunningConsumer b(std::move(billing_consumer));
   test::RunningConsumer a(std::move(analytics_consumer));
-  ASSERT_TRUE(test::wait_until(
+  ASSERT_TRUE(test::eventually(
       [&] {
         return b->stats().dead_lettered == 4 && count_effects(*observer_, billing) == 8 &&
                count_effects(*observer_, analytics) == 12;
@@ -164,16 +225,16 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   EXPECT_EQ(first.replayed, 4u);
   EXPECT_EQ(first.failed, 0u);
   EXPECT_GT(progress_calls, 0u);
-  ASSERT_TRUE(test::wait_until([&] { return count_effects(*observer_, billing) == 12; }, 60s, 20ms));
+  ASSERT_TRUE(test::eventually([&] { return count_effects(*observer_, billing) == 12; }, 60s));
   // Analytics saw the replayed records too and skipped them as duplicates.
-  ASSERT_TRUE(test::wait_until([&] { return a->stats().duplicates >= 4; }, 60s, 20ms));
+  ASSERT_TRUE(test::eventually([&] { return a->stats().duplicates >= 4; }, 60s));
 
   // Replay again: the same 4 records are sent again, and nothing new is applied.
   const auto delivered_before = b->stats().delivered;
   const ReplayReport second = replay_dead_letters(connection(), topic_ + ".dlq", replay);
   EXPECT_EQ(second.replayed, 4u);
-  ASSERT_TRUE(test::wait_until([&] { return b->stats().delivered >= delivered_before + 4; }, 60s, 20ms));
-  ASSERT_TRUE(test::wait_until([&] { return a->stats().duplicates >= 8; }, 60s, 20ms));
+  ASSERT_TRUE(test::eventually([&] { return b->stats().delivered >= delivered_before + 4; }, 60s));
+  ASSERT_TRUE(test::eventually([&] { return a->stats().duplicates >= 8; }, 60s));
   EXPECT_EQ(count_effects(*observer_, billing), 12);
   EXPECT_EQ(count_effects(*observer_, analytics), 12);
   for (const auto& e : events) {

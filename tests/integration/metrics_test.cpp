@@ -22,6 +22,7 @@
 #include "idem/reference/count_handler.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/store_backends.hpp"
 
@@ -150,7 +151,7 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
 
   // Held back: the gate partition's high watermark moves on, its position does not.
   std::string scraped;
-  EXPECT_TRUE(test::wait_until(
+  EXPECT_TRUE(test::eventually(
       [&] {
         scraped = get("/metrics").second;
         const auto lags = samples(scraped, metric::kLag);
@@ -163,7 +164,7 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   held.release();
 
   const double total = static_cast<double>(w.records.size() + 1);
-  EXPECT_TRUE(test::wait_until(
+  EXPECT_TRUE(test::eventually(
       [&] {
         scraped = get("/metrics").second;
         const auto lags = samples(scraped, metric::kLag);

@@ -18,6 +18,7 @@
 #include "idem/http/idempotent_client.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
@@ -289,7 +290,7 @@ TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
     const CallResult r =
         client.post_json(provider.url() + "/payments/charge", charge_body(5, "3.00"), "key-k");
     EXPECT_EQ(r.http_status, 0) << "no answer while in flight";
-    ASSERT_TRUE(test::wait_until(
+    ASSERT_TRUE(test::eventually(
         [&] { return count("SELECT count(*) FROM provider_idempotency_key WHERE state = 'in_flight'") == 1; },
         30s));
     provider.crash();

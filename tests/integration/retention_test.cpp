@@ -23,6 +23,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -275,7 +276,7 @@ void delete_while_consuming(const std::string& url) {
   auto c = std::make_unique<Consumer>(config, open_store(url));
   c->on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
   test::RunningConsumer consumer(std::move(c));
-  ASSERT_TRUE(test::wait_until([&] { return consumer->stats().processed > 0; }, 60s, 10ms));
+  ASSERT_TRUE(test::eventually([&] { return consumer->stats().processed > 0; }, 60s));
 
   // Cleanup starts while the consumer is mid-stream, in small batches on its own connection.
   RetentionPolicy policy;
@@ -306,7 +307,7 @@ void delete_while_consuming(const std::string& url) {
     }
   } stop_cleaner{cleaning, cleaner};
   produce(second_half);
-  const bool caught_up = test::wait_until(
+  const bool caught_up = test::eventually(
       [&] {
         try {  // the observer's transaction competes for SQLite's write lock: busy is no answer
           return count_effects(*observer, kGroup) >= 400 && consumer->stats().duplicates >= 80;

@@ -21,6 +21,7 @@
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/store_backends.hpp"
 
@@ -155,7 +156,7 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
     return Outcome::Done;
   });
   std::thread runner([&] { consumer.run(); });
-  const bool all_seen = test::wait_until(
+  const bool all_seen = test::eventually(
       [&] {
         std::lock_guard lock(mutex);
         return seen.size() == 3;
@@ -201,7 +202,7 @@ TEST(Tracing, BillingForwardsTheOutboxTraceToThePaymentProvider) {
   Consumer consumer(consumer_config(broker, topic, std::string(kBillingGroup)), open_store(db));
   consumer.on<OrderConfirmed>(topic, billing_handler(billing));
   std::thread runner([&] { consumer.run(); });
-  const bool charged = test::wait_until([&] { return consumer.stats().processed == 1; }, 60s);
+  const bool charged = test::eventually([&] { return consumer.stats().processed == 1; }, 60s);
   consumer.stop();
   runner.join();
   ASSERT_TRUE(charged);

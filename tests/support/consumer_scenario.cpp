@@ -28,16 +28,6 @@ namespace idem::test {
 
 using namespace std::chrono_literals;
 
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
-                std::chrono::milliseconds interval) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(interval);  // granularity of the condition check
-  }
-  return pred();
-}
-
 // --- dev broker ----------------------------------------------------------------
 
 DevBrokerProcess::DevBrokerProcess(const std::string& cli_path)

@@ -25,11 +25,6 @@
 
 namespace idem::test {
 
-/// Polls `pred` (every `interval`) until it holds or `timeout` passes; returns its last value.
-/// The polling interval is the granularity of a condition check, not a synchronisation.
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
-                std::chrono::milliseconds interval = std::chrono::milliseconds(200));
-
 /// `idem dev-broker` as a child process. The destructor SIGKILLs it (ChildProcess).
 class DevBrokerProcess {
  public:

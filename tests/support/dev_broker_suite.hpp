@@ -20,6 +20,7 @@
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"  // unique_name, produce_order_events
 
@@ -104,7 +105,7 @@ class RunningConsumer {
   bool stop(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     if (!thread_.joinable()) return true;
     consumer_->stop();
-    const bool returned = wait_until([&] { return finished_.load(); }, timeout, std::chrono::milliseconds(10));
+    const bool returned = eventually([&] { return finished_.load(); }, timeout, std::chrono::milliseconds(10));
     if (returned) thread_.join();
     else thread_.detach();
     return returned;

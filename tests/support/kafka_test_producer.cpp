@@ -63,6 +63,9 @@ KafkaTestProducer::KafkaTestProducer(const std::string& bootstrap_servers)
                           {{"bootstrap.servers", bootstrap_servers},
                            {"enable.idempotence", "true"},
                            {"linger.ms", "5"},
+                           // Tests send oversized records on purpose (they must reach
+                           // the DLQ, not be refused here).
+                           {"message.max.bytes", "10000000"},
                            {"log_level", "3"}},
                           &Impl::on_delivery, impl_.get());
 }

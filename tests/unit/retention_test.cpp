@@ -15,6 +15,7 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
+#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
@@ -181,10 +182,10 @@ TEST_F(RetentionTest, BackgroundTaskRunsPassesUntilDestroyed) {
     MaintenanceTask task(
         url_, policy_, 20ms, [&](const MaintenanceReport& r) { deleted.fetch_add(r.dedup_rows_deleted); },
         [&](std::string_view) { errors.fetch_add(1); });
-    ASSERT_TRUE(test::wait_until([&] { return task.passes() >= 2; }, 10s, 10ms));
+    ASSERT_TRUE(test::eventually([&] { return task.passes() >= 2; }, 10s));
     // A row that expires while the task runs goes on a later pass.
     mark_all(*store_, {uuid_v7_born_at(clock_.now() - 8 * 24h)});
-    ASSERT_TRUE(test::wait_until([&] { return deleted.load() == 2; }, 10s, 10ms));
+    ASSERT_TRUE(test::eventually([&] { return deleted.load() == 2; }, 10s));
   }
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM processed_event"), 1);
