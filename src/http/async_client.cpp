@@ -163,10 +163,12 @@ struct AsyncClient::Impl {
   // thread is the caller's bug, but its callback still runs once instead of never.
   bool closed = false;
 
-  // Loop thread only: every call is in exactly one of these (or being moved between).
+  // Loop thread only. Every started call is in exactly one of `transferring`, `waiting`
+  // or a host's `queued` (or on its way between them in a function of the loop).
   std::unordered_map<CURL*, std::unique_ptr<Call>> transferring;
   std::multimap<Clock::time_point, std::unique_ptr<Call>> waiting;  // backoff timers
-  // Never erased (calls keep pointers; there are few hosts). Each host's queued calls.
+  // Never erased: calls keep a pointer to their host's entry (unordered_map entries stay
+  // put), and a client talks to few hosts.
   std::unordered_map<std::string, HostSlots> hosts;
 
   std::thread loop;

@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -220,6 +221,8 @@ struct RetryCase {
   long http_status;
   int attempts;
 };
+
+void PrintTo(const RetryCase& c, std::ostream* os) { *os << c.name; }
 
 class AsyncRetryTest : public ::testing::TestWithParam<RetryCase> {};
 
