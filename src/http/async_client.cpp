@@ -277,7 +277,7 @@ void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
   }
   c.response.clear();
   CURL* easy = c.easy.get();
-  const auto [entry, inserted] = transferring.emplace(easy, std::move(call));
+  const auto entry = transferring.emplace(easy, std::move(call)).first;
   if (const CURLMcode code = curl_multi_add_handle(multi.get(), easy); code != CURLM_OK) {
     auto failed = std::move(entry->second);
     transferring.erase(entry);
