@@ -1,22 +1,20 @@
 // idem::http::IdempotentClient against a real HTTP server (cpp-httplib on loopback)
 // whose answers each test scripts: the same key on every attempt, what is retried and
-// what is permanent, Retry-After, timeouts, and key validation.
+// what is permanent, Retry-After, timeouts, key validation and connection reuse. The
+// client is AsyncClient waited on (async_client_test.cpp tests concurrency).
 #include <arpa/inet.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "http_test_server.hpp"
 #include "idem/error.hpp"
 #include "idem/http/idempotent_client.hpp"
 
@@ -25,97 +23,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// One scripted answer. `reset`: headers, then the connection closes before the body.
-/// `hang`: no answer until the test ends (the client's timeout must fire).
-struct Scripted {
-  int status = 200;
-  std::string body = R"({"ok":true})";
-  std::string retry_after;
-  bool reset = false;
-  bool hang = false;
-};
-
-Scripted answer(int status, std::string body = R"({"ok":true})") {
-  Scripted s;
-  s.status = status;
-  s.body = std::move(body);
-  return s;
-}
-Scripted retry_after(int status, std::string seconds) {
-  Scripted s = answer(status);
-  s.retry_after = std::move(seconds);
-  return s;
-}
-Scripted broken_off() {
-  Scripted s;
-  s.reset = true;
-  return s;
-}
-Scripted no_answer() {
-  Scripted s;
-  s.hang = true;
-  return s;
-}
-
-/// A loopback server that answers POST /call with the scripted answers in order (the
-/// last one repeats) and records each request's Idempotency-Key and traceparent.
-class ScriptedServer {
- public:
-  ScriptedServer(std::initializer_list<Scripted> script) : script_(script) {
-    server_.Post("/call", [this](const httplib::Request& req, httplib::Response& res) {
-      Scripted s;
-      {
-        std::unique_lock lock(mutex_);
-        keys_.push_back(req.get_header_value("Idempotency-Key"));
-        traceparents_.push_back(req.get_header_value("traceparent"));
-        s = script_.size() > 1 ? script_.front() : script_.back();
-        if (script_.size() > 1) script_.pop_front();
-        if (s.hang) released_.wait(lock, [this] { return released_flag_; });
-      }
-      res.status = s.status;
-      if (!s.retry_after.empty()) res.set_header("Retry-After", s.retry_after);
-      if (s.reset) {
-        res.set_content_provider(s.body.size(), "application/json",
-                                 [](std::size_t, std::size_t, httplib::DataSink&) { return false; });
-      } else {
-        res.set_content(s.body, "application/json");
-      }
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // httplib 0.11 ignores stop() before its accept loop runs (see PaymentProvider::start).
-    while (!server_.is_running()) std::this_thread::sleep_for(1ms);
-  }
-  ~ScriptedServer() {
-    {
-      std::lock_guard lock(mutex_);
-      released_flag_ = true;
-    }
-    released_.notify_all();
-    server_.stop();
-    thread_.join();
-  }
-  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/call"; }
-  [[nodiscard]] std::vector<std::string> keys() const {
-    std::lock_guard lock(mutex_);
-    return keys_;
-  }
-  [[nodiscard]] std::vector<std::string> traceparents() const {
-    std::lock_guard lock(mutex_);
-    return traceparents_;
-  }
-
- private:
-  httplib::Server server_;
-  mutable std::mutex mutex_;
-  std::condition_variable released_;
-  bool released_flag_ = false;
-  std::deque<Scripted> script_;
-  std::vector<std::string> keys_;
-  std::vector<std::string> traceparents_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using test::answer;
+using test::broken_off;
+using test::no_answer;
+using test::retry_after;
+using test::ScriptedServer;
 
 ClientConfig fast_config() {
   ClientConfig c;
@@ -251,7 +163,56 @@ TEST(HttpClientTest, KeysAreValidated) {
 
 TEST(HttpClientTest, UnusableUrlIsAnErrorNotARetry) {
   IdempotentClient client(fast_config());
-  EXPECT_THROW((void)client.post_json("gopherx://nowhere/", "{}", "k"), Error);
+  for (const char* url : {"gopherx://nowhere/", "ftp://127.0.0.1/call", "http://[::1/call", ""}) {
+    try {
+      (void)client.post_json(url, "{}", "k");
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << url;
+    }
+  }
+}
+
+TEST(HttpClientTest, BadHeaderNamesAreRejected) {
+  ScriptedServer server{answer(200)};
+  IdempotentClient client(fast_config());
+  for (const char* name : {"", "X Bad", "X:Bad", "X\r\nEvil"}) {
+    EXPECT_THROW((void)client.post_json(server.url(), "{}", "k", {{name, "v"}}), Error) << name;
+  }
+  EXPECT_TRUE(server.keys().empty());
+}
+
+TEST(HttpClientTest, ConsecutiveCallsReuseOneConnection) {
+  ScriptedServer server{answer(503), answer(200)};
+  IdempotentClient client(fast_config());
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(client.post_json(server.url(), "{}", "key-" + std::to_string(i)).ok());
+  }
+  EXPECT_EQ(server.keys().size(), 21u);
+  EXPECT_EQ(server.connections_accepted(), 1u) << "keep-alive: every call and retry on one connection";
+}
+
+TEST(HttpClientTest, ConfigurationIsValidated) {
+  const auto rejected = [](ClientConfig config) {
+    try {
+      IdempotentClient client(std::move(config));
+      return false;
+    } catch (const Error& e) {
+      return e.code() == ErrorCode::InvalidArgument;
+    }
+  };
+  ClientConfig c = fast_config();
+  c.max_attempts = 0;
+  EXPECT_TRUE(rejected(c));
+  c = fast_config();
+  c.total_timeout = 0ms;
+  EXPECT_TRUE(rejected(c));
+  c = fast_config();
+  c.max_host_connections = 0;
+  EXPECT_TRUE(rejected(c));
+  c = fast_config();
+  c.retry.initial_backoff = 0ms;
+  EXPECT_TRUE(rejected(c));
 }
 
 TEST(HttpClientTest, WithoutKeysEveryAttemptGetsAFreshKey) {

@@ -21,16 +21,19 @@
 
 namespace idem::http {
 
-/// One POST of a JSON body with an idempotency key.
+/// One POST of a JSON body with an idempotency key. Members have defaults, so a
+/// designated initializer may leave any out (e.g. extra_headers).
 struct Request {
-  std::string url;
-  std::string json_body;
-  std::string idempotency_key;
-  std::vector<std::pair<std::string, std::string>> extra_headers;  ///< e.g. traceparent
+  std::string url{};  ///< http:// or https://
+  std::string json_body{};
+  std::string idempotency_key{};  ///< the same on every attempt (validate_idempotency_key)
+  std::vector<std::pair<std::string, std::string>> extra_headers{};  ///< e.g. traceparent
 };
 
-/// Thread-safe: start() may be called from any thread. Callbacks run on the client's
-/// event-loop thread; they must be quick and must not block (hand the result on).
+/// Thread-safe: start() may be called from any thread, a callback included. Callbacks
+/// (and ClientConfig::on_retry) run on the client's event-loop thread; they must be quick
+/// and must not block (hand the result on). An exception thrown by a callback is caught
+/// and ignored, so one handler's bug cannot stop every other call.
 class AsyncClient {
  public:
   /// Starts the event-loop thread.
@@ -38,16 +41,20 @@ class AsyncClient {
   ///   Error(Internal, Http) if libcurl cannot be initialised.
   explicit AsyncClient(ClientConfig config = {});
   /// Stops the loop: calls still running end with CallStatus::RetriesExhausted and
-  /// error "cancelled" (their callbacks run before the destructor returns).
+  /// error "cancelled" (their callbacks run before the destructor returns; http_status
+  /// and body are those of the call's last answer, 0 and empty if it got none). Must not
+  /// run on the loop thread, i.e. not from one of this client's callbacks.
   ~AsyncClient();
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
 
   /// Starts one call (all its attempts); `done` runs exactly once when it ends.
-  /// Never blocks. \throws Error(InvalidArgument, Http) for an invalid key or header.
+  /// Never blocks. \throws Error(InvalidArgument, Http) for an invalid key or header, an
+  ///   empty `done`, or a URL libcurl cannot use (bad syntax, a scheme other than http
+  ///   and https); nothing is sent then and `done` never runs.
   void start(Request request, std::function<void(CallResult)> done);
 
-  /// Calls started and not yet ended.
+  /// Calls started whose callback has not yet returned.
   [[nodiscard]] std::size_t in_flight() const noexcept;
 
  private:

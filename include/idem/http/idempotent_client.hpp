@@ -33,15 +33,18 @@ void validate_idempotency_key(std::string_view key);
 
 struct ClientConfig {
   std::chrono::milliseconds connect_timeout{2000};  ///< TCP connect, per attempt
-  std::chrono::milliseconds total_timeout{10000};   ///< whole request/answer, per attempt
+  /// Whole request/answer, per attempt. Its clock starts when the attempt gets one of
+  /// the host's connections: the wait for a free one (max_host_connections) is not in it.
+  std::chrono::milliseconds total_timeout{10000};
   int max_attempts = 6;                             ///< attempts per call, >= 1
   /// Backoff between attempts (RetryPolicy, with the HTTP client's defaults).
   RetryPolicy retry{.initial_backoff = std::chrono::milliseconds(50),
                     .max_backoff = std::chrono::milliseconds(2000),
                     .multiplier = 2.0,
                     .jitter = 0.2};
-  /// AsyncClient: connections kept open to one host at most (libcurl's
-  /// CURLMOPT_MAX_HOST_CONNECTIONS); further calls to that host wait for a free one.
+  /// Connections open to one host at most, >= 1 (libcurl's CURLMOPT_MAX_HOST_CONNECTIONS);
+  /// further calls to that host wait inside libcurl for a free one. Finished connections
+  /// stay open for the next call (HTTP keep-alive, TCP keep-alive probes while idle).
   std::size_t max_host_connections = 64;
   /// Upper bound on a server's Retry-After, so a hostile value cannot stall the caller.
   std::chrono::milliseconds max_retry_after{30000};
@@ -51,6 +54,7 @@ struct ClientConfig {
   /// charge it causes.
   bool send_idempotency_key = true;
   /// Called before each wait between attempts (attempt number, wait, why). Optional.
+  /// Runs on the client's event-loop thread; an exception from it is ignored.
   std::function<void(int, std::chrono::milliseconds, std::string_view)> on_retry;
 };
 
@@ -71,8 +75,9 @@ struct CallResult {
   [[nodiscard]] bool ok() const noexcept { return status == CallStatus::Success; }
 };
 
-/// One connection-reusing client. Not thread-safe: use one per thread (a consumer's
-/// handler runs on the consumer's run() thread only).
+/// One connection-reusing client that blocks for each call: an AsyncClient waited on,
+/// so its retry rules are AsyncClient's (one event-loop thread per IdempotentClient).
+/// Thread-safe: calls from several threads run concurrently and share the connections.
 class IdempotentClient {
  public:
   /// \throws Error(InvalidArgument, Config) for a bad configuration;
@@ -84,7 +89,8 @@ class IdempotentClient {
 
   /// POSTs `json_body` to `url` with `Content-Type: application/json`,
   /// `Idempotency-Key: idempotency_key` and `extra_headers` (e.g. traceparent), retrying
-  /// transient failures with the SAME key. Blocks for the attempts and waits.
+  /// transient failures with the SAME key. Blocks for the attempts and waits (the waits
+  /// are timers of the client's loop; this thread only waits for the result).
   /// \throws Error(InvalidArgument, Http) for an invalid key or header, or a URL libcurl
   ///   cannot use at all (bad syntax, unsupported scheme).
   CallResult post_json(const std::string& url, std::string_view json_body,

@@ -1,0 +1,486 @@
+#include "idem/http/async_client.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cctype>
+#include <climits>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "http/curl_support.hpp"
+#include "idem/error.hpp"
+#include "idem/uuid.hpp"
+#include "retry/backoff.hpp"
+
+// The event loop is curl_multi_poll + curl_multi_wakeup (libcurl's multi-app.c shape),
+// not curl_multi_socket_action (hiperfifo.c). socket_action pays off when one process
+// watches tens of thousands of sockets through epoll; it needs an event library
+// (libevent/libuv) or a hand-written epoll loop with socket and timer callbacks.
+// Here the sockets are bounded by max_host_connections per host (calls beyond it wait
+// in a queue without a socket), so curl_multi_poll's poll() over them costs little,
+// libcurl keeps its own timers, and curl_multi_wakeup is the thread-safe way for start()
+// and the destructor to interrupt the wait. Our own timers (the waits between attempts)
+// only shorten the poll timeout.
+//
+// Calls beyond max_host_connections wait in a queue per host here, not in libcurl's
+// pending queue: libcurl starts an attempt's timeout clock when the handle is added, so a
+// call queued behind slow ones would time out (and spend an attempt) without having been
+// sent. Handing libcurl only as many transfers per host as it may have connections keeps
+// total_timeout about the request; CURLMOPT_MAX_HOST_CONNECTIONS stays set as the limit
+// itself, and libcurl's connection cache still decides which connection a transfer reuses.
+
+namespace idem::http {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The longest the loop sleeps when nothing is due. New calls and the destructor wake it
+// at once, so this is no tick, only a bound on a lost wakeup's cost.
+constexpr milliseconds kIdlePoll{10000};
+
+// Statuses worth another attempt with the same key: 409 means the provider still
+// processes the first attempt, 429 asks us to slow down, 5xx is the server's trouble.
+bool retryable_status(long status) { return status == 409 || status == 429 || status >= 500; }
+
+// Errors that are the caller's bug, not the network's: retrying cannot help. start()
+// rejects most of them up front; these catch what only the transfer finds out.
+bool unusable_url(CURLcode code) {
+  return code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL;
+}
+
+// libcurl calls this inside curl_multi_perform: an exception must not unwind through its
+// C frames, so a failed append aborts the transfer instead (CURLE_WRITE_ERROR, transient).
+std::size_t append_body(char* data, std::size_t size, std::size_t count, void* out) noexcept {
+  try {
+    static_cast<std::string*>(out)->append(data, size * count);
+    return size * count;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// One part of a parsed URL; the port is the scheme's default when the URL has none.
+std::string url_part(CURLU* url, CURLUPart part) {
+  char* text = nullptr;
+  if (curl_url_get(url, part, &text, CURLU_DEFAULT_PORT) != CURLUE_OK || text == nullptr) return {};
+  std::string copy(text);
+  curl_free(text);
+  return copy;
+}
+
+// The URL parsed once by libcurl (the transfer uses this parse too, CURLOPT_CURLU), so a
+// URL libcurl cannot use is an error of start(), before anything is queued or sent.
+detail::Url parse_http_url(const std::string& url) {
+  detail::Url parsed(curl_url());
+  if (!parsed) throw std::bad_alloc();
+  const auto reject = [&](std::string_view why) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
+                fmt::format("cannot POST to '{}': {}", url, why));
+  };
+  // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http.
+  if (const CURLUcode code = curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
+      code != CURLUE_OK) {
+    reject(curl_url_strerror(code));
+  }
+  std::string scheme = url_part(parsed.get(), CURLUPART_SCHEME);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (scheme != "http" && scheme != "https") reject("only http and https are supported");
+  return parsed;
+}
+
+std::string host_of(CURLU* url) {
+  return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
+                     url_part(url, CURLUPART_PORT));
+}
+
+struct Call;
+
+/// The transfers of one host (scheme, host, port) handed to libcurl, and the calls
+/// waiting for one of its connections.
+struct HostSlots {
+  std::size_t active = 0;
+  std::deque<std::unique_ptr<Call>> queued;
+};
+
+/// One call: the request, its caller's callback, and the state of its current attempt.
+struct Call {
+  Request request;
+  std::function<void(CallResult)> done;
+  CallResult result;
+  detail::Url url;
+  detail::EasyHandle easy;     // created for the first attempt, re-added for each retry
+  detail::HeaderList headers;  // rebuilt per attempt only when every attempt gets a new key
+  std::string response;        // the body of the current attempt's answer
+  std::string host;            // scheme://host:port, the connection limit's key
+  HostSlots* slots = nullptr;  // of `host`; set by the loop
+};
+
+}  // namespace
+
+struct AsyncClient::Impl {
+  explicit Impl(ClientConfig c) : config(std::move(c)), backoff(config.retry) {}
+
+  // noexcept: an allocation failure inside the loop ends the process, since no caller
+  // is there to receive it and the calls' callbacks could no longer be guaranteed.
+  void run() noexcept;
+
+  // The loop's steps; all run on the loop thread.
+  [[nodiscard]] bool take_new_calls();
+  void start_due_retries(Clock::time_point now);
+  void start_attempt(std::unique_ptr<Call> call);
+  void send_attempt(std::unique_ptr<Call> call);
+  void release_slot(HostSlots& slots);
+  [[nodiscard]] bool prepare_transfer(Call& call);
+  void finish_transfers();
+  void attempt_ended(std::unique_ptr<Call> call, CURLcode code);
+  [[nodiscard]] int poll_timeout_ms() const;
+  void cancel_everything();
+  void notify_retry(int attempt, milliseconds wait, std::string_view why) const noexcept;
+  void complete(std::unique_ptr<Call> call, CallStatus status) noexcept;
+
+  const ClientConfig config;
+  idem::detail::Backoff backoff;  // loop thread only (its random generator is not thread-safe)
+  detail::MultiHandle multi;
+  std::atomic<std::size_t> in_flight{0};
+
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Call>> new_calls;  // guarded by mutex
+  bool stopping = false;                         // guarded by mutex: the destructor runs
+  // guarded by mutex: the loop has ended. A start() racing the destructor from another
+  // thread is the caller's bug, but its callback still runs once instead of never.
+  bool closed = false;
+
+  // Loop thread only. Every started call is in exactly one of `transferring`, `waiting`
+  // or a host's `queued` (or on its way between them in a function of the loop).
+  std::unordered_map<CURL*, std::unique_ptr<Call>> transferring;
+  std::multimap<Clock::time_point, std::unique_ptr<Call>> waiting;  // backoff timers
+  // Never erased: calls keep a pointer to their host's entry (unordered_map entries stay
+  // put), and a client talks to few hosts.
+  std::unordered_map<std::string, HostSlots> hosts;
+
+  std::thread loop;
+};
+
+void AsyncClient::Impl::run() noexcept {
+  while (take_new_calls()) {
+    start_due_retries(Clock::now());
+    int running = 0;
+    curl_multi_perform(multi.get(), &running);
+    finish_transfers();
+    // Returns when a socket is ready, libcurl's own timeout fires, the timeout below
+    // passes (the earliest retry is due) or another thread calls curl_multi_wakeup.
+    curl_multi_poll(multi.get(), nullptr, 0, poll_timeout_ms(), nullptr);
+  }
+  cancel_everything();
+}
+
+bool AsyncClient::Impl::take_new_calls() {
+  std::vector<std::unique_ptr<Call>> taken;
+  {
+    std::lock_guard lock(mutex);
+    if (stopping) return false;
+    taken.swap(new_calls);
+  }
+  for (auto& call : taken) start_attempt(std::move(call));
+  return true;
+}
+
+void AsyncClient::Impl::start_due_retries(Clock::time_point now) {
+  while (!waiting.empty() && waiting.begin()->first <= now) {
+    auto due = waiting.extract(waiting.begin());
+    start_attempt(std::move(due.mapped()));
+  }
+}
+
+int AsyncClient::Impl::poll_timeout_ms() const {
+  if (waiting.empty()) return static_cast<int>(kIdlePoll.count());
+  // Rounded up: a wait rounded down to 0 ms would spin until the retry is due.
+  const auto until_due = std::chrono::ceil<milliseconds>(waiting.begin()->first - Clock::now());
+  return static_cast<int>(std::clamp(until_due, milliseconds(0), kIdlePoll).count());
+}
+
+bool AsyncClient::Impl::prepare_transfer(Call& call) {
+  call.easy.reset(curl_easy_init());
+  if (!call.easy) return false;
+  CURL* easy = call.easy.get();
+  curl_easy_setopt(easy, CURLOPT_CURLU, call.url.get());
+  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(easy, CURLOPT_POST, 1L);
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call.request.json_body.data());
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
+                   static_cast<curl_off_t>(call.request.json_body.size()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config.connect_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(config.total_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM (threads)
+  // Small requests and answers: no Nagle delay; pooled connections probed while idle.
+  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &append_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &call.response);
+  return true;
+}
+
+void AsyncClient::Impl::start_attempt(std::unique_ptr<Call> call) {
+  if (call->slots == nullptr) call->slots = &hosts[call->host];
+  HostSlots& slots = *call->slots;
+  if (slots.active >= config.max_host_connections) {
+    slots.queued.push_back(std::move(call));
+    return;
+  }
+  ++slots.active;
+  send_attempt(std::move(call));
+}
+
+void AsyncClient::Impl::release_slot(HostSlots& slots) {
+  --slots.active;
+  if (slots.queued.empty()) return;
+  auto next = std::move(slots.queued.front());
+  slots.queued.pop_front();
+  ++slots.active;
+  send_attempt(std::move(next));
+}
+
+void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
+  Call& c = *call;
+  if (!c.easy && !prepare_transfer(c)) {
+    c.result.error = "curl_easy_init failed";
+    HostSlots& slots = *c.slots;
+    complete(std::move(call), CallStatus::RetriesExhausted);
+    release_slot(slots);
+    return;
+  }
+  ++c.result.attempts;
+  if (!c.headers || !config.send_idempotency_key) {
+    detail::HeaderList headers;
+    detail::append_header(headers, "Content-Type", "application/json");
+    detail::append_header(headers, "Idempotency-Key",
+                          config.send_idempotency_key ? c.request.idempotency_key
+                                                      : new_uuid_v7().to_string());
+    // A body of any size goes at once: no "Expect: 100-continue" round trip.
+    detail::append_header(headers, "Expect", "");
+    for (const auto& [name, value] : c.request.extra_headers) detail::append_header(headers, name, value);
+    c.headers = std::move(headers);
+    curl_easy_setopt(c.easy.get(), CURLOPT_HTTPHEADER, c.headers.get());
+  }
+  c.response.clear();
+  CURL* easy = c.easy.get();
+  const auto entry = transferring.emplace(easy, std::move(call)).first;
+  if (const CURLMcode code = curl_multi_add_handle(multi.get(), easy); code != CURLM_OK) {
+    auto failed = std::move(entry->second);
+    transferring.erase(entry);
+    failed->result.http_status = 0;
+    failed->result.body.clear();
+    failed->result.error = fmt::format("curl_multi_add_handle: {}", curl_multi_strerror(code));
+    HostSlots& slots = *failed->slots;
+    complete(std::move(failed), CallStatus::RetriesExhausted);
+    release_slot(slots);
+  }
+}
+
+void AsyncClient::Impl::finish_transfers() {
+  int queued = 0;
+  while (const CURLMsg* message = curl_multi_info_read(multi.get(), &queued)) {
+    if (message->msg != CURLMSG_DONE) continue;
+    // The message dies with curl_multi_remove_handle: copy what we need first.
+    CURL* easy = message->easy_handle;
+    const CURLcode code = message->data.result;
+    curl_multi_remove_handle(multi.get(), easy);
+    auto node = transferring.extract(easy);
+    if (node.empty()) continue;
+    HostSlots& slots = *node.mapped()->slots;
+    attempt_ended(std::move(node.mapped()), code);
+    release_slot(slots);
+  }
+}
+
+void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code) {
+  CallResult& result = call->result;
+  milliseconds retry_after{0};
+  if (code != CURLE_OK) {
+    // Refused, reset, timed out, or the answer broke off: the provider may or may not
+    // have done the work, which is exactly what the key makes safe to retry.
+    result.http_status = 0;
+    result.body.clear();
+    result.error = fmt::format("{} (curl {})", curl_easy_strerror(code), static_cast<int>(code));
+    if (unusable_url(code)) {
+      complete(std::move(call), CallStatus::Permanent);
+      return;
+    }
+  } else {
+    long status = 0;
+    curl_easy_getinfo(call->easy.get(), CURLINFO_RESPONSE_CODE, &status);
+    result.http_status = status;
+    result.body = std::move(call->response);
+    if (status >= 200 && status < 300) {
+      result.error.clear();
+      complete(std::move(call), CallStatus::Success);
+      return;
+    }
+    result.error = fmt::format("HTTP {}", status);
+    if (!retryable_status(status)) {
+      complete(std::move(call), CallStatus::Permanent);
+      return;
+    }
+    curl_off_t seconds = -1;  // libcurl parses both forms of Retry-After (seconds, date)
+    if (curl_easy_getinfo(call->easy.get(), CURLINFO_RETRY_AFTER, &seconds) == CURLE_OK && seconds > 0) {
+      retry_after = std::min(config.max_retry_after,
+                             milliseconds(static_cast<std::int64_t>(seconds) * 1000));
+    }
+  }
+  if (result.attempts >= config.max_attempts) {
+    complete(std::move(call), CallStatus::RetriesExhausted);
+    return;
+  }
+  const milliseconds wait =
+      std::max(backoff.delay(static_cast<std::uint32_t>(result.attempts)), retry_after);
+  notify_retry(result.attempts, wait, result.error);
+  waiting.emplace(Clock::now() + wait, std::move(call));
+}
+
+void AsyncClient::Impl::notify_retry(int attempt, milliseconds wait, std::string_view why) const noexcept {
+  if (!config.on_retry) return;
+  try {
+    config.on_retry(attempt, wait, why);
+  } catch (...) {
+    // An observer's failure must not end the loop that drives every other call.
+  }
+}
+
+void AsyncClient::Impl::complete(std::unique_ptr<Call> call, CallStatus status) noexcept {
+  call->result.status = status;
+  auto done = std::move(call->done);
+  CallResult result = std::move(call->result);
+  call.reset();  // frees the transfer before the callback, which may start the next call
+  try {
+    done(std::move(result));
+  } catch (...) {
+    // The callback's contract is not to throw; if it does, the loop still has to drive
+    // every other call, so the exception ends here.
+  }
+  in_flight.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void AsyncClient::Impl::cancel_everything() {
+  const auto cancel = [this](std::unique_ptr<Call> call) {
+    call->result.error = "cancelled";
+    complete(std::move(call), CallStatus::RetriesExhausted);
+  };
+  auto in_transfer = std::move(transferring);
+  transferring.clear();
+  for (auto& [easy, call] : in_transfer) {
+    curl_multi_remove_handle(multi.get(), easy);
+    call->result.http_status = 0;  // this attempt got no answer
+    call->result.body.clear();
+    cancel(std::move(call));
+  }
+  auto between_attempts = std::move(waiting);
+  waiting.clear();
+  for (auto& [due, call] : between_attempts) cancel(std::move(call));
+  for (auto& [host, slots] : hosts) {
+    auto queued = std::move(slots.queued);
+    slots.queued.clear();
+    for (auto& call : queued) cancel(std::move(call));
+  }
+  // Calls started before the loop ended, including by the callbacks above. Once
+  // `closed` is set, start() cancels on its caller's thread instead.
+  while (true) {
+    std::vector<std::unique_ptr<Call>> taken;
+    {
+      std::lock_guard lock(mutex);
+      if (new_calls.empty()) {
+        closed = true;
+        return;
+      }
+      taken.swap(new_calls);
+    }
+    for (auto& call : taken) cancel(std::move(call));
+  }
+}
+
+AsyncClient::AsyncClient(ClientConfig config) {
+  if (config.max_attempts < 1) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "http client: max_attempts must be >= 1");
+  }
+  if (config.connect_timeout.count() <= 0 || config.total_timeout.count() <= 0) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "http client: connect_timeout and total_timeout must be positive");
+  }
+  if (config.max_retry_after.count() < 0) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "http client: max_retry_after must not be negative");
+  }
+  if (config.max_host_connections < 1 ||
+      config.max_host_connections > static_cast<std::size_t>(LONG_MAX)) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "http client: max_host_connections must be >= 1");
+  }
+  detail::init_curl_once();
+  impl_ = std::make_unique<Impl>(std::move(config));  // Backoff checks the retry policy
+  impl_->multi.reset(curl_multi_init());
+  if (!impl_->multi) throw Error(ErrorCode::Internal, ErrorSource::Http, "curl_multi_init failed");
+  // The loop queues calls beyond the limit itself (see the top of this file); finished
+  // connections stay in the multi handle's cache for the next call (keep-alive).
+  curl_multi_setopt(impl_->multi.get(), CURLMOPT_MAX_HOST_CONNECTIONS,
+                    static_cast<long>(impl_->config.max_host_connections));
+  impl_->loop = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+AsyncClient::~AsyncClient() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  curl_multi_wakeup(impl_->multi.get());
+  impl_->loop.join();
+}
+
+void AsyncClient::start(Request request, std::function<void(CallResult)> done) {
+  validate_idempotency_key(request.idempotency_key);
+  for (const auto& [name, value] : request.extra_headers) {
+    detail::validate_header_name(name);
+    detail::validate_header_value(name, value);
+  }
+  if (!done) throw Error(ErrorCode::InvalidArgument, ErrorSource::Http, "start: no callback");
+  auto call = std::make_unique<Call>();
+  call->url = parse_http_url(request.url);
+  call->host = host_of(call->url.get());
+  call->request = std::move(request);
+  call->done = std::move(done);
+
+  impl_->in_flight.fetch_add(1, std::memory_order_acq_rel);
+  bool wake = false;
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!impl_->closed) {
+      // One wakeup per batch: a non-empty queue already has one on its way.
+      wake = impl_->new_calls.empty();
+      impl_->new_calls.push_back(std::move(call));
+    }
+  }
+  if (call) {  // the loop has ended
+    call->result.error = "cancelled";
+    impl_->complete(std::move(call), CallStatus::RetriesExhausted);
+    return;
+  }
+  if (wake) curl_multi_wakeup(impl_->multi.get());
+}
+
+std::size_t AsyncClient::in_flight() const noexcept {
+  return impl_->in_flight.load(std::memory_order_acquire);
+}
+
+}  // namespace idem::http

@@ -1,0 +1,46 @@
+#pragma once
+// What the HTTP clients share below their public API: libcurl's global initialisation,
+// RAII for libcurl's handles, and header checks done before anything is sent.
+#include <curl/curl.h>
+
+#include <memory>
+#include <string_view>
+
+namespace idem::http::detail {
+
+/// Runs curl_global_init once per process (it is not thread-safe itself).
+/// \throws Error(Internal, Http) if it failed.
+void init_curl_once();
+
+/// Throws Error(InvalidArgument, Http) for a header name that is not an HTTP token
+/// (empty, or with a space, colon or control character).
+void validate_header_name(std::string_view name);
+
+/// Throws Error(InvalidArgument, Http) for a header value with CR, LF, another control
+/// character or DEL: a value must not be able to start a header of its own.
+void validate_header_value(std::string_view name, std::string_view value);
+
+struct EasyDeleter {
+  void operator()(CURL* handle) const noexcept { curl_easy_cleanup(handle); }
+};
+using EasyHandle = std::unique_ptr<CURL, EasyDeleter>;
+
+struct MultiDeleter {
+  void operator()(CURLM* handle) const noexcept { curl_multi_cleanup(handle); }
+};
+using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
+
+struct UrlDeleter {
+  void operator()(CURLU* url) const noexcept { curl_url_cleanup(url); }
+};
+using Url = std::unique_ptr<CURLU, UrlDeleter>;
+
+struct SlistDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using HeaderList = std::unique_ptr<curl_slist, SlistDeleter>;
+
+/// Appends "name: value" to `list`. \throws std::bad_alloc.
+void append_header(HeaderList& list, std::string_view name, std::string_view value);
+
+}  // namespace idem::http::detail
