@@ -164,7 +164,9 @@ void run_dev_broker(const DevBrokerSettings& settings) {
   DevBrokerOptions options;
   options.brokers = settings.brokers;
   for (const DevBrokerTopic& topic : settings.topics) {
-    options.topics.push_back({topic.name, topic.partitions});
+    TopicSpec& spec = options.topics.emplace_back();
+    spec.name = topic.name;
+    spec.partitions = topic.partitions;
   }
 
   // Before librdkafka starts its threads; the signals then arrive only through fd().

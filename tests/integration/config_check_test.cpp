@@ -3,6 +3,7 @@
 // `idem <command> ... --print-config`, which loads exactly as the command does).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <string>
@@ -132,15 +133,15 @@ INSTANTIATE_TEST_SUITE_P(
         CommandFlag{{"dev-broker", "--no-stdin"}, "dev_broker.read_stdin", "false", "--no-stdin"},
         CommandFlag{{"demo", "--orders", "50"}, "demo.orders", "50", "--orders"},
         CommandFlag{{"demo", "--timeout", "30"}, "demo.timeout", "30s", "--timeout"}),
-    [](const testing::TestParamInfo<CommandFlag>& info) {
+    [](const testing::TestParamInfo<CommandFlag>& param_info) {
       std::string name;
-      for (const auto& a : info.param.args) {
+      for (const auto& a : param_info.param.args) {
         for (const char ch : a) {
           if (std::isalnum(static_cast<unsigned char>(ch))) name.push_back(ch);
         }
         name.push_back('_');
       }
-      return name + std::to_string(info.index);
+      return name + std::to_string(param_info.index);
     });
 
 TEST(ConfigCheck, AFlagWinsOverTheEnvironmentAndAnInvalidFlagFailsTheCommand) {

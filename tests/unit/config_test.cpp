@@ -233,7 +233,9 @@ TEST(Duration, FormatsInTheLargestExactUnit) {
   EXPECT_EQ(format_duration(7 * 24h), "7d");
   EXPECT_EQ(format_duration(90min), "90m");
   EXPECT_EQ(format_duration(1500ms), "1500ms");
-  for (const auto d : {1ms, 999ms, 61s, 25h}) EXPECT_EQ(parse_duration(format_duration(d)), d);
+  for (const std::chrono::milliseconds d : {1ms, 999ms, 61'000ms, 90'000'000ms}) {
+    EXPECT_EQ(parse_duration(format_duration(d)), d) << format_duration(d);
+  }
 }
 
 TEST(ConfigLoader, FileThenEnvironmentThenFlagsEachOverrideTheLayerBefore) {
