@@ -1,7 +1,8 @@
 // `idem config check`: loads the configuration exactly as the other commands do and
-// prints the effective value of every key with where it came from, secrets redacted.
-// Exits 1 with every problem listed when the configuration is invalid.
-#include <iostream>
+// prints every key of every command (set or not) with its effective value and where it
+// came from (file, env, flag, default), secrets redacted. Exits 1 with every problem
+// listed when the configuration is invalid. `idem <command> ... --print-config` prints
+// the same for one command's own flags.
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
   };
   auto opts = std::make_shared<Options>();
   auto cfg = std::make_shared<ConfigOptions>(check);
-  // The flags of the commands that take a configuration, so a command line can be
-  // checked as it will be run.
+  // The flags most commands share; a command line with any other command's flags is
+  // checked with `idem <command> ... --print-config`.
   cfg->bind(check->add_option("--db", opts->db, "Store URL"), "store.url");
   cfg->bind(check->add_option("--brokers", opts->brokers, "Kafka bootstrap servers"),
             "kafka.bootstrap.servers");
@@ -33,13 +34,7 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(check->add_option("--topic", opts->topics, "Topic (repeatable)"), "consumer.topics");
   // `opts` is captured so the strings the bound flags write into outlive this function.
   check->callback([opts, cfg, &exit_code] {
-    const Config config = cfg->load();
-    std::cout << config.describe();
-    if (!config.store_url.empty()) {
-      // store.url with postgres.* (PG*) applied: what the store will actually open.
-      std::cout << "# effective store: " << redact_store_url(config.store_url) << "\n";
-    }
-    std::cout << std::flush;
+    print_config(cfg->load());
     exit_code.value = 0;
   });
 }

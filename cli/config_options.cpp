@@ -1,18 +1,36 @@
 #include "config_options.hpp"
 
+#include <algorithm>
+#include <iostream>
+
 #include <fmt/format.h>
 
 namespace idem::cli {
 
 namespace {
 
-// "k=v" -> {k, v}; a malformed one becomes a ConfigProblem naming the flag.
+// "k=v" -> {k, v}; false when there is no '=' or no key.
 bool split(const std::string& kv, std::string& key, std::string& value) {
   const auto eq = kv.find('=');
   if (eq == std::string::npos || eq == 0) return false;
   key = kv.substr(0, eq);
   value = kv.substr(eq + 1);
   return true;
+}
+
+bool is_bare_number(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || c == '.';
+  });
+}
+
+ConfigProblem malformed_flag(const std::string& flag, std::string message) {
+  ConfigProblem problem;
+  problem.key = flag;
+  problem.origin.layer = ConfigLayer::Flag;
+  problem.origin.where = flag;
+  problem.message = std::move(message);
+  return problem;
 }
 
 }  // namespace
@@ -22,10 +40,18 @@ ConfigOptions::ConfigOptions(CLI::App* cmd) {
   cmd->add_option("--set", sets_, "Configuration KEY=VALUE, e.g. consumer.batch_size=1000 (repeatable)");
   cmd->add_option("--kafka", kafka_,
                   "librdkafka property KEY=VALUE, passed through (TLS, SASL; repeatable)");
+  cmd->add_flag("--print-config", print_config_,
+                "Print every configuration key as this command line sets it (value and origin, "
+                "secrets redacted) and exit without running");
 }
 
-CLI::Option* ConfigOptions::bind(CLI::Option* flag, std::string key) {
-  bound_.push_back({flag, std::move(key)});
+CLI::Option* ConfigOptions::bind(CLI::Option* flag, std::string key, std::string_view unit) {
+  bound_.push_back({flag, std::move(key), std::string(unit), {}});
+  return flag;
+}
+
+CLI::Option* ConfigOptions::bind_switch(CLI::Option* flag, std::string key, std::string value) {
+  bound_.push_back({flag, std::move(key), {}, std::move(value)});
   return flag;
 }
 
@@ -37,10 +63,14 @@ Config ConfigOptions::load() const {
   // Command-specific flags first, then --kafka, then --set: the most explicit wins.
   for (const Bound& b : bound_) {
     if (b.option->count() == 0) continue;
-    const std::vector<std::string> values = b.option->as<std::vector<std::string>>();
-    std::string joined;
-    for (const auto& v : values) joined += (joined.empty() ? "" : ",") + v;
-    sources.flags.push_back({b.key, joined, b.option->get_name()});
+    std::string joined = b.switch_value;
+    if (joined.empty()) {
+      for (const auto& v : b.option->as<std::vector<std::string>>()) {
+        if (!joined.empty()) joined.push_back(',');
+        joined += !b.unit.empty() && is_bare_number(v) ? v + b.unit : v;
+      }
+    }
+    sources.flags.push_back({b.key, std::move(joined), b.option->get_name()});
   }
   std::string key;
   std::string value;
@@ -48,26 +78,39 @@ Config ConfigOptions::load() const {
     if (split(kv, key, value)) {
       sources.flags.push_back({"kafka." + key, value, "--kafka"});
     } else {
-      malformed.push_back({"--kafka", {ConfigLayer::Flag, "--kafka"}, "expected PROPERTY=VALUE"});
+      malformed.push_back(malformed_flag("--kafka", "expected PROPERTY=VALUE"));
     }
   }
   for (const auto& kv : sets_) {
     if (split(kv, key, value)) {
       sources.flags.push_back({key, value, "--set"});
     } else {
-      malformed.push_back({"--set", {ConfigLayer::Flag, "--set"}, "expected KEY=VALUE"});
+      malformed.push_back(malformed_flag("--set", "expected KEY=VALUE"));
     }
   }
+  std::vector<ConfigProblem> problems;
+  std::optional<Config> config;
   try {
-    Config config = load_config(sources);
-    if (!malformed.empty()) throw ConfigError(std::move(malformed));
-    return config;
+    config.emplace(load_config(sources));
   } catch (const ConfigError& e) {
-    if (malformed.empty()) throw;
-    std::vector<ConfigProblem> all = e.problems();
-    all.insert(all.end(), malformed.begin(), malformed.end());
-    throw ConfigError(std::move(all));
+    problems = e.problems();
   }
+  problems.insert(problems.end(), malformed.begin(), malformed.end());
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  if (print_config_) {
+    print_config(*config);
+    throw CLI::Success();  // main() exits 0, as after --help
+  }
+  return std::move(*config);
+}
+
+void print_config(const Config& config) {
+  std::cout << config.describe();
+  if (!config.store_url.empty()) {
+    // store.url with postgres.* (PG*) applied: what the store will actually open.
+    std::cout << "# effective store: " << redact_store_url(config.store_url) << "\n";
+  }
+  std::cout << std::flush;
 }
 
 }  // namespace idem::cli

@@ -1,18 +1,12 @@
 // `idem consume`: run an idempotent consumer until SIGTERM/SIGINT. Settings with a
 // configuration key come from the loader (file, environment, flags: docs/operations.md);
 // with `admin.listen` set it serves /metrics, /healthz and /readyz.
-#include <pthread.h>
-#include <signal.h>
-
-#include <atomic>
 #include <chrono>
-#include <ctime>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +15,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "stop_signals.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
@@ -39,66 +34,34 @@ namespace idem::cli {
 
 namespace {
 
-/// Blocks SIGINT/SIGTERM in the calling thread (and so in every thread started after,
-/// librdkafka's included) and turns them into consumer.stop() on a thread of its own.
-/// Nothing runs in a signal handler.
-class StopOnSignal {
- public:
-  StopOnSignal() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+std::string_view handler_name(HandlerKind kind) {
+  switch (kind) {
+    case HandlerKind::Billing: return "billing";
+    case HandlerKind::Analytics: return "analytics";
+    case HandlerKind::Count: break;
   }
-  StopOnSignal(const StopOnSignal&) = delete;
-  StopOnSignal& operator=(const StopOnSignal&) = delete;
-  ~StopOnSignal() {
-    done_.store(true);
-    if (waiter_.joinable()) waiter_.join();
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
+  return "count";
+}
 
-  void start(Consumer& consumer) {
-    waiter_ = std::thread([this, &consumer] {
-      const timespec slice{0, 200'000'000};  // re-check done_ every 200 ms
-      while (!done_.load()) {
-        if (sigtimedwait(&set_, nullptr, &slice) > 0) consumer.stop();
-      }
-    });
-  }
-
- private:
-  sigset_t set_{};
-  sigset_t old_{};
-  std::atomic<bool> done_{false};
-  std::thread waiter_;
-};
-
-struct HandlerOptions {
-  std::string name;
-  std::string provider_url;
-  bool no_idempotency_key = false;
-};
-
-Handler<OrderConfirmed> make_handler(const HandlerOptions& opts) {
-  if (opts.name == "billing") {
-    if (opts.provider_url.empty()) {
+Handler<OrderConfirmed> make_handler(const ConsumerSettings& settings, bool no_idempotency_key) {
+  if (settings.handler == HandlerKind::Billing) {
+    if (settings.provider_url.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  "--handler billing needs --provider-url");
+                  "consumer.handler billing needs consumer.provider_url (--provider-url)");
     }
     BillingConfig billing;
-    billing.provider_url = opts.provider_url;
-    billing.client.send_idempotency_key = !opts.no_idempotency_key;
+    billing.provider_url = settings.provider_url;
+    billing.client.send_idempotency_key = !no_idempotency_key;
     return billing_handler(std::move(billing));
   }
-  if (opts.name == "analytics") return analytics_handler();
+  if (settings.handler == HandlerKind::Analytics) return analytics_handler();
   return count_handler<OrderConfirmed>();
 }
 
 // The reference handlers have a group and a topic of their own (SPEC section 2).
-std::string default_group(const std::string& handler) {
-  if (handler == "billing") return std::string(kBillingGroup);
-  if (handler == "analytics") return std::string(kAnalyticsGroup);
+std::string default_group(HandlerKind handler) {
+  if (handler == HandlerKind::Billing) return std::string(kBillingGroup);
+  if (handler == HandlerKind::Analytics) return std::string(kAnalyticsGroup);
   return {};
 }
 
@@ -110,16 +73,16 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::vector<std::string> topics;
     std::string group;
     std::string db;
-    std::string handler = "count";
+    std::string handler;
     std::string provider_url;
     bool no_idempotency_key = false;
     std::string batch;
     std::string batch_window_ms;
     std::string auto_offset_reset;
-    int dedup_retention_hours = 24 * 7;
-    int safety_margin_hours = 1;
-    std::string stale = "quarantine";
-    int maintain_every_s = 0;
+    std::string dedup_retention_hours;
+    std::string safety_margin_hours;
+    std::string stale;
+    std::string maintain_every_s;
     std::string retry_delays;
   };
   auto opts = std::make_shared<Options>();
@@ -143,13 +106,17 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "Store URL: postgresql://... or sqlite:///path.db, migrated on start "
                             "(store.url)"),
             "store.url");
-  cmd->add_option("--handler", opts->handler,
-                  "Built-in handler: count (one effect_log row per new event), billing (charge "
-                  "the payment provider, ledger row, payment_status), analytics (revenue per customer)")
-      ->check(CLI::IsMember({"count", "billing", "analytics"}))
-      ->capture_default_str();
-  cmd->add_option("--provider-url", opts->provider_url,
-                  "billing: the payment provider's base URL, e.g. http://127.0.0.1:8080");
+  cfg->bind(cmd->add_option("--handler", opts->handler,
+                            "Built-in handler: count (one effect_log row per new event), billing "
+                            "(charge the payment provider, ledger row, payment_status), analytics "
+                            "(revenue per customer) (consumer.handler, default count)"),
+            "consumer.handler");
+  cfg->bind(cmd->add_option("--provider-url", opts->provider_url,
+                            "billing: the payment provider's base URL, e.g. http://127.0.0.1:8080 "
+                            "(consumer.provider_url)"),
+            "consumer.provider_url");
+  // Deliberately a flag only, with no key: a test-only switch that turns idempotency off
+  // must not come from a file or an environment variable someone forgot about.
   cmd->add_flag("--no-idempotency-key", opts->no_idempotency_key,
                 "TEST ONLY (billing): send a fresh key with every attempt instead of the event "
                 "id, i.e. no idempotency; exists to show the double charge it causes");
@@ -165,70 +132,60 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "(kafka.auto.offset.reset)")
                 ->check(CLI::IsMember({"earliest", "latest"})),
             "kafka.auto.offset.reset");
-  cmd->add_option("--dedup-retention-hours", opts->dedup_retention_hours,
-                  "Dedup rows are kept this long (event time); older events are stale")
-      ->check(CLI::Range(1, 24 * 3650))->capture_default_str();
-  cmd->add_option("--safety-margin-hours", opts->safety_margin_hours, "Dedup horizon = retention - margin")
-      ->check(CLI::Range(0, 24 * 3650))->capture_default_str();
-  cmd->add_option("--stale", opts->stale, "Events past the dedup horizon: quarantine (DLQ), process, skip")
-      ->check(CLI::IsMember({"quarantine", "process", "skip"}))->capture_default_str();
-  cmd->add_option("--retry-delays", opts->retry_delays,
-                  "Non-blocking retry topics: one delay per retry topic, e.g. 1s,10s (off when "
-                  "empty; then retries block the partition, which keeps per-key order)");
-  cmd->add_option("--maintain-every-s", opts->maintain_every_s,
-                  "Run retention maintenance (idem maintain) in the background this often; 0: off")
-      ->check(CLI::Range(0, 86'400))->capture_default_str();
+  cfg->bind(cmd->add_option("--dedup-retention-hours", opts->dedup_retention_hours,
+                            "Dedup rows are kept this long (event time); older events are stale "
+                            "(dedup.retention, default 7d; a bare number is hours)"),
+            "dedup.retention", "h");
+  cfg->bind(cmd->add_option("--safety-margin-hours", opts->safety_margin_hours,
+                            "Dedup horizon = retention - margin (dedup.safety_margin, default 1h)"),
+            "dedup.safety_margin", "h");
+  cfg->bind(cmd->add_option("--stale", opts->stale,
+                            "Events past the dedup horizon: quarantine (DLQ), process, skip "
+                            "(consumer.stale_events, default quarantine)"),
+            "consumer.stale_events");
+  cfg->bind(cmd->add_option("--retry-delays", opts->retry_delays,
+                            "Non-blocking retry topics: one delay per retry topic, e.g. 1s,10s "
+                            "(consumer.retry_topics.delays; off when empty, then retries block "
+                            "the partition, which keeps per-key order)"),
+            "consumer.retry_topics.delays");
+  cfg->bind(cmd->add_option("--maintain-every-s", opts->maintain_every_s,
+                            "Run retention maintenance (idem maintain) in the background this "
+                            "often; 0: off (maintenance.interval; a bare number is seconds)"),
+            "maintenance.interval", "s");
 
   cmd->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();
     settings.require({"store.url", "kafka.bootstrap.servers"});
+    // Before any thread starts (the maintenance task's, the HTTP client's, librdkafka's).
+    StopSignals signals;
     ConsumerConfig config = settings.consumer_config();
-    if (config.group_id.empty()) config.group_id = default_group(opts->handler);
+    const HandlerKind handler_kind = settings.consumer.handler;
+    if (config.group_id.empty()) config.group_id = default_group(handler_kind);
     if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  fmt::format("consumer.group (--group) is required with --handler {}", opts->handler));
+                  fmt::format("consumer.group (--group) is required with --handler {}",
+                              handler_name(handler_kind)));
     }
-    if (config.topics.empty() && opts->handler != "count") {
+    if (config.topics.empty() && handler_kind != HandlerKind::Count) {
       config.topics.emplace_back(kOrderConfirmedTopic);
     }
     if (config.topics.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                   "consumer.topics (--topic) is required with --handler count");
     }
-    if (opts->no_idempotency_key && opts->handler != "billing") {
+    if (opts->no_idempotency_key && handler_kind != HandlerKind::Billing) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                   "--no-idempotency-key only applies to --handler billing");
     }
-    const Handler<OrderConfirmed> handler = make_handler(
-        {.name = opts->handler, .provider_url = opts->provider_url,
-         .no_idempotency_key = opts->no_idempotency_key});
-
-    config.dedup_horizon.retention = std::chrono::hours(opts->dedup_retention_hours);
-    config.dedup_horizon.safety_margin = std::chrono::hours(opts->safety_margin_hours);
-    // Each delay reads like --key-retention of `idem provider` (same parser).
-    for (std::string_view rest = opts->retry_delays; !rest.empty();) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      try {
-        config.retry_topics.delays.push_back(http::parse_duration(item));
-      } catch (const Error& e) {
-        throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                    fmt::format("--retry-delays: {}", e.what()));
-      }
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-    config.stale_events = opts->stale == "process" ? StaleEventPolicy::Process
-                          : opts->stale == "skip"  ? StaleEventPolicy::Skip
-                                                   : StaleEventPolicy::Quarantine;
+    const Handler<OrderConfirmed> handler =
+        make_handler(settings.consumer, opts->no_idempotency_key);
 
     auto store = open_store(settings.store_url, settings.store_options);
     idem::migrate_reference_system(*store);
     std::optional<MaintenanceTask> maintenance;
-    if (opts->maintain_every_s > 0) {
-      RetentionPolicy policy;
-      policy.dedup = config.dedup_horizon;
+    if (settings.maintenance.interval.count() > 0) {
       maintenance.emplace(
-          settings.store_url, policy, std::chrono::seconds(opts->maintain_every_s),
+          settings.store_url, settings.retention_policy(), settings.maintenance.interval,
           [](const MaintenanceReport& r) { std::cerr << "idem maintenance: " << r.summary() << '\n'; },
           [](std::string_view line) { std::cerr << line << '\n'; });
     }
@@ -242,8 +199,6 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     Metrics metrics;
     if (admin_enabled) hooks = metrics.instrument(config.group_id, std::move(hooks));
 
-    // Signals are blocked before the consumer creates librdkafka's threads.
-    StopOnSignal signals;
     Consumer consumer(config, std::move(store), std::move(hooks));
     for (const auto& topic : config.topics) {
       consumer.on<OrderConfirmed>(
@@ -258,7 +213,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                       store_readiness(settings.store_url, settings.store_options)});
       std::cout << fmt::format("admin server on port {}", admin->port()) << std::endl;
     }
-    signals.start(consumer);
+    const OnStopSignal stop_on_signal(signals, [&consumer] { consumer.stop(); });
 
     std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
               << std::endl;

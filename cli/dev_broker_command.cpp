@@ -3,10 +3,9 @@
 //
 // stdout carries exactly one line, the bootstrap servers, followed by one answer
 // line per control command read from stdin (see docs/dev-broker.md). The broker runs
-// until SIGTERM or SIGINT; EOF on stdin only stops the control channel.
+// until SIGTERM or SIGINT; EOF on stdin only stops the control channel. Settings:
+// dev_broker.* (`--brokers N` here is a count, dev_broker.brokers, not bootstrap servers).
 #include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +23,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
+#include "stop_signals.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
 
@@ -38,21 +39,6 @@ std::optional<int> parse_int(std::string_view text) {
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
   return value;
-}
-
-/// `NAME` or `NAME:PARTITIONS`; nullopt when the partition count is not an integer.
-std::optional<TopicSpec> parse_topic_spec(std::string_view spec) {
-  TopicSpec topic;
-  const std::size_t colon = spec.rfind(':');
-  if (colon == std::string_view::npos) {
-    topic.name = std::string(spec);
-    return topic;
-  }
-  const std::optional<int> partitions = parse_int(spec.substr(colon + 1));
-  if (!partitions) return std::nullopt;
-  topic.name = std::string(spec.substr(0, colon));
-  topic.partitions = *partitions;
-  return topic;
 }
 
 std::vector<std::string_view> split_words(std::string_view line) {
@@ -174,37 +160,17 @@ class ControlChannel {
               fmt::format("dev-broker: {}: {}", what, std::strerror(errno)));
 }
 
-struct FdCloser {
-  int fd;
-  ~FdCloser() { ::close(fd); }
-};
-
-void run_dev_broker(int brokers, const std::vector<std::string>& topic_specs, bool read_stdin) {
+void run_dev_broker(const DevBrokerSettings& settings) {
   DevBrokerOptions options;
-  options.brokers = brokers;
-  for (const std::string& spec : topic_specs) {
-    // Already checked by the option's validator.
-    options.topics.push_back(*parse_topic_spec(spec));
+  options.brokers = settings.brokers;
+  for (const DevBrokerTopic& topic : settings.topics) {
+    TopicSpec& spec = options.topics.emplace_back();
+    spec.name = topic.name;
+    spec.partitions = topic.partitions;
   }
 
-  // Block the stop signals before librdkafka starts its threads: they inherit the
-  // mask, so the signals can only be consumed through the signalfd below. The mask
-  // is never restored: a second signal during shutdown must not kill the process.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  if (const int rc = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); rc != 0) {
-    errno = rc;
-    fail_system("blocking SIGTERM/SIGINT");
-  }
-  // A reader of stdout that goes away must not kill the broker.
-  ::signal(SIGPIPE, SIG_IGN);
-
-  const int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
-  if (sfd < 0) fail_system("signalfd");
-  const FdCloser sfd_closer{sfd};
-
+  // Before librdkafka starts its threads; the signals then arrive only through fd().
+  StopSignals signals;
   DevBroker broker(std::move(options));
   std::cout << broker.bootstrap_servers() << '\n' << std::flush;
   if (::isatty(STDERR_FILENO)) {
@@ -213,17 +179,14 @@ void run_dev_broker(int brokers, const std::vector<std::string>& topic_specs, bo
   }
 
   ControlChannel control(broker);
-  pollfd fds[2] = {{sfd, POLLIN, 0}, {read_stdin ? STDIN_FILENO : -1, POLLIN, 0}};
+  pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {settings.read_stdin ? STDIN_FILENO : -1, POLLIN, 0}};
   while (true) {
     // No timeout: the process only wakes for a signal or a control line.
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       fail_system("poll");
     }
-    if (fds[0].revents & POLLIN) {
-      signalfd_siginfo info{};
-      if (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) break;
-    }
+    if ((fds[0].revents & POLLIN) && signals.take()) break;
     if (fds[1].fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) {
       if ((fds[1].revents & POLLNVAL) || !control.read_from(fds[1].fd)) {
         fds[1].fd = -1;  // EOF: stop reading, keep serving until a signal
@@ -237,7 +200,7 @@ void run_dev_broker(int brokers, const std::vector<std::string>& topic_specs, bo
 
 void register_dev_broker(CLI::App& app, ExitCode& exit_code) {
   struct Options {
-    int brokers = 1;
+    std::string brokers;
     std::vector<std::string> topics;
     bool no_stdin = false;
   };
@@ -246,22 +209,22 @@ void register_dev_broker(CLI::App& app, ExitCode& exit_code) {
       "dev-broker",
       "Run an in-memory Kafka-protocol broker (librdkafka's mock cluster) until SIGTERM/SIGINT; "
       "prints its bootstrap servers on stdout");
-  cmd->add_option("--brokers", opts->brokers, "Number of brokers")
-      ->check(CLI::Range(1, DevBroker::kMaxBrokers))
-      ->capture_default_str();
-  cmd->add_option("--topic", opts->topics,
-                  "Topic to create, NAME or NAME:PARTITIONS (3 partitions by default); repeatable")
-      ->check(CLI::Validator(
-          [](std::string& spec) -> std::string {
-            return parse_topic_spec(spec) ? std::string()
-                                          : "expected NAME or NAME:PARTITIONS, got " + spec;
-          },
-          "NAME[:PARTITIONS]"));
-  cmd->add_flag("--no-stdin", opts->no_stdin,
-                "Do not read control commands from stdin (create-topic, broker-down, broker-up, "
-                "rtt, request-errors)");
-  cmd->callback([opts, &exit_code] {
-    run_dev_broker(opts->brokers, opts->topics, !opts->no_stdin);
+  auto cfg = std::make_shared<ConfigOptions>(cmd);
+  cfg->bind(cmd->add_option("--brokers", opts->brokers,
+                            "Number of brokers (dev_broker.brokers, default 1)"),
+            "dev_broker.brokers");
+  cfg->bind(cmd->add_option("--topic", opts->topics,
+                            "Topic to create, NAME or NAME:PARTITIONS (3 partitions by default); "
+                            "repeatable (dev_broker.topics)"),
+            "dev_broker.topics");
+  cfg->bind_switch(cmd->add_flag("--no-stdin", opts->no_stdin,
+                                 "Do not read control commands from stdin (create-topic, "
+                                 "broker-down, broker-up, rtt, request-errors) "
+                                 "(dev_broker.read_stdin=false)"),
+                   "dev_broker.read_stdin", "false");
+  // `opts` is captured so the strings the bound flags write into outlive this function.
+  cmd->callback([opts, cfg, &exit_code] {
+    run_dev_broker(cfg->load().dev_broker);
     exit_code.value = 0;
   });
 }

@@ -6,7 +6,6 @@
 // target topic) and none failed; 1 when the broker did not acknowledge some.
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -19,47 +18,17 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "config_options.hpp"
+#include "idem/config.hpp"
 #include "idem/dlq.hpp"
 #include "idem/error.hpp"
 #include "idem/timestamp.hpp"
 
 namespace idem::cli {
 
-std::vector<std::pair<std::string, std::string>> parse_kafka_properties(
-    const std::vector<std::string>& flags) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& kv : flags) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  fmt::format("--kafka expects key=value, got '{}'", kv));
-    }
-    out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return out;
-}
-
 namespace {
 
 using std::chrono::milliseconds;
-
-/// "500ms", "30s", "15m", "2h", "7d" -> milliseconds; throws naming the flag.
-milliseconds parse_duration(const std::string& flag, const std::string& text) {
-  std::int64_t n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
-  std::optional<std::int64_t> scale;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else if (unit == "d") scale = 86'400'000;
-  if (ec != std::errc() || n < 0 || !scale) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                fmt::format("{} expects a duration such as 90s, 15m, 2h or 7d, got '{}'", flag, text));
-  }
-  return milliseconds(n * *scale);
-}
 
 std::string human_age(std::optional<milliseconds> age) {
   if (!age) return "-";
@@ -76,22 +45,27 @@ std::string when(std::optional<std::chrono::system_clock::time_point> t) {
   return format_rfc3339(std::chrono::time_point_cast<std::chrono::microseconds>(*t));
 }
 
-/// Flags shared by list, show and replay.
+/// Flags shared by list, show and replay. The connection, the DLQ topic and the timeout
+/// are configuration (kafka.*, dlq.*); the filters select records for this one
+/// invocation, so they are flags only: a filter left in a file or the environment would
+/// silently hide dead letters.
 struct CommonOptions {
-  std::string brokers;
-  std::string topic;
-  std::vector<std::string> kafka;
-  int timeout_s = 30;
+  std::shared_ptr<ConfigOptions> config;
+  std::string brokers, topic, timeout_s;
   std::string reason, key, group, event_id, min_age, max_age;
   std::optional<std::int32_t> partition;
   std::optional<std::int64_t> offset;
 
   void add_to(CLI::App* cmd) {
-    cmd->add_option("--brokers", brokers, "Kafka bootstrap servers (host:port,...)")->required();
-    cmd->add_option("--topic", topic, "The dead-letter topic, e.g. orders.dlq")->required();
-    cmd->add_option("--kafka", kafka, "librdkafka property KEY=VALUE; repeatable");
-    cmd->add_option("--timeout-s", timeout_s, "Deadline of each broker step")
-        ->check(CLI::Range(1, 3600))->capture_default_str();
+    config = std::make_shared<ConfigOptions>(cmd);
+    config->bind(cmd->add_option("--brokers", brokers,
+                                 "Kafka bootstrap servers host:port,... (kafka.bootstrap.servers)"),
+                 "kafka.bootstrap.servers");
+    config->bind(cmd->add_option("--topic", topic, "The dead-letter topic, e.g. orders.dlq (dlq.topic)"),
+                 "dlq.topic");
+    config->bind(cmd->add_option("--timeout-s", timeout_s,
+                                 "Deadline of each broker step (dlq.timeout, default 30s)"),
+                 "dlq.timeout", "s");
     cmd->add_option("--reason", reason,
                     "Error class (handler.dead_letter), or a family of them (handler)");
     cmd->add_option("--key", key, "Only this Kafka key");
@@ -103,8 +77,15 @@ struct CommonOptions {
     cmd->add_option("--offset", offset, "Only this DLQ offset");
   }
 
-  [[nodiscard]] DlqConnection connection() const {
-    return DlqConnection{brokers, parse_kafka_properties(kafka), std::chrono::seconds(timeout_s)};
+  /// The configuration, with the keys every dlq subcommand needs checked.
+  [[nodiscard]] Config load() const {
+    Config c = config->load();
+    c.require({"kafka.bootstrap.servers", "dlq.topic"});
+    return c;
+  }
+
+  [[nodiscard]] static DlqConnection connection(const Config& c) {
+    return DlqConnection{c.bootstrap_servers, c.kafka, c.dlq.timeout};
   }
 
   [[nodiscard]] DlqFilter filter() const {
@@ -119,11 +100,18 @@ struct CommonOptions {
                     fmt::format("--event-id expects a UUID, got '{}'", event_id));
       }
     }
-    if (!min_age.empty()) f.min_age = parse_duration("--min-age", min_age);
-    if (!max_age.empty()) f.max_age = parse_duration("--max-age", max_age);
+    if (!min_age.empty()) f.min_age = age("--min-age", min_age);
+    if (!max_age.empty()) f.max_age = age("--max-age", max_age);
     f.partition = partition;
     f.offset = offset;
     return f;
+  }
+
+ private:
+  static milliseconds age(std::string_view flag, const std::string& text) {
+    if (const auto d = parse_duration(text)) return *d;
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                fmt::format("{} expects a duration such as 90s, 15m, 2h or 7d, got '{}'", flag, text));
   }
 };
 
@@ -210,7 +198,9 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
     CLI::App* cmd = dlq->add_subcommand(name, help);
     opts->add_to(cmd);
     cmd->callback([opts, print, &exit_code] {
-      const auto records = read_dead_letters(opts->connection(), opts->topic, opts->filter());
+      const Config config = opts->load();
+      const auto records =
+          read_dead_letters(CommonOptions::connection(config), config.dlq.topic, opts->filter());
       const auto now = std::chrono::system_clock::now();
       for (const auto& r : records) print(r, now);
       std::cerr << fmt::format("{} dead letter(s)\n", records.size());
@@ -224,41 +214,47 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
     CommonOptions common;
     std::string to;
     bool dry_run = false;
-    double rate = 0;
+    std::string rate;
     bool force = false;
-    int retention_hours = 24 * 7;
-    int safety_margin_hours = 1;
+    std::string retention_hours;
+    std::string safety_margin_hours;
   };
   auto replay_opts = std::make_shared<ReplayFlags>();
   CLI::App* replay = dlq->add_subcommand(
       "replay", "Send selected dead letters back to their original topic (or --to), keeping event ids");
   replay_opts->common.add_to(replay);
+  // --to, --dry-run and --force decide what this one replay does: flags only (a --force
+  // left in a file would replay events past the dedup horizon without anyone asking).
   replay->add_option("--to", replay_opts->to, "Target topic instead of each record's original topic");
   replay->add_flag("--dry-run", replay_opts->dry_run, "Say what would be replayed; send nothing");
-  replay->add_option("--rate", replay_opts->rate, "At most this many records per second (0: no limit)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
   replay->add_flag("--force", replay_opts->force,
                    "Also replay events past the dedup horizon (they may be applied twice)");
-  replay->add_option("--retention-hours", replay_opts->retention_hours,
-                     "Dedup retention of the consumers (event time)")
-      ->check(CLI::Range(1, 24 * 3650))->capture_default_str();
-  replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours,
-                     "Horizon = retention - margin")
-      ->check(CLI::Range(0, 24 * 3650))->capture_default_str();
+  ConfigOptions& replay_config = *replay_opts->common.config;
+  replay_config.bind(replay->add_option("--rate", replay_opts->rate,
+                                 "At most this many records per second, 0: no limit (dlq.replay_rate)"),
+              "dlq.replay_rate");
+  replay_config.bind(replay->add_option("--retention-hours", replay_opts->retention_hours,
+                                 "Dedup retention of the consumers, event time (dedup.retention, "
+                                 "default 7d; a bare number is hours)"),
+              "dedup.retention", "h");
+  replay_config.bind(replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours,
+                                 "Horizon = retention - margin (dedup.safety_margin, default 1h)"),
+              "dedup.safety_margin", "h");
   replay->callback([replay_opts, &exit_code] {
     const ReplayFlags& f = *replay_opts;
+    const Config config = f.common.load();
     ReplayOptions options;
     options.filter = f.common.filter();
     options.to_topic = f.to;
     options.dry_run = f.dry_run;
-    options.rate_limit = f.rate;
+    options.rate_limit = config.dlq.replay_rate;
     options.force = f.force;
-    options.horizon.retention = std::chrono::hours(f.retention_hours);
-    options.horizon.safety_margin = std::chrono::hours(f.safety_margin_hours);
+    options.horizon = config.dedup.horizon;
     ProgressBar bar;
     if (!f.dry_run) options.on_progress = [&bar](const ReplayProgress& p) { bar.update(p); };
 
-    const ReplayReport report = replay_dead_letters(f.common.connection(), f.common.topic, options);
+    const ReplayReport report =
+        replay_dead_letters(CommonOptions::connection(config), config.dlq.topic, options);
     const auto now = std::chrono::system_clock::now();
     for (const ReplayItem& item : report.items) {
       const DeadLetterRecord& r = item.record;

@@ -1,13 +1,13 @@
 // `idem maintain`: one retention pass for cron (library: idem/retention.hpp). Prints
 // one `maintained ...` line (or `skipped ...` when another instance holds the lock).
-#include <chrono>
+// Settings: store.url, dedup.* (shared with consume and migrate, so the retention and
+// the partition period cannot disagree) and maintenance.*.
 #include <iostream>
 #include <memory>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "commands.hpp"
+#include "config_options.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
 
@@ -16,54 +16,59 @@ namespace idem::cli {
 void register_maintain(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db;
-    int retention_hours = 24 * 7;
-    int safety_margin_hours = 1;
-    double outbox_retention_hours = 24;
-    std::size_t batch_size = 5000;
-    int batch_pause_ms = 0;
-    std::size_t max_batches = 0;
-    int partition_hours = 24;
-    int partitions_ahead = 3;
+    std::string retention_hours;
+    std::string safety_margin_hours;
+    std::string outbox_retention_hours;
+    std::string batch_size;
+    std::string batch_pause_ms;
+    std::string max_batches;
+    std::string partition_hours;
+    std::string partitions_ahead;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "maintain", "Retention pass: create partitions ahead, drop expired ones, delete expired rows in batches");
-  cmd->add_option("--db", opts->db, "Store URL: postgresql://... or sqlite:///path.db")->required();
-  cmd->add_option("--retention-hours", opts->retention_hours, "Dedup retention, in event time")
-      ->check(CLI::Range(1, 24 * 3650))->capture_default_str();
-  cmd->add_option("--safety-margin-hours", opts->safety_margin_hours,
-                  "Dedup horizon = retention - margin (reported only; the guard is in the consumer)")
-      ->check(CLI::Range(0, 24 * 3650))->capture_default_str();
-  cmd->add_option("--outbox-retention-hours", opts->outbox_retention_hours,
-                  "Delete published outbox rows older than this (0: keep)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--batch-size", opts->batch_size, "Rows per DELETE (and transaction)")
-      ->check(CLI::Range(1, 1'000'000))->capture_default_str();
-  cmd->add_option("--batch-pause-ms", opts->batch_pause_ms, "Pause between batches")
-      ->check(CLI::Range(0, 60'000))->capture_default_str();
-  cmd->add_option("--max-batches", opts->max_batches, "Batches per table and pass (0: until done)")
-      ->capture_default_str();
-  cmd->add_option("--partition-hours", opts->partition_hours,
-                  "Partitioned PostgreSQL: partition period (as given to idem migrate)")
-      ->check(CLI::Range(1, 24 * 366))->capture_default_str();
-  cmd->add_option("--partitions-ahead", opts->partitions_ahead,
-                  "Partitioned PostgreSQL: periods after now that must have a partition")
-      ->check(CLI::Range(0, 1000))->capture_default_str();
-  cmd->callback([opts, &exit_code] {
-    RetentionPolicy policy;
-    policy.dedup.retention = std::chrono::hours(opts->retention_hours);
-    policy.dedup.safety_margin = std::chrono::hours(opts->safety_margin_hours);
-    policy.outbox_retention = std::chrono::milliseconds(
-        static_cast<std::int64_t>(opts->outbox_retention_hours * 3'600'000.0));
-    policy.batch_size = opts->batch_size;
-    policy.batch_pause = std::chrono::milliseconds(opts->batch_pause_ms);
-    policy.max_batches = opts->max_batches;
-    policy.partition_period = std::chrono::hours(opts->partition_hours);
-    policy.partitions_ahead = opts->partitions_ahead;
-    StoreOptions store_options;
+  auto cfg = std::make_shared<ConfigOptions>(cmd);
+  cfg->bind(cmd->add_option("--db", opts->db,
+                            "Store URL: postgresql://... or sqlite:///path.db (store.url)"),
+            "store.url");
+  cfg->bind(cmd->add_option("--retention-hours", opts->retention_hours,
+                            "Dedup retention, in event time (dedup.retention, default 7d; a bare "
+                            "number is hours)"),
+            "dedup.retention", "h");
+  cfg->bind(cmd->add_option("--safety-margin-hours", opts->safety_margin_hours,
+                            "Dedup horizon = retention - margin, reported only; the guard is in "
+                            "the consumer (dedup.safety_margin, default 1h)"),
+            "dedup.safety_margin", "h");
+  cfg->bind(cmd->add_option("--outbox-retention-hours", opts->outbox_retention_hours,
+                            "Delete published outbox rows older than this, 0: keep "
+                            "(maintenance.outbox_retention, default 24h)"),
+            "maintenance.outbox_retention", "h");
+  cfg->bind(cmd->add_option("--batch-size", opts->batch_size,
+                            "Rows per DELETE and transaction (maintenance.batch_size, default 5000)"),
+            "maintenance.batch_size");
+  cfg->bind(cmd->add_option("--batch-pause-ms", opts->batch_pause_ms,
+                            "Pause between batches (maintenance.batch_pause, default 0ms)"),
+            "maintenance.batch_pause", "ms");
+  cfg->bind(cmd->add_option("--max-batches", opts->max_batches,
+                            "Batches per table and pass, 0: until done (maintenance.max_batches)"),
+            "maintenance.max_batches");
+  cfg->bind(cmd->add_option("--partition-hours", opts->partition_hours,
+                            "Partitioned PostgreSQL: partition period, as given to idem migrate "
+                            "(dedup.partition_period, default 24h)"),
+            "dedup.partition_period", "h");
+  cfg->bind(cmd->add_option("--partitions-ahead", opts->partitions_ahead,
+                            "Partitioned PostgreSQL: periods after now that must have a partition "
+                            "(dedup.partitions_ahead, default 3)"),
+            "dedup.partitions_ahead");
+  // `opts` is captured so the strings the bound flags write into outlive this function.
+  cmd->callback([opts, cfg, &exit_code] {
+    const Config config = cfg->load();
+    config.require({"store.url"});
+    StoreOptions store_options = config.store_options;
     store_options.application_name = "idem-maintain";
-    const auto store = open_store(opts->db, store_options);
-    const MaintenanceReport report = run_maintenance(*store, policy);
+    const auto store = open_store(config.store_url, store_options);
+    const MaintenanceReport report = run_maintenance(*store, config.retention_policy());
     std::cout << (report.ran ? "maintained " : "") << report.summary() << '\n' << std::flush;
     exit_code.value = 0;
   });

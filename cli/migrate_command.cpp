@@ -16,9 +16,9 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
   struct Options {
     std::string db;
     bool partitioned = false;
-    int period_hours = 24;
-    int behind = 7;
-    int ahead = 3;
+    std::string period_hours;
+    std::string behind;
+    std::string ahead;
     bool reference = false;
   };
   auto opts = std::make_shared<Options>();
@@ -28,29 +28,34 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
   cfg->bind(cmd->add_option("--db", opts->db,
                             "Store URL: postgresql://... or sqlite:///path.db (key store.url)"),
             "store.url");
-  cmd->add_flag("--partitioned", opts->partitioned,
-                "PostgreSQL: RANGE-partition processed_event on event_id (UUIDv7 time bounds)");
+  cfg->bind_switch(cmd->add_flag("--partitioned", opts->partitioned,
+                                 "PostgreSQL: RANGE-partition processed_event on event_id (UUIDv7 "
+                                 "time bounds) (dedup.partitioned=true)"),
+                   "dedup.partitioned", "true");
+  cfg->bind(cmd->add_option("--partition-hours", opts->period_hours,
+                            "Partition period (dedup.partition_period, default 24h; a bare number "
+                            "is hours)"),
+            "dedup.partition_period", "h");
+  cfg->bind(cmd->add_option("--partitions-behind", opts->behind,
+                            "Periods before now that get a partition (dedup.partitions_behind, "
+                            "default 7)"),
+            "dedup.partitions_behind");
+  cfg->bind(cmd->add_option("--partitions-ahead", opts->ahead,
+                            "Periods after now that get a partition (dedup.partitions_ahead, "
+                            "default 3)"),
+            "dedup.partitions_ahead");
   cmd->add_flag("--reference", opts->reference,
                 "Also create the reference system's tables (orders, billing_ledger, effect_log, "
                 "analytics); idem's own tables are always created");
-  cmd->add_option("--partition-hours", opts->period_hours, "Partition period in hours")
-      ->check(CLI::Range(1, 24 * 31))
-      ->capture_default_str();
-  cmd->add_option("--partitions-behind", opts->behind, "Periods before now that get a partition")
-      ->check(CLI::Range(0, 3660))
-      ->capture_default_str();
-  cmd->add_option("--partitions-ahead", opts->ahead, "Periods after now that get a partition")
-      ->check(CLI::Range(1, 3660))
-      ->capture_default_str();
   cmd->callback([opts, cfg] {
     const Config config = cfg->load();
     config.require({"store.url"});
     auto store = open_store(config.store_url, config.store_options);
     MigrateOptions mo;
-    mo.partitioned = opts->partitioned;
-    mo.partition_period = std::chrono::hours(opts->period_hours);
-    mo.partitions_behind = opts->behind;
-    mo.partitions_ahead = opts->ahead;
+    mo.partitioned = config.dedup.partitioned;
+    mo.partition_period = config.dedup.partition_period;
+    mo.partitions_behind = config.dedup.partitions_behind;
+    mo.partitions_ahead = config.dedup.partitions_ahead;
     const MigrationReport report =
         opts->reference ? migrate_reference_system(*store, mo) : store->migrate(mo);
     if (report.applied.empty()) {

@@ -1,10 +1,7 @@
 // `idem relay`: publishes outbox rows (library: idem::Relay). Prints `ready` once its
 // connections are open, then one `progress ...` line per progress interval; logs go to
 // stderr. Stops on SIGTERM/SIGINT after the batches in flight were acknowledged and
-// marked (bounded by --shutdown-timeout-ms).
-#include <signal.h>
-
-#include <atomic>
+// marked (bounded by relay.shutdown_timeout).
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -15,20 +12,12 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "stop_signals.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
 
 namespace idem::cli {
-namespace {
-
-std::atomic<Relay*> g_relay{nullptr};
-
-extern "C" void relay_stop_handler(int /*sig*/) {
-  if (Relay* r = g_relay.load()) r->request_stop();  // only an atomic store
-}
-
-}  // namespace
 
 void register_relay(CLI::App& app, ExitCode& exit_code) {
   struct Options {
@@ -38,10 +27,10 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     std::string in_flight;
     std::string mark_connections;
     std::string poll_interval_ms;
-    int rebalance_ms = 2000;
+    std::string rebalance_ms;
     std::string retention_hours;
     std::string progress_ms;
-    int shutdown_timeout_ms = 10'000;
+    std::string shutdown_timeout_ms;
     bool no_listen = false;
     bool until_empty = false;
     int timeout_s = 600;
@@ -68,11 +57,18 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
             "relay.retention_hours");
   cfg->bind(cmd->add_option("--progress-ms", opts->progress_ms, "Progress interval (0: none)"),
             "relay.progress_interval_ms");
-  cmd->add_option("--rebalance-ms", opts->rebalance_ms, "Shard rebalance interval")
-      ->check(CLI::Range(10, 600'000))->capture_default_str();
-  cmd->add_option("--shutdown-timeout-ms", opts->shutdown_timeout_ms,
-                  "On SIGTERM, wait this long for acknowledgements")->capture_default_str();
-  cmd->add_flag("--no-listen", opts->no_listen, "PostgreSQL: poll only, no LISTEN/NOTIFY");
+  cfg->bind(cmd->add_option("--rebalance-ms", opts->rebalance_ms,
+                            "Shard rebalance interval (relay.rebalance_interval, default 2s)"),
+            "relay.rebalance_interval", "ms");
+  cfg->bind(cmd->add_option("--shutdown-timeout-ms", opts->shutdown_timeout_ms,
+                            "On SIGTERM, wait this long for acknowledgements "
+                            "(relay.shutdown_timeout, default 10s)"),
+            "relay.shutdown_timeout", "ms");
+  cfg->bind_switch(cmd->add_flag("--no-listen", opts->no_listen,
+                                 "PostgreSQL: poll only, no LISTEN/NOTIFY (relay.listen=false)"),
+                   "relay.listen", "false");
+  // --until-empty and --timeout-s choose how this invocation ends (a batch job rather
+  // than a service), so they are flags only.
   cmd->add_flag("--until-empty", opts->until_empty,
                 "Exit 0 once nothing is left to publish (exit 3 after --timeout-s)");
   cmd->add_option("--timeout-s", opts->timeout_s, "Deadline for --until-empty")
@@ -80,11 +76,10 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
   cmd->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();
     settings.require({"store.url", "kafka.bootstrap.servers"});
+    // Before any thread starts (the admin server's, the relay's, librdkafka's).
+    StopSignals signals;
     RelayConfig config = settings.relay_config();
     config.store_options.application_name = "idem-relay";
-    config.rebalance_interval = std::chrono::milliseconds(opts->rebalance_ms);
-    config.shutdown_timeout = std::chrono::milliseconds(opts->shutdown_timeout_ms);
-    config.listen = !opts->no_listen;
 
     RelayObserver observer;
     observer.log = [](std::string_view line) { std::cerr << line << '\n'; };
@@ -108,12 +103,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       std::cerr << fmt::format("admin server on port {}\n", admin->port());
     }
     Relay relay(std::move(config), std::move(observer));
-    g_relay.store(&relay);
-    struct sigaction sa {};
-    sa.sa_handler = &relay_stop_handler;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
+    const OnStopSignal stop_on_signal(signals, [&relay] { relay.request_stop(); });
     std::cout << "ready\n" << std::flush;
     if (opts->until_empty) {
       const bool drained = relay.run_until_empty(std::chrono::seconds(opts->timeout_s));
@@ -122,7 +112,6 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       relay.run();
       exit_code.value = 0;
     }
-    g_relay.store(nullptr);
     const RelayProgress p = relay.progress();
     std::cout << fmt::format("stopped published={} resent={}\n", p.published, p.resent)
               << std::flush;

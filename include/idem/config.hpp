@@ -27,17 +27,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "idem/consumer.hpp"
+#include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
 #include "idem/relay.hpp"
+#include "idem/retention.hpp"
 #include "idem/store.hpp"
 
 namespace idem {
+
+/// The one duration syntax of idem (configuration keys, flags, the DLQ's age filters):
+/// a non-negative decimal number and a unit, `ms`, `s`, `m`, `h` or `d`, e.g. `250ms`,
+/// `90s`, `1.5h`, `7d`. A bare number is accepted only when `unit_of_bare_number` names
+/// the unit it means (the `_ms` keys and the `--...-hours` flags predate units).
+/// Fractions of a millisecond are rounded down. nullopt for anything else, including a
+/// negative or overflowing value. Never throws.
+[[nodiscard]] std::optional<std::chrono::milliseconds> parse_duration(
+    std::string_view text, std::string_view unit_of_bare_number = {}) noexcept;
+
+/// `d` in the largest unit that writes it exactly: `7d`, `90s`, `1500ms`, `0s`.
+[[nodiscard]] std::string format_duration(std::chrono::milliseconds d);
 
 /// Where a configuration value came from.
 enum class ConfigLayer { Default, File, Environment, Flag };
@@ -112,6 +127,9 @@ struct TracingSettings {
   bool enabled = true;  ///< create/forward W3C traceparent headers and log trace ids
 };
 
+/// The built-in handlers of `idem consume` (`consumer.handler`).
+enum class HandlerKind { Count, Billing, Analytics };
+
 /// `consumer.*`
 struct ConsumerSettings {
   std::string group;
@@ -123,6 +141,78 @@ struct ConsumerSettings {
   std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)
   std::size_t max_headers = 64;               ///< records with more headers are refused
   std::chrono::milliseconds dlq_ack_timeout{30'000};
+  RetryTopics retry_topics;  ///< `consumer.retry_topics.delays`; empty = retries block
+  StaleEventPolicy stale_events = StaleEventPolicy::Quarantine;
+  HandlerKind handler = HandlerKind::Count;
+  std::string provider_url;  ///< billing: the payment provider's base URL
+};
+
+/// `dedup.*`: how long dedup rows are kept and how the table is partitioned. Shared by
+/// consume (the stale guard), maintain (what to delete), migrate (the partitions) and
+/// `dlq replay` (what it refuses), so they cannot disagree.
+struct DedupSettings {
+  DedupHorizon horizon;  ///< `dedup.retention`, `dedup.safety_margin`
+  bool partitioned = false;  ///< PostgreSQL: RANGE-partition processed_event (migrate)
+  std::chrono::hours partition_period{24};
+  int partitions_behind = 7;
+  int partitions_ahead = 3;
+};
+
+/// `maintenance.*`: the retention pass (`idem maintain`, `idem consume` in the background).
+struct MaintenanceSettings {
+  std::chrono::milliseconds interval{0};  ///< consume: background pass this often; 0 = off
+  std::chrono::milliseconds outbox_retention{std::chrono::hours(24)};
+  std::size_t batch_size = 5000;
+  std::chrono::milliseconds batch_pause{0};
+  std::size_t max_batches = 0;
+};
+
+/// `dlq.*`: `idem dlq list|show|replay`.
+struct DlqSettings {
+  std::string topic;  ///< the dead-letter topic
+  std::chrono::milliseconds timeout{30'000};  ///< deadline of each broker step
+  double replay_rate = 0;  ///< records per second; 0 = no limit
+};
+
+/// `provider.*`: the reference payment provider (`idem provider`).
+struct ProviderSettings {
+  std::string listen = "127.0.0.1:0";  ///< host:port; port 0 picks a free port
+  std::chrono::milliseconds key_retention{std::chrono::hours(24)};
+  double reset_after_commit = 0;
+  double unavailable = 0;
+  std::chrono::milliseconds latency{0};
+  double decline = 0;
+  std::uint64_t seed = 42;
+};
+
+/// One topic of `dev_broker.topics`: `NAME` or `NAME:PARTITIONS`.
+struct DevBrokerTopic {
+  std::string name;
+  int partitions = 3;
+};
+
+/// `dev_broker.*`: the embedded broker (`idem dev-broker`).
+struct DevBrokerSettings {
+  int brokers = 1;
+  std::vector<DevBrokerTopic> topics;
+  bool read_stdin = true;  ///< read control commands from stdin
+};
+
+/// `demo.*`: `idem demo` (the store and brokers are `store.url`, `kafka.bootstrap.servers`).
+struct DemoSettings {
+  int orders = 300;
+  int partitions = 6;
+  std::size_t batch = 20;
+  std::uint64_t seed = 42;
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  std::vector<std::string> faults{"all"};
+  int relay_kills = 3;
+  int consumer_kills = 2;
+  double resend = 0.10;
+  double reset_after_commit = 0.05;
+  double unavailable = 0.05;
+  double decline = 0.20;
+  bool keep = false;
 };
 
 /// `relay.*`
@@ -133,6 +223,9 @@ struct RelaySettings {
   std::chrono::milliseconds poll_interval{500};
   std::chrono::milliseconds retention{std::chrono::hours(24)};
   std::chrono::milliseconds progress_interval{5000};
+  std::chrono::milliseconds rebalance_interval{2000};
+  std::chrono::milliseconds shutdown_timeout{10'000};
+  bool listen = true;  ///< PostgreSQL: LISTEN/NOTIFY besides polling
 };
 
 /// One effective key with its value and origin, for `idem config check`.
@@ -162,7 +255,14 @@ struct Config {
   AdminSettings admin;
   LogSettings log;
   TracingSettings tracing;
-  /// Every key with a value (defaults included), sorted by key.
+  DedupSettings dedup;
+  MaintenanceSettings maintenance;
+  DlqSettings dlq;
+  ProviderSettings provider;
+  DevBrokerSettings dev_broker;
+  DemoSettings demo;
+  /// Every key (unset ones with an empty value; pass-through `kafka.*` ones when set),
+  /// sorted by key.
   std::vector<ConfigEntry> entries;
 
   /// A ConsumerConfig from these settings. Does not check `consumer.group`/`topics`
@@ -170,12 +270,15 @@ struct Config {
   [[nodiscard]] ConsumerConfig consumer_config() const;
   /// A RelayConfig from these settings (client id `idem-relay`).
   [[nodiscard]] RelayConfig relay_config() const;
+  /// A RetentionPolicy from `dedup.*` and `maintenance.*`.
+  [[nodiscard]] RetentionPolicy retention_policy() const;
 
   /// Throws ConfigError listing each of `keys` that has no non-empty value, e.g. a
   /// command's required settings: require({"store.url", "consumer.group"}).
   void require(std::initializer_list<std::string_view> keys) const;
 
-  /// The effective configuration as `key = value  # origin` lines, secrets redacted.
+  /// The effective configuration as `key = value  # origin` lines, secrets redacted;
+  /// every key, an unset one as `key =  # default (unset)`.
   [[nodiscard]] std::string describe() const;
 };
 

@@ -215,11 +215,52 @@ class Validator {
     }
     target = static_cast<T>(n);
   }
+  // A Duration key through parse_duration(), the one duration syntax; nullopt when unset
+  // or invalid (then reported).
+  [[nodiscard]] std::optional<std::chrono::milliseconds> duration_of(std::string_view key,
+                                                                     std::string_view text) const {
+    const KeySpec& spec = *detail::find_key(key);
+    const auto d = parse_duration(text, spec.unit_of_bare_number);
+    if (!d || static_cast<double>(d->count()) < spec.min || static_cast<double>(d->count()) > spec.max) {
+      const auto bound = [](double ms) {
+        return format_duration(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
+      };
+      fail(key, fmt::format("expected a duration from {} to {} (a number and ms, s, m, h or d{}), "
+                            "got {}",
+                            bound(spec.min), bound(spec.max),
+                            spec.unit_of_bare_number.empty()
+                                ? std::string()
+                                : fmt::format("; a bare number is {}", spec.unit_of_bare_number),
+                            is_secret_key(key) ? "<redacted>" : "'" + std::string(text) + "'"));
+      return std::nullopt;
+    }
+    return d;
+  }
   template <class Duration>
-  void duration_ms(std::string_view key, Duration& target) const {
-    std::int64_t ms = -1;
-    integer(key, ms);
-    if (ms >= 0) target = std::chrono::duration_cast<Duration>(std::chrono::milliseconds(ms));
+  void duration(std::string_view key, Duration& target) const {
+    const Setting* v = find(key);
+    if (v == nullptr || v->value.empty()) return;
+    if (const auto d = duration_of(key, v->value)) {
+      target = std::chrono::duration_cast<Duration>(*d);
+    }
+  }
+  // DedupHorizon and the partition period count whole hours: a value that is not one
+  // would be cut silently, so it is refused.
+  void whole_hours(std::string_view key, std::chrono::hours& target) const {
+    std::chrono::milliseconds d = target;
+    duration(key, d);
+    if (d % std::chrono::hours(1) != std::chrono::milliseconds(0)) {
+      fail(key, fmt::format("must be a whole number of hours, got {}", shown(key)));
+      return;
+    }
+    target = std::chrono::duration_cast<std::chrono::hours>(d);
+  }
+  [[nodiscard]] std::vector<std::chrono::milliseconds> duration_list(std::string_view key) const {
+    std::vector<std::chrono::milliseconds> out;
+    for (const std::string& item : list(key)) {
+      if (const auto d = duration_of(key, item)) out.push_back(*d);
+    }
+    return out;
   }
   void number(std::string_view key, double& target) const {
     const Setting* v = find(key);
@@ -253,9 +294,7 @@ class Validator {
     const KeySpec& spec = *detail::find_key(key);
     const auto it = std::find(spec.choices.begin(), spec.choices.end(), v->value);
     if (it == spec.choices.end()) {
-      std::string allowed;
-      for (const auto c : spec.choices) allowed += (allowed.empty() ? "" : ", ") + std::string(c);
-      fail(key, fmt::format("expected one of {}, got {}", allowed, shown(key)));
+      fail(key, fmt::format("expected one of {}, got {}", choices_text(key), shown(key)));
       return -1;
     }
     return static_cast<int>(it - spec.choices.begin());
@@ -271,6 +310,8 @@ class Validator {
       item.erase(item.find_last_not_of(' ') + 1);
       if (item.empty()) {
         fail(key, "empty list element");
+      } else if (!is_allowed_element(key, item)) {
+        fail(key, fmt::format("'{}' is not one of {}", item, choices_text(key)));
       } else {
         out.push_back(std::move(item));
       }
@@ -280,6 +321,18 @@ class Validator {
   }
 
  private:
+  [[nodiscard]] static std::string choices_text(std::string_view key) {
+    std::string allowed;
+    for (const auto c : detail::find_key(key)->choices)
+      allowed += (allowed.empty() ? "" : ", ") + std::string(c);
+    return allowed;
+  }
+  [[nodiscard]] static bool is_allowed_element(std::string_view key, std::string_view item) {
+    const KeySpec* spec = detail::find_key(key);
+    return spec == nullptr || spec->choices.empty() ||
+           std::find(spec->choices.begin(), spec->choices.end(), item) != spec->choices.end();
+  }
+
   const Settings& s_;
   Problems& p_;
 };
@@ -375,7 +428,8 @@ void validate_kafka(const Validator& v, const Settings& settings, Config& config
   }
 }
 
-void validate_admin_listen(const Validator& v, const std::string& listen) {
+// host:port (port 0: any free port).
+void validate_listen(const Validator& v, std::string_view key, const std::string& listen) {
   if (listen.empty()) return;
   const auto colon = listen.rfind(':');
   int port = -1;
@@ -385,8 +439,106 @@ void validate_admin_listen(const Validator& v, const std::string& listen) {
     if (ec != std::errc() || ptr != end) port = -1;
   }
   if (colon == std::string::npos || port < 0 || port > 65535) {
-    v.fail("admin.listen", fmt::format("expected host:port (port 0 to 65535), got '{}'", listen));
+    v.fail(key, fmt::format("expected host:port (port 0 to 65535), got '{}'", listen));
   }
+}
+
+// The consumer's settings beyond ConsumerConfig's basics: retry topics, the stale
+// policy and the built-in handler of `idem consume`.
+void validate_consumer_extras(const Validator& v, Config& c) {
+  ConsumerSettings& cs = c.consumer;
+  cs.retry_topics.delays = v.duration_list("consumer.retry_topics.delays");
+  if (const int stale = v.choice("consumer.stale_events"); stale >= 0)
+    cs.stale_events = static_cast<StaleEventPolicy>(stale);  // choices in enum order
+  if (const int handler = v.choice("consumer.handler"); handler >= 0)
+    cs.handler = static_cast<HandlerKind>(handler);
+  cs.provider_url = v.text("consumer.provider_url");
+  if (!cs.provider_url.empty() && !cs.provider_url.starts_with("http://") &&
+      !cs.provider_url.starts_with("https://")) {
+    v.fail("consumer.provider_url", fmt::format("expected an http:// or https:// URL, got {}",
+                                                v.shown("consumer.provider_url")));
+  }
+}
+
+void validate_dedup_and_maintenance(const Validator& v, Config& c) {
+  DedupSettings& d = c.dedup;
+  v.whole_hours("dedup.retention", d.horizon.retention);
+  v.whole_hours("dedup.safety_margin", d.horizon.safety_margin);
+  if (d.horizon.safety_margin >= d.horizon.retention) {
+    v.fail("dedup.safety_margin",
+           fmt::format("must be below dedup.retention ({})",
+                       format_duration(std::chrono::milliseconds(d.horizon.retention))));
+  }
+  v.boolean("dedup.partitioned", d.partitioned);
+  v.whole_hours("dedup.partition_period", d.partition_period);
+  v.integer("dedup.partitions_ahead", d.partitions_ahead);
+  v.integer("dedup.partitions_behind", d.partitions_behind);
+
+  MaintenanceSettings& m = c.maintenance;
+  v.duration("maintenance.interval", m.interval);
+  v.duration("maintenance.outbox_retention", m.outbox_retention);
+  v.integer("maintenance.batch_size", m.batch_size);
+  v.duration("maintenance.batch_pause", m.batch_pause);
+  v.integer("maintenance.max_batches", m.max_batches);
+}
+
+// `NAME` or `NAME:PARTITIONS`, as DevBroker takes them (it checks the name itself).
+void validate_dev_broker_topics(const Validator& v, DevBrokerSettings& b) {
+  for (const std::string& spec : v.list("dev_broker.topics")) {
+    DevBrokerTopic topic;
+    const auto colon = spec.rfind(':');
+    topic.name = spec.substr(0, colon);
+    if (colon != std::string::npos) {
+      const char* end = spec.data() + spec.size();
+      const auto [ptr, ec] = std::from_chars(spec.data() + colon + 1, end, topic.partitions);
+      if (ec != std::errc() || ptr != end || topic.partitions < 1 || topic.name.empty()) {
+        v.fail("dev_broker.topics",
+               fmt::format("expected NAME or NAME:PARTITIONS (PARTITIONS >= 1), got '{}'", spec));
+        continue;
+      }
+    }
+    b.topics.push_back(std::move(topic));
+  }
+}
+
+// The commands around the consumer: dlq, provider, dev-broker, demo.
+void validate_tools(const Validator& v, Config& c) {
+  c.dlq.topic = v.text("dlq.topic");
+  v.duration("dlq.timeout", c.dlq.timeout);
+  v.number("dlq.replay_rate", c.dlq.replay_rate);
+
+  ProviderSettings& p = c.provider;
+  p.listen = v.text("provider.listen");
+  validate_listen(v, "provider.listen", p.listen);
+  v.duration("provider.key_retention", p.key_retention);
+  v.number("provider.reset_after_commit", p.reset_after_commit);
+  v.number("provider.unavailable", p.unavailable);
+  v.duration("provider.latency", p.latency);
+  v.number("provider.decline", p.decline);
+  v.integer("provider.seed", p.seed);
+
+  v.integer("dev_broker.brokers", c.dev_broker.brokers);
+  v.boolean("dev_broker.read_stdin", c.dev_broker.read_stdin);
+  validate_dev_broker_topics(v, c.dev_broker);
+
+  DemoSettings& d = c.demo;
+  v.integer("demo.orders", d.orders);
+  v.integer("demo.partitions", d.partitions);
+  v.integer("demo.batch", d.batch);
+  v.integer("demo.seed", d.seed);
+  v.duration("demo.timeout", d.timeout);
+  d.faults = v.list("demo.faults");
+  if (d.faults.size() > 1 && (std::find(d.faults.begin(), d.faults.end(), "all") != d.faults.end() ||
+                              std::find(d.faults.begin(), d.faults.end(), "none") != d.faults.end())) {
+    v.fail("demo.faults", "all and none stand alone, not in a list");
+  }
+  v.integer("demo.relay_kills", d.relay_kills);
+  v.integer("demo.consumer_kills", d.consumer_kills);
+  v.number("demo.resend", d.resend);
+  v.number("demo.reset_after_commit", d.reset_after_commit);
+  v.number("demo.unavailable", d.unavailable);
+  v.number("demo.decline", d.decline);
+  v.boolean("demo.keep", d.keep);
 }
 
 Config validate(const Settings& settings, Problems& problems) {
@@ -408,9 +560,9 @@ Config validate(const Settings& settings, Problems& problems) {
     c.store_url = url;  // SQLite: postgres.* (e.g. a PGHOST in the environment) do not apply
   }
   c.store_options.application_name = v.text("store.application_name");
-  v.duration_ms("store.busy_timeout_ms", c.store_options.busy_timeout);
-  v.duration_ms("store.connect_timeout_ms", c.store_options.connect_timeout);
-  v.duration_ms("store.statement_timeout_ms", c.store_options.statement_timeout);
+  v.duration("store.busy_timeout_ms", c.store_options.busy_timeout);
+  v.duration("store.connect_timeout_ms", c.store_options.connect_timeout);
+  v.duration("store.statement_timeout_ms", c.store_options.statement_timeout);
 
   validate_kafka(v, settings, c);
 
@@ -419,11 +571,11 @@ Config validate(const Settings& settings, Problems& problems) {
   cs.group = v.text("consumer.group");
   cs.topics = v.list("consumer.topics");
   v.integer("consumer.batch_size", cs.batch_size);
-  v.duration_ms("consumer.batch_window_ms", cs.batch_window);
+  v.duration("consumer.batch_window_ms", cs.batch_window);
   cs.dlq_suffix = v.text("consumer.dlq_suffix");
   if (cs.dlq_suffix.empty()) v.fail("consumer.dlq_suffix", "must not be empty (dead letters would loop into their own topic)");
-  v.duration_ms("consumer.retry_initial_ms", cs.retry.initial_backoff);
-  v.duration_ms("consumer.retry_max_ms", cs.retry.max_backoff);
+  v.duration("consumer.retry_initial_ms", cs.retry.initial_backoff);
+  v.duration("consumer.retry_max_ms", cs.retry.max_backoff);
   v.number("consumer.retry_multiplier", cs.retry.multiplier);
   v.number("consumer.retry_jitter", cs.retry.jitter);
   if (cs.retry.max_backoff < cs.retry.initial_backoff) {
@@ -432,7 +584,7 @@ Config validate(const Settings& settings, Problems& problems) {
   }
   v.integer("consumer.max_message_bytes", cs.max_message_bytes);
   v.integer("consumer.max_headers", cs.max_headers);
-  v.duration_ms("consumer.dlq_ack_timeout_ms", cs.dlq_ack_timeout);
+  v.duration("consumer.dlq_ack_timeout_ms", cs.dlq_ack_timeout);
   std::set<std::string, std::less<>> seen;
   for (const auto& t : cs.topics) {
     if (!seen.insert(t).second) v.fail("consumer.topics", fmt::format("topic '{}' is listed twice", t));
@@ -446,23 +598,28 @@ Config validate(const Settings& settings, Problems& problems) {
   v.integer("relay.batch_size", c.relay.batch_size);
   v.integer("relay.in_flight", c.relay.in_flight);
   v.integer("relay.mark_connections", c.relay.mark_connections);
-  v.duration_ms("relay.poll_interval_ms", c.relay.poll_interval);
-  v.duration_ms("relay.progress_interval_ms", c.relay.progress_interval);
-  double retention_hours = 24;
-  v.number("relay.retention_hours", retention_hours);
-  c.relay.retention = std::chrono::milliseconds(static_cast<std::int64_t>(retention_hours * 3'600'000.0));
+  v.duration("relay.poll_interval_ms", c.relay.poll_interval);
+  v.duration("relay.progress_interval_ms", c.relay.progress_interval);
+  v.duration("relay.retention_hours", c.relay.retention);
+  v.duration("relay.rebalance_interval", c.relay.rebalance_interval);
+  v.duration("relay.shutdown_timeout", c.relay.shutdown_timeout);
+  v.boolean("relay.listen", c.relay.listen);
+
+  validate_consumer_extras(v, c);
+  validate_dedup_and_maintenance(v, c);
+  validate_tools(v, c);
 
   // admin.*, log.*, tracing.*
   c.admin.listen = v.text("admin.listen");
-  validate_admin_listen(v, c.admin.listen);
-  v.duration_ms("admin.stuck_after_ms", c.admin.stuck_after);
+  validate_listen(v, "admin.listen", c.admin.listen);
+  v.duration("admin.stuck_after_ms", c.admin.stuck_after);
   if (const int level = v.choice("log.level"); level >= 0) c.log.level = static_cast<LogLevel>(level);
   if (const int format = v.choice("log.format"); format >= 0)
     c.log.format = static_cast<LogFormat>(format);
   v.boolean("tracing.enabled", c.tracing.enabled);
 
+  // Every key, unset ones included: `idem config check` lists what each command reads.
   for (const auto& [key, setting] : settings) {
-    if (setting.value.empty() && setting.origin.layer == ConfigLayer::Default) continue;
     const bool secret = is_secret_key(key);
     c.entries.push_back({key, setting.value, secret, setting.origin});
   }
@@ -555,7 +712,22 @@ ConsumerConfig Config::consumer_config() const {
   c.limits.max_headers = consumer.max_headers;
   c.kafka = kafka;
   c.dlq_ack_timeout = consumer.dlq_ack_timeout;
+  c.retry_topics = consumer.retry_topics;
+  c.stale_events = consumer.stale_events;
+  c.dedup_horizon = dedup.horizon;
   return c;
+}
+
+RetentionPolicy Config::retention_policy() const {
+  RetentionPolicy p;
+  p.dedup = dedup.horizon;
+  p.outbox_retention = maintenance.outbox_retention;
+  p.batch_size = maintenance.batch_size;
+  p.batch_pause = maintenance.batch_pause;
+  p.max_batches = maintenance.max_batches;
+  p.partition_period = dedup.partition_period;
+  p.partitions_ahead = dedup.partitions_ahead;
+  return p;
 }
 
 RelayConfig Config::relay_config() const {
@@ -571,6 +743,9 @@ RelayConfig Config::relay_config() const {
   r.poll_interval = relay.poll_interval;
   r.retention = relay.retention;
   r.progress_interval = relay.progress_interval;
+  r.rebalance_interval = relay.rebalance_interval;
+  r.shutdown_timeout = relay.shutdown_timeout;
+  r.listen = relay.listen;
   return r;
 }
 

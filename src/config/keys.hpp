@@ -9,18 +9,22 @@
 
 namespace idem::detail {
 
-enum class KeyType { String, Integer, Number, Boolean, List, Choice };
+// Duration: parse_duration() text, bounds in milliseconds. List: comma-separated (a TOML
+// array in the file); with `choices`, every element must be one of them.
+enum class KeyType { String, Integer, Number, Boolean, List, Choice, Duration, DurationList };
 
 struct KeySpec {
   std::string_view name;
   KeyType type;
   std::string_view default_value;  ///< as text; empty = no default
   std::string_view help;
-  double min = 0;                  ///< Integer/Number: inclusive bounds
+  double min = 0;                  ///< Integer/Number/Duration(ms): inclusive bounds
   double max = 0;
   std::vector<std::string_view> choices = {};  ///< Choice: the allowed values
   /// Conventional environment variables read for this key (after IDEM_<KEY>, which wins).
   std::vector<std::string_view> conventional_env = {};
+  /// Duration: what a bare number means (`ms` for the `_ms` keys); empty = a unit is required.
+  std::string_view unit_of_bare_number = {};
 };
 
 /// Every key except the pass-through `kafka.*` ones, sorted by name.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/amount.hpp"
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/http/idempotent_client.hpp"
 #include "idem/timestamp.hpp"
@@ -136,22 +137,12 @@ json charge_to_json(const Charge& c) {
 }  // namespace
 
 std::chrono::milliseconds parse_duration(std::string_view text) {
-  std::int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  const std::string_view unit(ptr, static_cast<std::size_t>(end - ptr));
-  const auto bad = [&] {
-    return Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                 fmt::format("'{}' is not a duration: expected a non-negative integer and a "
-                             "unit (ms, s, m, h), e.g. 24h",
-                             text));
-  };
-  if (ec != std::errc() || value < 0 || ptr == text.data()) throw bad();
-  if (unit == "ms") return std::chrono::milliseconds(value);
-  if (unit == "s") return std::chrono::seconds(value);
-  if (unit == "m") return std::chrono::minutes(value);
-  if (unit == "h") return std::chrono::hours(value);
-  throw bad();
+  // idem's one duration syntax (idem/config.hpp); this keeps the throwing form.
+  if (const auto d = idem::parse_duration(text)) return *d;
+  throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+              fmt::format("'{}' is not a duration: expected a non-negative number and a unit "
+                          "(ms, s, m, h, d), e.g. 24h",
+                          text));
 }
 
 struct PaymentProvider::Impl {

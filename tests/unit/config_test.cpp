@@ -9,7 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "config/keys.hpp"
 #include "idem/config.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "support/store_backends.hpp"
 
 namespace idem {
@@ -80,6 +83,159 @@ TEST(ConfigLoader, DefaultsEqualTheLibraryStructs) {
   EXPECT_EQ(c.store_options.statement_timeout, lib_store.statement_timeout);
   EXPECT_EQ(c.store_options.application_name, lib_store.application_name);
   EXPECT_EQ(entry(c, "consumer.batch_size").origin.layer, ConfigLayer::Default);
+
+  EXPECT_EQ(consumer.dedup_horizon.retention, lib_consumer.dedup_horizon.retention);
+  EXPECT_EQ(consumer.dedup_horizon.safety_margin, lib_consumer.dedup_horizon.safety_margin);
+  EXPECT_EQ(consumer.stale_events, lib_consumer.stale_events);
+  EXPECT_EQ(consumer.retry_topics.delays, lib_consumer.retry_topics.delays);
+  EXPECT_EQ(relay.rebalance_interval, lib_relay.rebalance_interval);
+  EXPECT_EQ(relay.shutdown_timeout, lib_relay.shutdown_timeout);
+  EXPECT_EQ(relay.listen, lib_relay.listen);
+  const RetentionPolicy lib_policy;
+  const RetentionPolicy policy = c.retention_policy();
+  EXPECT_EQ(policy.outbox_retention, lib_policy.outbox_retention);
+  EXPECT_EQ(policy.batch_size, lib_policy.batch_size);
+  EXPECT_EQ(policy.batch_pause, lib_policy.batch_pause);
+  EXPECT_EQ(policy.max_batches, lib_policy.max_batches);
+  EXPECT_EQ(policy.partition_period, lib_policy.partition_period);
+  EXPECT_EQ(policy.partitions_ahead, lib_policy.partitions_ahead);
+  const MigrateOptions lib_migrate;
+  EXPECT_EQ(c.dedup.partitioned, lib_migrate.partitioned);
+  EXPECT_EQ(c.dedup.partition_period, lib_migrate.partition_period);
+  EXPECT_EQ(c.dedup.partitions_behind, lib_migrate.partitions_behind);
+  EXPECT_EQ(c.dedup.partitions_ahead, lib_migrate.partitions_ahead);
+  const http::ProviderConfig lib_provider;
+  EXPECT_EQ(c.provider.key_retention, lib_provider.key_retention);
+  EXPECT_EQ(c.provider.seed, lib_provider.seed);
+  EXPECT_EQ(c.provider.reset_after_commit, lib_provider.faults.reset_after_commit);
+  EXPECT_EQ(c.provider.unavailable, lib_provider.faults.unavailable);
+  EXPECT_EQ(c.provider.latency, lib_provider.faults.latency);
+  EXPECT_EQ(c.provider.decline, lib_provider.faults.decline);
+  const DevBrokerOptions lib_broker;
+  EXPECT_EQ(c.dev_broker.brokers, lib_broker.brokers);
+  EXPECT_EQ(c.dev_broker.topics.size(), lib_broker.topics.size());
+  EXPECT_EQ(DevBrokerTopic{}.partitions, TopicSpec{}.partitions);
+  // The typed structs of config.hpp declare the same defaults as the key table.
+  const Config defaults_only;
+  EXPECT_EQ(c.dlq.timeout, defaults_only.dlq.timeout);
+  EXPECT_EQ(c.provider.listen, defaults_only.provider.listen);
+  EXPECT_EQ(c.demo.orders, defaults_only.demo.orders);
+  EXPECT_EQ(c.demo.faults, defaults_only.demo.faults);
+  EXPECT_EQ(c.demo.timeout, defaults_only.demo.timeout);
+  EXPECT_EQ(c.demo.resend, defaults_only.demo.resend);
+  EXPECT_EQ(c.maintenance.interval, defaults_only.maintenance.interval);
+}
+
+TEST(ConfigLoader, ListsEveryKeyOfEveryCommandEvenWhenUnset) {
+  const Config c = load_config({});
+  std::set<std::string> listed;
+  for (const auto& e : c.entries) listed.insert(e.key);
+  for (const detail::KeySpec& spec : detail::key_specs()) {
+    EXPECT_TRUE(listed.contains(std::string(spec.name))) << spec.name;
+  }
+  EXPECT_EQ(entry(c, "dlq.topic").value, "");
+  EXPECT_EQ(entry(c, "dlq.topic").origin.layer, ConfigLayer::Default);
+  const std::string text = c.describe();
+  for (const auto* key : {"consumer.retry_topics.delays", "dedup.retention", "maintenance.interval",
+                          "dlq.timeout", "provider.key_retention", "dev_broker.brokers",
+                          "demo.orders", "relay.shutdown_timeout"}) {
+    EXPECT_NE(text.find(std::string(key) + " = "), std::string::npos) << key << " not in\n" << text;
+  }
+}
+
+TEST(ConfigLoader, EveryCommandsSettingsComeTypedFromEveryLayer) {
+  const std::string file = write_toml(R"(
+[consumer]
+stale_events = "skip"
+handler = "billing"
+provider_url = "http://127.0.0.1:8080"
+[consumer.retry_topics]
+delays = ["1s", "1.5m"]
+[dedup]
+retention = "48h"
+partitioned = true
+[dev_broker]
+topics = ["a", "b:7"]
+)");
+  ConfigSources s = from_file(file);
+  s.environment = {{"IDEM_MAINTENANCE_INTERVAL", "15m"}, {"IDEM_PROVIDER_LISTEN", "0.0.0.0:9000"},
+                   {"IDEM_DLQ_TIMEOUT", "5s"}, {"IDEM_RELAY_LISTEN", "false"}};
+  s.flags = {{"dedup.safety_margin", "2h", "--safety-margin-hours"},
+             {"demo.faults", "resend,malformed", "--faults"},
+             {"provider.latency", "250ms", "--latency-ms"},
+             {"relay.retention_hours", "1.5", "--retention-hours"}};
+  const Config c = load_config(s);
+  using namespace std::chrono_literals;
+  EXPECT_EQ(c.consumer.stale_events, StaleEventPolicy::Skip);
+  EXPECT_EQ(c.consumer.handler, HandlerKind::Billing);
+  EXPECT_EQ(c.consumer.provider_url, "http://127.0.0.1:8080");
+  EXPECT_EQ(c.consumer.retry_topics.delays, (std::vector<std::chrono::milliseconds>{1s, 90s}));
+  EXPECT_EQ(c.consumer_config().retry_topics.delays, c.consumer.retry_topics.delays);
+  EXPECT_EQ(c.consumer_config().stale_events, StaleEventPolicy::Skip);
+  EXPECT_EQ(c.dedup.horizon.retention, 48h);
+  EXPECT_EQ(c.dedup.horizon.safety_margin, 2h);
+  EXPECT_EQ(c.consumer_config().dedup_horizon.stale_age(), 46h);
+  EXPECT_EQ(c.retention_policy().dedup.retention, 48h);
+  EXPECT_TRUE(c.dedup.partitioned);
+  EXPECT_EQ(c.maintenance.interval, 15min);
+  EXPECT_EQ(c.provider.listen, "0.0.0.0:9000");
+  EXPECT_EQ(c.provider.latency, 250ms);
+  EXPECT_EQ(c.dlq.timeout, 5s);
+  EXPECT_FALSE(c.relay_config().listen);
+  EXPECT_EQ(c.relay.retention, 90min);  // a bare number of relay.retention_hours is hours
+  EXPECT_EQ(c.demo.faults, (std::vector<std::string>{"resend", "malformed"}));
+  ASSERT_EQ(c.dev_broker.topics.size(), 2U);
+  EXPECT_EQ(c.dev_broker.topics[0].name, "a");
+  EXPECT_EQ(c.dev_broker.topics[0].partitions, 3);
+  EXPECT_EQ(c.dev_broker.topics[1].name, "b");
+  EXPECT_EQ(c.dev_broker.topics[1].partitions, 7);
+  EXPECT_EQ(entry(c, "dedup.retention").origin.describe(), "file " + file + ":9");
+  EXPECT_EQ(entry(c, "maintenance.interval").origin.describe(), "env IDEM_MAINTENANCE_INTERVAL");
+  EXPECT_EQ(entry(c, "dedup.safety_margin").origin.describe(), "flag --safety-margin-hours");
+  EXPECT_EQ(entry(c, "dlq.replay_rate").origin.describe(), "default");
+}
+
+TEST(ConfigLoader, MillisecondKeysTakeBareNumbersAndUnits) {
+  using namespace std::chrono_literals;
+  const Config c = load_config(from_flags({{"consumer.batch_window_ms", "2s", "--set"},
+                                           {"relay.poll_interval_ms", "75", "--set"}}));
+  EXPECT_EQ(c.consumer.batch_window, 2s);
+  EXPECT_EQ(c.relay.poll_interval, 75ms);
+}
+
+TEST(Duration, ParsesANumberAndAUnit) {
+  using namespace std::chrono_literals;
+  using D = std::optional<std::chrono::milliseconds>;
+  EXPECT_EQ(parse_duration("250ms"), D(250ms));
+  EXPECT_EQ(parse_duration("90s"), D(90s));
+  EXPECT_EQ(parse_duration("15m"), D(15min));
+  EXPECT_EQ(parse_duration("2h"), D(2h));
+  EXPECT_EQ(parse_duration("7d"), D(7 * 24h));
+  EXPECT_EQ(parse_duration("0s"), D(0ms));
+  EXPECT_EQ(parse_duration("1.5h"), D(90min));
+  EXPECT_EQ(parse_duration(".5s"), D(500ms));
+  EXPECT_EQ(parse_duration("1.0009s"), D(1000ms));  // below a millisecond: rounded down
+  EXPECT_EQ(parse_duration("48", "h"), D(48h));
+  EXPECT_EQ(parse_duration("48s", "h"), D(48s));  // an explicit unit wins
+}
+
+TEST(Duration, RefusesAnythingElse) {
+  for (const auto* text : {"", "s", "10", "-5s", "+5s", "5 s", "5sec", "5S", "1e3ms", "inf", "nans",
+                           "1.2.3s", ".s", "5ms5", "99999999999999999999ms", "9223372036854775807d"}) {
+    EXPECT_EQ(parse_duration(text), std::nullopt) << text;
+  }
+  EXPECT_EQ(parse_duration("10", "weeks"), std::nullopt);
+}
+
+TEST(Duration, FormatsInTheLargestExactUnit) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(format_duration(0ms), "0s");
+  EXPECT_EQ(format_duration(7 * 24h), "7d");
+  EXPECT_EQ(format_duration(90min), "90m");
+  EXPECT_EQ(format_duration(1500ms), "1500ms");
+  for (const std::chrono::milliseconds d : {1ms, 999ms, 61'000ms, 90'000'000ms}) {
+    EXPECT_EQ(parse_duration(format_duration(d)), d) << format_duration(d);
+  }
 }
 
 TEST(ConfigLoader, FileThenEnvironmentThenFlagsEachOverrideTheLayerBefore) {
@@ -230,6 +386,24 @@ std::vector<BadCase> bad_cases() {
       {"OwnedGroupId", flag("kafka.group.id", "g"), "kafka.group.id", "flag --set", "consumer.group"},
       {"OwnedIdempotence", flag("kafka.enable.idempotence", "false"), "kafka.enable.idempotence", "flag --set", "owned by idem"},
       {"OwnedAcks", flag("kafka.acks", "1"), "kafka.acks", "flag --set", "owned by idem"},
+      {"NotADuration", env("IDEM_DLQ_TIMEOUT", "soon"), "dlq.timeout", "env IDEM_DLQ_TIMEOUT", "expected a duration from 1s to 1h"},
+      {"DurationWithoutUnit", flag("dedup.retention", "48"), "dedup.retention", "flag --set", "(a number and ms, s, m, h or d)"},
+      {"DurationOutOfRange", flag("provider.latency", "11m"), "provider.latency", "flag --set", "from 0s to 10m"},
+      {"MsKeyNamesItsBareUnit", flag("consumer.batch_window_ms", "2m"), "consumer.batch_window_ms", "flag --set", "a bare number is ms"},
+      {"RetentionNotWholeHours", flag("dedup.retention", "90m"), "dedup.retention", "flag --set", "whole number of hours"},
+      {"MarginNotBelowRetention", flag("dedup.safety_margin", "7d"), "dedup.safety_margin", "flag --set", "must be below dedup.retention (7d)"},
+      {"BadRetryDelay", flag("consumer.retry_topics.delays", "1s,later"), "consumer.retry_topics.delays", "flag --set", "got 'later'"},
+      {"BadStalePolicy", env("IDEM_CONSUMER_STALE_EVENTS", "ignore"), "consumer.stale_events", "env IDEM_CONSUMER_STALE_EVENTS", "expected one of quarantine, process, skip"},
+      {"BadHandler", flag("consumer.handler", "email"), "consumer.handler", "flag --set", "expected one of count, billing, analytics"},
+      {"BadProviderUrl", flag("consumer.provider_url", "127.0.0.1:8080"), "consumer.provider_url", "flag --set", "expected an http://"},
+      {"BadProviderListen", flag("provider.listen", "anywhere"), "provider.listen", "flag --set", "expected host:port"},
+      {"ProbabilityAboveOne", flag("provider.unavailable", "1.5"), "provider.unavailable", "flag --set", "from 0 to 1"},
+      {"TooManyBrokers", flag("dev_broker.brokers", "33"), "dev_broker.brokers", "flag --set", "from 1 to 32"},
+      {"BadTopicSpec", flag("dev_broker.topics", "t:many"), "dev_broker.topics", "flag --set", "expected NAME or NAME:PARTITIONS"},
+      {"UnknownFault", flag("demo.faults", "resend,meteor"), "demo.faults", "flag --set", "'meteor' is not one of all, none"},
+      {"AllInAFaultList", flag("demo.faults", "all,resend"), "demo.faults", "flag --set", "stand alone"},
+      {"DemoTimeoutTooShort", flag("demo.timeout", "5s"), "demo.timeout", "flag --set", "from 10s to 1h"},
+      {"NegativeMaxBatches", env("IDEM_MAINTENANCE_MAX_BATCHES", "-1"), "maintenance.max_batches", "env IDEM_MAINTENANCE_MAX_BATCHES", "expected an integer"},
   };
 }
 

@@ -115,7 +115,7 @@ class PaymentProvider {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Parses "24h", "30m", "15s", "250ms" (a non-negative integer and a unit).
+/// idem::parse_duration (idem/config.hpp: "24h", "30m", "1.5s", "250ms", "7d") that throws.
 /// \throws Error(InvalidArgument, Config) naming the text.
 [[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text);
 

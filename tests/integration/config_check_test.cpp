@@ -1,0 +1,163 @@
+// One configuration path: `idem config check` lists every key of every command with
+// its value and origin, and each command's own flags reach their keys (checked with
+// `idem <command> ... --print-config`, which loads exactly as the command does).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/cli_run.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem {
+namespace {
+
+#define IDEM_REQUIRE_CLI()                                            \
+  if (std::string(IDEM_CLI_PATH).empty()) {                           \
+    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
+  }
+
+// The line of `key` in a describe() listing: `key = value  # origin`.
+std::string line_of(const std::string& output, const std::string& key) {
+  const std::string start = key + " = ";
+  for (std::size_t at = 0; at < output.size();) {
+    const std::size_t end = std::min(output.find('\n', at), output.size());
+    const std::string line = output.substr(at, end - at);
+    if (line.starts_with(start)) return line;
+    at = end + 1;
+  }
+  return {};
+}
+
+// `key = value` with the origin described as `origin`.
+void expect_key(const std::string& output, const std::string& key, const std::string& value,
+                const std::string& origin) {
+  const std::string line = line_of(output, key);
+  ASSERT_FALSE(line.empty()) << key << " not listed in:\n" << output;
+  EXPECT_TRUE(line.starts_with(key + " = " + value + " ")) << line;
+  EXPECT_TRUE(line.ends_with("# " + origin)) << line;
+}
+
+TEST(ConfigCheck, ListsAKeyOfEveryCommandWithItsOrigin) {
+  IDEM_REQUIRE_CLI();
+  const auto file = test::scratch_dir() / "every-command.toml";
+  std::ofstream(file) << "[consumer]\nstale_events = \"skip\"\n"  // consume
+                         "[dev_broker]\nbrokers = 3\n"              // dev-broker
+                         "[dedup]\npartitioned = true\n";           // migrate
+  const test::CliResult r = test::run_to_completion(
+      IDEM_CLI_PATH,
+      {"config", "check", "--config", file.string(), "--set", "dlq.timeout=5s", "--set",
+       "demo.orders=50"},
+      {{"IDEM_RELAY_SHUTDOWN_TIMEOUT", "3s"}, {"IDEM_PROVIDER_KEY_RETENTION", "2h"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string in_file = "file " + file.string();
+  expect_key(r.output, "consumer.stale_events", "skip", in_file + ":2");
+  expect_key(r.output, "dev_broker.brokers", "3", in_file + ":4");
+  expect_key(r.output, "dedup.partitioned", "true", in_file + ":6");
+  expect_key(r.output, "relay.shutdown_timeout", "3s", "env IDEM_RELAY_SHUTDOWN_TIMEOUT");
+  expect_key(r.output, "provider.key_retention", "2h", "env IDEM_PROVIDER_KEY_RETENTION");
+  expect_key(r.output, "dlq.timeout", "5s", "flag --set");
+  expect_key(r.output, "demo.orders", "50", "flag --set");
+  expect_key(r.output, "maintenance.batch_size", "5000", "default");
+  expect_key(r.output, "dedup.retention", "7d", "default");
+  // Unset keys are listed too, so the listing shows everything a command could read.
+  expect_key(r.output, "dlq.topic", "", "default");
+}
+
+TEST(ConfigCheck, ReportsEveryProblemOfEveryCommandTogether) {
+  IDEM_REQUIRE_CLI();
+  const test::CliResult r = test::run_to_completion(
+      IDEM_CLI_PATH,
+      {"config", "check", "--set", "dedup.retention=90m", "--set", "demo.faults=meteor"},
+      {{"IDEM_DLQ_TIMEOUT", "soon"}});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("configuration has 3 problems"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dedup.retention (flag --set): must be a whole number of hours"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("demo.faults (flag --set): 'meteor' is not one of"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dlq.timeout (env IDEM_DLQ_TIMEOUT): expected a duration"),
+            std::string::npos) << r.output;
+}
+
+struct CommandFlag {
+  std::vector<std::string> args;  ///< the command line, without --print-config
+  std::string key;
+  std::string value;
+  std::string flag;
+};
+
+class CommandFlags : public testing::TestWithParam<CommandFlag> {};
+
+// Each command's flags are bound to keys: the flag is the top layer and names itself
+// as the origin; bare numbers of the older flags get the flag's unit.
+TEST_P(CommandFlags, ReachTheirKeyAsTheTopLayer) {
+  IDEM_REQUIRE_CLI();
+  const CommandFlag& c = GetParam();
+  std::vector<std::string> args = c.args;
+  args.emplace_back("--print-config");
+  const test::CliResult r = test::run_to_completion(IDEM_CLI_PATH, args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_key(r.output, c.key, c.value, "flag " + c.flag);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryCommand, CommandFlags,
+    testing::Values(
+        CommandFlag{{"consume", "--dedup-retention-hours", "48"}, "dedup.retention", "48h",
+                    "--dedup-retention-hours"},
+        CommandFlag{{"consume", "--retry-delays", "1s,10s"}, "consumer.retry_topics.delays",
+                    "1s,10s", "--retry-delays"},
+        CommandFlag{{"consume", "--maintain-every-s", "60"}, "maintenance.interval", "60s",
+                    "--maintain-every-s"},
+        CommandFlag{{"consume", "--stale", "process"}, "consumer.stale_events", "process", "--stale"},
+        CommandFlag{{"relay", "--no-listen"}, "relay.listen", "false", "--no-listen"},
+        CommandFlag{{"relay", "--shutdown-timeout-ms", "2500"}, "relay.shutdown_timeout", "2500ms",
+                    "--shutdown-timeout-ms"},
+        CommandFlag{{"dlq", "list", "--topic", "orders.dlq"}, "dlq.topic", "orders.dlq", "--topic"},
+        CommandFlag{{"dlq", "replay", "--timeout-s", "5"}, "dlq.timeout", "5s", "--timeout-s"},
+        CommandFlag{{"dlq", "replay", "--retention-hours", "72"}, "dedup.retention", "72h",
+                    "--retention-hours"},
+        CommandFlag{{"maintain", "--batch-size", "100"}, "maintenance.batch_size", "100",
+                    "--batch-size"},
+        CommandFlag{{"maintain", "--outbox-retention-hours", "0.5"}, "maintenance.outbox_retention",
+                    "0.5h", "--outbox-retention-hours"},
+        CommandFlag{{"migrate", "--partitioned"}, "dedup.partitioned", "true", "--partitioned"},
+        CommandFlag{{"provider", "--key-retention", "2h"}, "provider.key_retention", "2h",
+                    "--key-retention"},
+        CommandFlag{{"provider", "--latency-ms", "20"}, "provider.latency", "20ms", "--latency-ms"},
+        CommandFlag{{"dev-broker", "--brokers", "3"}, "dev_broker.brokers", "3", "--brokers"},
+        CommandFlag{{"dev-broker", "--no-stdin"}, "dev_broker.read_stdin", "false", "--no-stdin"},
+        CommandFlag{{"demo", "--orders", "50"}, "demo.orders", "50", "--orders"},
+        CommandFlag{{"demo", "--timeout", "30"}, "demo.timeout", "30s", "--timeout"}),
+    [](const testing::TestParamInfo<CommandFlag>& param_info) {
+      std::string name;
+      for (const auto& a : param_info.param.args) {
+        for (const char ch : a) {
+          if (std::isalnum(static_cast<unsigned char>(ch))) name.push_back(ch);
+        }
+        name.push_back('_');
+      }
+      return name + std::to_string(param_info.index);
+    });
+
+TEST(ConfigCheck, AFlagWinsOverTheEnvironmentAndAnInvalidFlagFailsTheCommand) {
+  IDEM_REQUIRE_CLI();
+  const test::CliResult r = test::run_to_completion(
+      IDEM_CLI_PATH, {"maintain", "--batch-size", "10", "--print-config"},
+      {{"IDEM_MAINTENANCE_BATCH_SIZE", "20"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_key(r.output, "maintenance.batch_size", "10", "flag --batch-size");
+
+  const test::CliResult bad =
+      test::run_to_completion(IDEM_CLI_PATH, {"dev-broker", "--brokers", "99", "--no-stdin"});
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("dev_broker.brokers (flag --brokers): expected an integer from 1 to 32"),
+            std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace idem
