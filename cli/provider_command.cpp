@@ -65,7 +65,8 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
       ->check(probability);
   cmd->add_option("--unavailable", opts->unavailable, "Share of charge requests answered 503")
       ->check(probability);
-  cmd->add_option("--latency-ms", opts->latency_ms, "Added to every new charge")
+  cmd->add_option("--latency-ms", opts->latency_ms,
+                  "Added to every new charge (a timer: thousands of requests may wait at once)")
       ->check(CLI::Range(0, 600000));
   cmd->add_option("--decline", opts->decline,
                   "Share of orders declined with 402 card_declined (by hash of order_id and seed)")
@@ -83,8 +84,9 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                      .latency = std::chrono::milliseconds(opts->latency_ms),
                      .decline = opts->decline};
 
-    // Block the stop signals before the server starts its threads (they inherit the
-    // mask), then wait for one on this thread: nothing runs in a signal handler.
+    // Block the stop signals before the provider starts its threads (the store thread
+    // in its constructor, the event loop in start(); they inherit the mask), then wait
+    // for one on this thread: nothing runs in a signal handler.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
