@@ -1,166 +1,153 @@
+// The payment provider: requests arrive on one event loop (payment_provider_server),
+// keys and charges are written by group commit on one store thread
+// (payment_provider_ledger), and a request's life between the two is here. A request
+// waiting for its latency or its commit is a timer or a queued job, not a thread, so
+// thousands wait at once on two threads.
 #include "idem/reference/payment_provider.hpp"
-
-#include <httplib.h>
 
 #include <atomic>
 #include <charconv>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "idem/amount.hpp"
-#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/http/idempotent_client.hpp"
 #include "idem/timestamp.hpp"
-#include "idem/uuid.hpp"
+#include "reference/payment_provider_ledger.hpp"
+#include "reference/payment_provider_rules.hpp"
+#include "reference/payment_provider_server.hpp"
 
 namespace idem::http {
 
+namespace asio = boost::asio;
+namespace beast_http = boost::beast::http;
+using detail::HttpRequest;
+using detail::HttpResponse;
+using detail::LedgerAnswer;
+using detail::LedgerOutcome;
+using detail::Reply;
+
 namespace {
 
-using json = nlohmann::json;
+// Boost 1.74's Beast takes boost::string_view (std::string_view only with a macro that
+// would have to be set for every user of Beast in a program alike).
+boost::beast::string_view beast_view(std::string_view s) { return {s.data(), s.size()}; }
 
-// Portable between SQLite and PostgreSQL, so `--db` may name either.
-constexpr std::string_view kCreateKeys =
-    "CREATE TABLE IF NOT EXISTS provider_idempotency_key ("
-    " idempotency_key text PRIMARY KEY,"
-    " fingerprint text NOT NULL,"           // what the request asked for
-    " state text NOT NULL,"                 // 'in_flight' or 'done'
-    " response_status bigint,"              // the stored first answer, once done
-    " response_body text,"
-    " created_at_ms bigint NOT NULL)";
-constexpr std::string_view kCreateCharges =
-    "CREATE TABLE IF NOT EXISTS provider_charge ("
-    " payment_id text PRIMARY KEY,"         // pay_<UUIDv7>: sorts by creation
-    " order_id bigint NOT NULL,"
-    " amount text NOT NULL,"
-    " idempotency_key text NOT NULL,"
-    " traceparent text,"
-    " created_at_ms bigint NOT NULL)";
-constexpr std::string_view kCreateChargesIndex =
-    "CREATE INDEX IF NOT EXISTS provider_charge_order_id_idx ON provider_charge (order_id)";
+HttpResponse response(int status, std::string body, std::string_view content_type = "application/json") {
+  HttpResponse res{static_cast<beast_http::status>(status), 11};
+  res.set(beast_http::field::content_type, beast_view(content_type));
+  res.body() = std::move(body);
+  return res;
+}
 
-constexpr int kCharged = 200;
-constexpr int kDeclined = 402;
+HttpResponse error_response(int status, std::string_view error, std::string_view message) {
+  return response(status, detail::error_body(error, message));
+}
 
-std::int64_t to_ms(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+std::string header(const HttpRequest& req, std::string_view name) {
+  const auto it = req.find(beast_view(name));
+  return it == req.end() ? std::string() : std::string(it->value());
+}
+
+// The value of `name` in a query string "a=1&b=2" (no percent-decoding: the provider's
+// only parameter is an integer); nullopt when absent.
+std::optional<std::string_view> query_param(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? "" : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
 }
 
 std::string ms_to_rfc3339(std::int64_t ms) {
   return format_rfc3339(Timestamp(std::chrono::milliseconds(ms)));
 }
 
-void check_probability(double p, std::string_view name) {
-  if (!(p >= 0.0 && p <= 1.0)) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                fmt::format("provider fault {} must be a probability in [0, 1], got {}", name, p));
+ProviderSummary read_summary(Transaction& tx) {
+  ProviderSummary r;
+  const Rows totals = tx.execute("SELECT count(*), count(DISTINCT order_id) FROM provider_charge");
+  r.charges = totals[0].int64(0);
+  r.orders = totals[0].int64(1);
+  for (const RowView row : tx.execute("SELECT order_id FROM provider_charge GROUP BY order_id "
+                                      "HAVING count(*) > 1 ORDER BY order_id")) {
+    r.orders_charged_more_than_once.push_back(row.int64(0));
   }
+  return r;
 }
 
-void validate_faults(const ProviderFaults& f) {
-  check_probability(f.reset_after_commit, "reset_after_commit");
-  check_probability(f.unavailable, "unavailable");
-  check_probability(f.decline, "decline");
-  if (f.latency.count() < 0) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                "provider fault latency must not be negative");
+std::vector<Charge> read_charges(Transaction& tx, std::optional<std::int64_t> order_id) {
+  constexpr std::string_view columns =
+      "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
+      "FROM provider_charge ";
+  const Rows rows = order_id
+                        ? tx.execute(std::string(columns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
+                        : tx.execute(std::string(columns) + "ORDER BY payment_id");
+  std::vector<Charge> out;
+  out.reserve(rows.size());
+  for (const RowView row : rows) {
+    out.push_back(Charge{.payment_id = std::string(row.text(0)),
+                         .order_id = row.int64(1),
+                         .amount = std::string(row.text(2)),
+                         .idempotency_key = std::string(row.text(3)),
+                         .traceparent = row.is_null(4) ? std::string() : std::string(row.text(4)),
+                         .created_at = ms_to_rfc3339(row.int64(5))});
   }
-}
-
-// SplitMix64: a fixed, well-mixed hash, so the declined orders of a seed are the same
-// in every process (std::hash makes no such promise).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-void reply_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(), "application/json");
-}
-
-void reply_error(httplib::Response& res, int status, std::string_view error, std::string_view message) {
-  reply_json(res, status, json{{"error", error}, {"message", message}});
-}
-
-struct ChargeRequest {
-  std::int64_t order_id = 0;
-  Amount amount;
-  // Canonical form of what was asked: "12.3" and "12.30" are the same request.
-  [[nodiscard]] std::string fingerprint() const {
-    return fmt::format("order_id={};amount={}", order_id, amount.to_string());
-  }
-};
-
-// nullopt and a message when the body is not {"order_id": positive int, "amount": "decimal"}.
-std::optional<ChargeRequest> parse_charge(const std::string& body, std::string& why) {
-  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) {
-    why = "the body must be a JSON object";
-    return std::nullopt;
-  }
-  ChargeRequest req;
-  const auto id = doc.find("order_id");
-  if (id == doc.end() || !id->is_number_integer() || id->get<std::int64_t>() <= 0) {
-    why = "order_id must be a positive integer";
-    return std::nullopt;
-  }
-  req.order_id = id->get<std::int64_t>();
-  const auto amount = doc.find("amount");
-  if (amount == doc.end() || !amount->is_string()) {
-    why = "amount must be a decimal string such as \"12.30\"";
-    return std::nullopt;
-  }
-  const auto parsed = Amount::parse(amount->get<std::string>());
-  if (!parsed) {
-    why = fmt::format("amount '{}' is not an exact decimal with at most 2 places",
-                      amount->get<std::string>());
-    return std::nullopt;
-  }
-  req.amount = *parsed;
-  return req;
-}
-
-json charge_to_json(const Charge& c) {
-  return json{{"payment_id", c.payment_id},     {"order_id", c.order_id},
-              {"amount", c.amount},             {"idempotency_key", c.idempotency_key},
-              {"traceparent", c.traceparent},   {"created_at", c.created_at}};
+  return out;
 }
 
 }  // namespace
 
-std::chrono::milliseconds parse_duration(std::string_view text) {
-  // idem's one duration syntax (idem/config.hpp); this keeps the throwing form.
-  if (const auto d = idem::parse_duration(text)) return *d;
-  throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-              fmt::format("'{}' is not a duration: expected a non-negative number and a unit "
-                          "(ms, s, m, h, d), e.g. 24h",
-                          text));
-}
+/// One charge request between its arrival and its answer.
+struct ChargeFlow {
+  detail::ChargeAttempt attempt;
+  Reply reply;
+  ProviderFaults faults;  // as they were when the request arrived
+  std::optional<asio::steady_timer> latency;
+};
 
 struct PaymentProvider::Impl {
-  Impl(std::unique_ptr<Store> s, ProviderConfig c)
-      : store(std::move(s)), config(std::move(c)), faults(config.faults), rng(config.seed) {}
+  Impl(std::unique_ptr<Store> store, ProviderConfig c);
 
-  void handle_charge(const httplib::Request& req, httplib::Response& res);
-  void handle_faults(const httplib::Request& req, httplib::Response& res);
-  bool declined(std::int64_t order_id) const;
-  bool draw(double p);
-  // Runs `fn(tx)` in a committed transaction on the single store connection.
+  // All of these run on the event loop's thread.
+  void handle(HttpRequest& req, Reply reply);
+  void handle_charge(HttpRequest& req, Reply reply);
+  void handle_list(std::string_view query, Reply reply);
+  void handle_summary(Reply reply);
+  void handle_faults(const HttpRequest& req, Reply reply);
+  void on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer answer);
+  void wait_latency(const std::shared_ptr<ChargeFlow>& flow);
+  void give_up(const std::shared_ptr<ChargeFlow>& flow);
+  void charge(const std::shared_ptr<ChargeFlow>& flow);
+  void answer(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer answer);
+  void begin_work();
+  void end_work();
+  void begin_shutdown();
+
+  /// `fn(LedgerAnswer)` later on the event loop: a ledger completion.
   template <class Fn>
-  auto in_transaction(Fn&& fn) const;
+  detail::LedgerCompletion on_loop(Fn fn) {
+    return [this, fn = std::move(fn)](LedgerAnswer a) mutable {
+      asio::post(io, [fn = std::move(fn), a = std::move(a)]() mutable { fn(std::move(a)); });
+    };
+  }
+  [[nodiscard]] ProviderFaults current_faults() const;
+  bool draw(double p);
 
-  std::unique_ptr<Store> store;
   ProviderConfig config;
-  mutable std::mutex db_mutex;  // the store is one connection; requests run on many threads
-
   mutable std::mutex faults_mutex;
   ProviderFaults faults;
   std::mt19937_64 rng;
@@ -170,24 +157,36 @@ struct PaymentProvider::Impl {
   std::atomic<std::int64_t> resets{0};
   std::atomic<std::int64_t> unavailable{0};
   std::atomic<std::int64_t> declines{0};
+  std::atomic<std::int64_t> in_progress{0};  // requests waiting for the ledger or a timer
+  std::atomic<std::int64_t> peak_in_progress{0};
 
-  httplib::Server server;
-  std::thread server_thread;
+  // Declared before the ledger and the hook pool, destroyed after them: their
+  // completions post here until they are gone.
+  asio::io_context io{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> keep_running;
+  detail::HttpServer server;
+  detail::ChargeLedger ledger;
+  std::unique_ptr<asio::thread_pool> hooks;  // after_claim runs here: it may block
+  std::unordered_set<ChargeFlow*> waiting_latency;
+  bool stopping = false;
+  bool stopped = false;
+  bool started = false;
+  std::thread loop_thread;
   std::string url;
 };
 
-template <class Fn>
-auto PaymentProvider::Impl::in_transaction(Fn&& fn) const {
-  std::lock_guard lock(db_mutex);
-  auto tx = store->begin();
-  if constexpr (std::is_void_v<decltype(fn(*tx))>) {
-    fn(*tx);
-    tx->commit();
-  } else {
-    auto result = fn(*tx);
-    tx->commit();
-    return result;
-  }
+PaymentProvider::Impl::Impl(std::unique_ptr<Store> store, ProviderConfig c)
+    : config(std::move(c)),
+      faults(config.faults),
+      rng(config.seed),
+      server(io, [this](HttpRequest& req, Reply reply) { handle(req, std::move(reply)); }),
+      ledger(std::move(store), *config.clock, config.key_retention) {
+  if (config.after_claim) hooks = std::make_unique<asio::thread_pool>(1);
+}
+
+ProviderFaults PaymentProvider::Impl::current_faults() const {
+  std::lock_guard lock(faults_mutex);
+  return faults;
 }
 
 bool PaymentProvider::Impl::draw(double p) {
@@ -196,213 +195,225 @@ bool PaymentProvider::Impl::draw(double p) {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p;
 }
 
-bool PaymentProvider::Impl::declined(std::int64_t order_id) const {
-  double p = 0.0;
-  {
-    std::lock_guard lock(faults_mutex);
-    p = faults.decline;
+void PaymentProvider::Impl::begin_work() {
+  const std::int64_t now = ++in_progress;
+  std::int64_t peak = peak_in_progress.load();
+  while (now > peak && !peak_in_progress.compare_exchange_weak(peak, now)) {
   }
-  if (p <= 0.0) return false;
-  const std::uint64_t h = mix(static_cast<std::uint64_t>(order_id) ^ mix(config.seed));
-  return static_cast<double>(h >> 11) * 0x1.0p-53 < p;
 }
 
-void PaymentProvider::Impl::handle_charge(const httplib::Request& req, httplib::Response& res) {
-  if (!req.has_header("Idempotency-Key")) {
-    reply_error(res, 400, "missing_idempotency_key", "Idempotency-Key header is required");
-    return;
+void PaymentProvider::Impl::end_work() {
+  if (--in_progress == 0 && stopping && !stopped) {
+    stopped = true;
+    // server.close() closed the idle connections; the others close after their
+    // answer is written. The loop returns once they all did.
+    keep_running.reset();
   }
-  const std::string key = req.get_header_value("Idempotency-Key");
+}
+
+void PaymentProvider::Impl::begin_shutdown() {
+  stopping = true;
+  server.close();
+  // A request held by its latency is released (nothing was charged) and answered 503.
+  for (ChargeFlow* flow : waiting_latency) flow->latency->cancel();
+  begin_work();  // so that the last end_work(), maybe this one, finishes the shutdown
+  end_work();
+}
+
+void PaymentProvider::Impl::handle(HttpRequest& req, Reply reply) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const auto question = target.find('?');
+  const std::string_view path = target.substr(0, question);
+  const std::string_view query = question == std::string_view::npos ? "" : target.substr(question + 1);
+  const bool get = req.method() == beast_http::verb::get;
+  const bool post = req.method() == beast_http::verb::post;
+  try {
+    if (post && path == "/payments/charge") return handle_charge(req, std::move(reply));
+    if (get && path == "/payments/summary") return handle_summary(std::move(reply));
+    if (get && path == "/payments") return handle_list(query, std::move(reply));
+    if (post && path == "/admin/faults") return handle_faults(req, std::move(reply));
+    if (get && path == "/healthz") return reply.send(response(200, "ok\n", "text/plain"));
+    reply.send(error_response(404, "not_found", fmt::format("no route for {}", path)));
+  } catch (const std::exception& e) {  // before the request was handed on: answer here
+    reply.send(error_response(500, "internal_error", e.what()));
+  }
+}
+
+void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
+  if (req.find("Idempotency-Key") == req.end()) {
+    return reply.send(error_response(400, "missing_idempotency_key", "Idempotency-Key header is required"));
+  }
+  std::string key = header(req, "Idempotency-Key");
   try {
     validate_idempotency_key(key);
   } catch (const Error& e) {
-    reply_error(res, 400, "invalid_idempotency_key", e.what());
-    return;
+    return reply.send(error_response(400, "invalid_idempotency_key", e.what()));
   }
   std::string why;
-  const auto charge = parse_charge(req.body, why);
-  if (!charge) {
-    reply_error(res, 400, "invalid_request", why);
-    return;
-  }
-  ProviderFaults now_faults;
-  {
-    std::lock_guard lock(faults_mutex);
-    now_faults = faults;
-  }
+  const auto charge_request = detail::parse_charge(req.body(), why);
+  if (!charge_request) return reply.send(error_response(400, "invalid_request", why));
+  const ProviderFaults now_faults = current_faults();
   if (draw(now_faults.unavailable)) {
     ++unavailable;
-    reply_error(res, 503, "unavailable", "injected fault: provider unavailable");
-    return;
+    return reply.send(error_response(503, "unavailable", "injected fault: provider unavailable"));
   }
 
-  // Claim the key, or find out what it already stands for.
-  const std::string fingerprint = charge->fingerprint();
-  const std::int64_t now_ms = to_ms(config.clock->now());
-  const std::int64_t expired_before = now_ms - config.key_retention.count();
-  struct Existing {
-    bool claimed = false;
-    std::string fingerprint, state, body;
-    int status = 0;
-  };
-  const Existing existing = in_transaction([&](Transaction& tx) {
-    tx.execute("DELETE FROM provider_idempotency_key WHERE idempotency_key = $1 AND "
-               "state = 'done' AND created_at_ms < $2",
-               key, expired_before);
-    Existing e;
-    e.claimed = tx.execute("INSERT INTO provider_idempotency_key"
-                           "(idempotency_key, fingerprint, state, created_at_ms) "
-                           "VALUES ($1, $2, 'in_flight', $3) ON CONFLICT (idempotency_key) DO NOTHING",
-                           key, fingerprint, now_ms)
-                    .affected() == 1;
-    if (!e.claimed) {
-      const Rows rows = tx.execute("SELECT fingerprint, state, response_status, response_body "
-                                   "FROM provider_idempotency_key WHERE idempotency_key = $1",
-                                   key);
-      const RowView row = rows[0];
-      e.fingerprint = row.text(0);
-      e.state = row.text(1);
-      if (!row.is_null(2)) e.status = static_cast<int>(row.int64(2));
-      if (!row.is_null(3)) e.body = row.text(3);
-    }
-    return e;
-  });
-  if (!existing.claimed) {
-    if (existing.fingerprint != fingerprint) {
-      ++conflicts;
-      reply_error(res, 422, "idempotency_key_reused",
-                  "this Idempotency-Key was used for a different request");
-    } else if (existing.state != "done") {
-      ++conflicts;
-      reply_error(res, 409, "request_in_progress",
-                  "a request with this Idempotency-Key is still being processed");
-    } else {
-      ++replays;
-      res.status = existing.status;
-      res.set_header("Idempotent-Replayed", "true");
-      res.set_content(existing.body, "application/json");
-    }
-    return;
-  }
-
-  // The key is ours. If anything below fails before the answer is stored, release it:
-  // nothing was charged, and a retry must be able to claim it again.
-  bool answered = false;
-  struct ReleaseClaim {
-    Impl& impl;
-    const std::string& key;
-    bool& answered;
-    ~ReleaseClaim() {
-      if (answered) return;
-      try {
-        impl.in_transaction([&](Transaction& tx) {
-          tx.execute("DELETE FROM provider_idempotency_key WHERE idempotency_key = $1 "
-                     "AND state = 'in_flight'", key);
-        });
-      } catch (...) {  // the store is gone: a restart forgets in-flight claims anyway
-      }
-    }
-  } release{*this, key, answered};
-
-  if (config.after_claim) config.after_claim(key);
-  if (now_faults.latency.count() > 0) std::this_thread::sleep_for(now_faults.latency);
-
-  const bool decline = declined(charge->order_id);
-  int status = kCharged;
-  json body;
-  if (decline) {
-    status = kDeclined;
-    body = json{{"error", "card_declined"}, {"order_id", charge->order_id}};
-  } else {
-    const std::string payment_id = "pay_" + new_uuid_v7().to_string();
-    body = json{{"payment_id", payment_id},
-                {"order_id", charge->order_id},
-                {"amount", charge->amount.to_string()},
-                {"status", "charged"}};
-  }
-  const std::string body_text = body.dump();
-  if (decline) {
-    // A decline charges nothing, so it is not stored: the claim is released (by
-    // ReleaseClaim) and the same key may charge once the customer fixed the cause.
-    // That is what replaying a declined event from the DLQ relies on.
-    ++declines;
-    res.status = status;
-    res.set_content(body_text, "application/json");
-    return;
-  }
-  in_transaction([&](Transaction& tx) {
-    {
-      const std::string traceparent = req.get_header_value("traceparent");
-      tx.execute("INSERT INTO provider_charge(payment_id, order_id, amount, idempotency_key, "
-                 "traceparent, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
-                 body["payment_id"].get<std::string>(), charge->order_id,
-                 charge->amount.to_string(), key,
-                 traceparent.empty() ? Param(nullptr) : Param(traceparent),
-                 to_ms(config.clock->now()));
-    }
-    tx.execute("UPDATE provider_idempotency_key SET state = 'done', response_status = $2, "
-               "response_body = $3 WHERE idempotency_key = $1",
-               key, status, body_text);
-  });
-  answered = true;
-
-  if (draw(now_faults.reset_after_commit)) {
-    // Committed, and now the answer breaks off: the status line and headers go out,
-    // then the connection closes before the promised body. cpp-httplib offers no way
-    // to close a socket without writing a response; a content provider that fails
-    // makes it close the connection, which the client sees as a transport error.
-    ++resets;
-    res.status = status;
-    res.set_content_provider(
-        body_text.size(), "application/json",
-        [](std::size_t, std::size_t, httplib::DataSink&) { return false; });
-    return;
-  }
-  res.status = status;
-  res.set_content(body_text, "application/json");
+  // Without latency or a hook between claim and charge, both commit in one transaction.
+  const bool at_once = now_faults.latency.count() == 0 && !config.after_claim;
+  auto flow = std::make_shared<ChargeFlow>(ChargeFlow{
+      .attempt = {.key = std::move(key),
+                  .fingerprint = charge_request->fingerprint(),
+                  .order_id = charge_request->order_id,
+                  .amount = charge_request->amount.to_string(),
+                  .traceparent = header(req, "traceparent"),
+                  .charge_at_claim = at_once,
+                  .declined = at_once && detail::is_declined(charge_request->order_id,
+                                                             now_faults.decline, config.seed)},
+      .reply = std::move(reply),
+      .faults = now_faults,
+      .latency = std::nullopt});
+  begin_work();
+  ledger.claim(flow->attempt, on_loop([this, flow](LedgerAnswer a) { on_claim(flow, std::move(a)); }));
 }
 
-void PaymentProvider::Impl::handle_faults(const httplib::Request& req, httplib::Response& res) {
-  const json doc = json::parse(req.body, nullptr, false);
-  if (!doc.is_object()) {
-    reply_error(res, 400, "invalid_request", "the body must be a JSON object");
-    return;
-  }
-  ProviderFaults next;
-  {
-    std::lock_guard lock(faults_mutex);
-    next = faults;
-  }
-  for (const auto& [name, value] : doc.items()) {
-    const bool number = value.is_number();
-    if (name == "reset_after_commit" && number) next.reset_after_commit = value.get<double>();
-    else if (name == "unavailable" && number) next.unavailable = value.get<double>();
-    else if (name == "decline" && number) next.decline = value.get<double>();
-    else if (name == "latency_ms" && value.is_number_integer())
-      next.latency = std::chrono::milliseconds(value.get<std::int64_t>());
-    else {
-      reply_error(res, 400, "invalid_request",
-                  fmt::format("unknown fault or wrong type: '{}' (expected reset_after_commit, "
-                              "unavailable, decline: numbers; latency_ms: integer)",
-                              name));
-      return;
+void PaymentProvider::Impl::on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
+  if (a.outcome != LedgerOutcome::Claimed) return answer(flow, std::move(a));
+  if (!hooks) return wait_latency(flow);
+  asio::post(*hooks, [this, flow] {
+    config.after_claim(flow->attempt.key);
+    asio::post(io, [this, flow] { wait_latency(flow); });
+  });
+}
+
+void PaymentProvider::Impl::wait_latency(const std::shared_ptr<ChargeFlow>& flow) {
+  if (stopping) return give_up(flow);
+  if (flow->faults.latency.count() == 0) return charge(flow);
+  flow->latency.emplace(io, flow->faults.latency);
+  waiting_latency.insert(flow.get());
+  flow->latency->async_wait([this, flow](boost::system::error_code ec) {
+    waiting_latency.erase(flow.get());
+    if (ec || stopping) return give_up(flow);
+    charge(flow);
+  });
+}
+
+// The provider stops while `flow` holds a claimed key and nothing was charged: the key
+// is released, so the client's retry (to this or another provider) charges once.
+void PaymentProvider::Impl::give_up(const std::shared_ptr<ChargeFlow>& flow) {
+  ledger.release(flow->attempt.key);
+  answer(flow, {LedgerOutcome::Failed, 503, {}, "the payment provider is stopping"});
+}
+
+void PaymentProvider::Impl::charge(const std::shared_ptr<ChargeFlow>& flow) {
+  flow->attempt.declined =
+      detail::is_declined(flow->attempt.order_id, current_faults().decline, config.seed);
+  ledger.charge(flow->attempt, on_loop([this, flow](LedgerAnswer a) { answer(flow, std::move(a)); }));
+}
+
+void PaymentProvider::Impl::answer(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
+  Reply& reply = flow->reply;
+  switch (a.outcome) {
+    case LedgerOutcome::Charged:
+      if (draw(flow->faults.reset_after_commit)) {
+        // Committed, and now the answer breaks off: "the provider charged, and the
+        // answer was lost" of the design documents.
+        ++resets;
+        reply.break_off(response(a.status, std::move(a.body)));
+      } else {
+        reply.send(response(a.status, std::move(a.body)));
+      }
+      break;
+    case LedgerOutcome::Declined:
+      ++declines;
+      reply.send(response(a.status, std::move(a.body)));
+      break;
+    case LedgerOutcome::InFlight:
+      ++conflicts;
+      reply.send(error_response(409, "request_in_progress",
+                                "a request with this Idempotency-Key is still being processed"));
+      break;
+    case LedgerOutcome::DifferentRequest:
+      ++conflicts;
+      reply.send(error_response(422, "idempotency_key_reused",
+                                "this Idempotency-Key was used for a different request"));
+      break;
+    case LedgerOutcome::Replayed: {
+      HttpResponse res = response(a.status, std::move(a.body));
+      res.set("Idempotent-Replayed", "true");
+      ++replays;
+      reply.send(std::move(res));
+      break;
     }
+    case LedgerOutcome::Claimed:  // not an answer; on_claim() goes on instead
+    case LedgerOutcome::Failed:
+      reply.send(a.status == 503 ? error_response(503, "unavailable", a.error)
+                                 : error_response(500, "internal_error", a.error));
+      break;
   }
-  try {
-    validate_faults(next);
-  } catch (const Error& e) {
-    reply_error(res, 400, "invalid_request", e.what());
-    return;
+  end_work();
+}
+
+void PaymentProvider::Impl::handle_list(std::string_view query, Reply reply) {
+  std::optional<std::int64_t> order_id;
+  if (const auto text = query_param(query, "order_id")) {
+    std::int64_t id = 0;
+    const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), id);
+    if (ec != std::errc() || ptr != text->data() + text->size()) {
+      return reply.send(
+          error_response(400, "invalid_request", fmt::format("order_id '{}' is not an integer", *text)));
+    }
+    order_id = id;
   }
-  {
-    std::lock_guard lock(faults_mutex);
-    faults = next;
-  }
-  reply_json(res, 200,
-             json{{"reset_after_commit", next.reset_after_commit},
-                  {"unavailable", next.unavailable},
-                  {"latency_ms", next.latency.count()},
-                  {"decline", next.decline}});
+  begin_work();
+  ledger.read_async([this, order_id, reply = std::move(reply)](Store& store) mutable {
+    HttpResponse res;
+    try {
+      auto tx = store.begin_read();
+      nlohmann::json list = nlohmann::json::array();
+      for (const Charge& c : read_charges(*tx, order_id)) list.push_back(detail::charge_to_json(c));
+      tx->commit();
+      res = response(200, list.dump());
+    } catch (const std::exception& e) {
+      res = error_response(500, "internal_error", e.what());
+    }
+    asio::post(io, [this, reply = std::move(reply), res = std::move(res)]() mutable {
+      reply.send(std::move(res));
+      end_work();
+    });
+  });
+}
+
+void PaymentProvider::Impl::handle_summary(Reply reply) {
+  begin_work();
+  ledger.read_async([this, reply = std::move(reply)](Store& store) mutable {
+    HttpResponse res;
+    try {
+      auto tx = store.begin_read();
+      ProviderSummary s = read_summary(*tx);
+      tx->commit();
+      s.replays = replays.load();
+      s.conflicts = conflicts.load();
+      s.resets_after_commit = resets.load();
+      s.unavailable = unavailable.load();
+      s.declined = declines.load();
+      res = response(200, detail::summary_to_json(s).dump());
+    } catch (const std::exception& e) {
+      res = error_response(500, "internal_error", e.what());
+    }
+    asio::post(io, [this, reply = std::move(reply), res = std::move(res)]() mutable {
+      reply.send(std::move(res));
+      end_work();
+    });
+  });
+}
+
+void PaymentProvider::Impl::handle_faults(const HttpRequest& req, Reply reply) {
+  std::string why;
+  std::lock_guard lock(faults_mutex);
+  const auto next = detail::apply_fault_changes(faults, req.body(), why);
+  if (!next) return reply.send(error_response(400, "invalid_request", why));
+  faults = *next;
+  reply.send(response(200, detail::faults_to_json(faults).dump()));
 }
 
 PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig config) {
@@ -414,125 +425,42 @@ PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig co
                 "payment provider: key_retention must be positive");
   }
   if (config.clock == nullptr) config.clock = &SystemClock::instance();
-  validate_faults(config.faults);
+  detail::validate_faults(config.faults);
   impl_ = std::make_unique<Impl>(std::move(store), std::move(config));
-  impl_->in_transaction([](Transaction& tx) {
-    tx.execute(kCreateKeys);
-    tx.execute(kCreateCharges);
-    tx.execute(kCreateChargesIndex);
-    tx.execute("DELETE FROM provider_idempotency_key WHERE state = 'in_flight'");
-  });
-
-  Impl& impl = *impl_;
-  impl.server.Post("/payments/charge", [&impl](const httplib::Request& req, httplib::Response& res) {
-    impl.handle_charge(req, res);
-  });
-  impl.server.Get("/payments/summary", [this](const httplib::Request&, httplib::Response& res) {
-    const ProviderSummary s = summary();
-    reply_json(res, 200,
-               json{{"charges", s.charges},
-                    {"orders", s.orders},
-                    {"orders_charged_more_than_once", s.orders_charged_more_than_once},
-                    {"replays", s.replays},
-                    {"conflicts", s.conflicts},
-                    {"resets_after_commit", s.resets_after_commit},
-                    {"unavailable", s.unavailable},
-                    {"declined", s.declined}});
-  });
-  impl.server.Get("/payments", [this](const httplib::Request& req, httplib::Response& res) {
-    std::optional<std::int64_t> order_id;
-    if (req.has_param("order_id")) {
-      const std::string text = req.get_param_value("order_id");
-      std::int64_t id = 0;
-      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-      if (ec != std::errc() || ptr != text.data() + text.size()) {
-        reply_error(res, 400, "invalid_request", fmt::format("order_id '{}' is not an integer", text));
-        return;
-      }
-      order_id = id;
-    }
-    json list = json::array();
-    for (const Charge& c : charges(order_id)) list.push_back(charge_to_json(c));
-    reply_json(res, 200, list);
-  });
-  impl.server.Post("/admin/faults", [&impl](const httplib::Request& req, httplib::Response& res) {
-    impl.handle_faults(req, res);
-  });
-  impl.server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  // Idle keep-alive connections hold a server thread each and delay stop() by up to
-  // this long; clients reconnect (and retry, with the same key) if one was closed.
-  impl.server.set_keep_alive_timeout(1);
-  // An answer leaves in two writes (headers, body); without TCP_NODELAY the second
-  // waits for the client's delayed ACK, about 40 ms per charge on keep-alive.
-  impl.server.set_tcp_nodelay(true);
-  impl.server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        reply_error(res, 500, "internal_error", what);
-      });
 }
 
 PaymentProvider::~PaymentProvider() { stop(); }
 
 int PaymentProvider::start(const std::string& host, int port) {
-  if (impl_->server_thread.joinable()) {
+  if (impl_->started) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Http, "payment provider: already started");
   }
-  const int bound = port == 0 ? impl_->server.bind_to_any_port(host)
-                              : (impl_->server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    throw Error(ErrorCode::Connection, ErrorSource::Http,
-                fmt::format("payment provider: cannot listen on {}:{}", host, port));
-  }
+  const int bound = impl_->server.listen(host, port);
+  impl_->started = true;
   impl_->url = fmt::format("http://{}:{}", host, bound);
-  impl_->server_thread = std::thread([this] { impl_->server.listen_after_bind(); });
-  // cpp-httplib 0.11 ignores a stop() that comes before its accept loop runs, and has no
-  // readiness callback: wait for is_running() so that a stop() right after start() holds.
-  // Connections are accepted (queued by the kernel) already, so nobody waits on this.
-  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->keep_running.emplace(impl_->io.get_executor());
+  impl_->loop_thread = std::thread([this] { impl_->io.run(); });
   return bound;
 }
 
 void PaymentProvider::stop() {
-  if (!impl_ || !impl_->server_thread.joinable()) return;
-  impl_->server.stop();
-  impl_->server_thread.join();
+  if (!impl_ || !impl_->loop_thread.joinable()) return;
+  asio::post(impl_->io, [this] { impl_->begin_shutdown(); });
+  impl_->loop_thread.join();
 }
 
 std::string PaymentProvider::base_url() const { return impl_->url; }
 
 void PaymentProvider::set_faults(const ProviderFaults& faults) {
-  validate_faults(faults);
+  detail::validate_faults(faults);
   std::lock_guard lock(impl_->faults_mutex);
   impl_->faults = faults;
 }
 
-ProviderFaults PaymentProvider::faults() const {
-  std::lock_guard lock(impl_->faults_mutex);
-  return impl_->faults;
-}
+ProviderFaults PaymentProvider::faults() const { return impl_->current_faults(); }
 
 ProviderSummary PaymentProvider::summary() const {
-  ProviderSummary s = impl_->in_transaction([](Transaction& tx) {
-    ProviderSummary r;
-    const Rows totals =
-        tx.execute("SELECT count(*), count(DISTINCT order_id) FROM provider_charge");
-    r.charges = totals[0].int64(0);
-    r.orders = totals[0].int64(1);
-    for (const RowView row : tx.execute("SELECT order_id FROM provider_charge GROUP BY order_id "
-                                        "HAVING count(*) > 1 ORDER BY order_id")) {
-      r.orders_charged_more_than_once.push_back(row.int64(0));
-    }
-    return r;
-  });
+  ProviderSummary s = impl_->ledger.read([](Transaction& tx) { return read_summary(tx); });
   s.replays = impl_->replays.load();
   s.conflicts = impl_->conflicts.load();
   s.resets_after_commit = impl_->resets.load();
@@ -542,26 +470,17 @@ ProviderSummary PaymentProvider::summary() const {
 }
 
 std::vector<Charge> PaymentProvider::charges(std::optional<std::int64_t> order_id) const {
-  return impl_->in_transaction([&](Transaction& tx) {
-    constexpr std::string_view columns =
-        "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
-        "FROM provider_charge ";
-    const Rows rows =
-        order_id ? tx.execute(std::string(columns) + "WHERE order_id = $1 ORDER BY payment_id",
-                              *order_id)
-                 : tx.execute(std::string(columns) + "ORDER BY payment_id");
-    std::vector<Charge> out;
-    out.reserve(rows.size());
-    for (const RowView row : rows) {
-      out.push_back(Charge{.payment_id = std::string(row.text(0)),
-                           .order_id = row.int64(1),
-                           .amount = std::string(row.text(2)),
-                           .idempotency_key = std::string(row.text(3)),
-                           .traceparent = row.is_null(4) ? std::string() : std::string(row.text(4)),
-                           .created_at = ms_to_rfc3339(row.int64(5))});
-    }
-    return out;
-  });
+  return impl_->ledger.read([&](Transaction& tx) { return read_charges(tx, order_id); });
+}
+
+ProviderStats PaymentProvider::stats() const {
+  const detail::LedgerStats ledger = impl_->ledger.stats();
+  return ProviderStats{.transactions = ledger.transactions,
+                       .charges_committed = ledger.charges,
+                       .largest_batch = ledger.largest_batch,
+                       .queued = ledger.queued,
+                       .requests_in_progress = impl_->in_progress.load(),
+                       .peak_requests_in_progress = impl_->peak_in_progress.load()};
 }
 
 }  // namespace idem::http

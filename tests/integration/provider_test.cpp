@@ -2,16 +2,28 @@
 // a key is required, a replay charges nothing, a different request under the same key
 // is 422, a request in flight is 409 (two real concurrent requests), keys expire after
 // the retention, faults do what they say, and keys survive a restart of a real
-// `idem provider` process.
+// `idem provider` process. It holds 2,000 concurrent requests on a few threads, and
+// commits concurrent charges together (group commit).
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <latch>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -44,12 +56,66 @@ ClientConfig one_attempt() {
   return c;
 }
 
+/// Threads of this process now.
+int thread_count() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// Sends `count` charges at once, each on its own connection (so the provider holds them
+/// all concurrently), from one Asio event loop on the calling thread: key
+/// `<prefix>-<i>` for order i + 1. Returns each one's HTTP status (0: no answer).
+/// `on_event` runs after every connect and every answer.
+std::vector<int> charge_all_at_once(int port, int count, const std::string& prefix,
+                                    const std::function<void()>& on_event = [] {}) {
+  namespace asio = boost::asio;
+  namespace beast = boost::beast;
+  struct Call {
+    explicit Call(asio::io_context& io) : stream(io) {}
+    beast::tcp_stream stream;
+    beast::http::request<beast::http::string_body> request;
+    beast::flat_buffer buffer;
+    beast::http::response<beast::http::string_body> response;
+  };
+  asio::io_context io;
+  const asio::ip::tcp::endpoint provider(asio::ip::make_address("127.0.0.1"),
+                                         static_cast<unsigned short>(port));
+  std::vector<int> statuses(static_cast<std::size_t>(count), 0);
+  for (int i = 0; i < count; ++i) {
+    auto call = std::make_shared<Call>(io);
+    call->request = {beast::http::verb::post, "/payments/charge", 11};
+    call->request.set(beast::http::field::host, "127.0.0.1");
+    call->request.set(beast::http::field::content_type, "application/json");
+    call->request.set("Idempotency-Key", fmt::format("{}-{}", prefix, i));
+    call->request.body() = charge_body(i + 1, "1.00");
+    call->request.prepare_payload();
+    // A guard against a hung provider, far above any answer time; not a timing assertion.
+    call->stream.expires_after(std::chrono::minutes(2));
+    call->stream.async_connect(provider, [call, i, &statuses, &on_event](beast::error_code ec) {
+      on_event();
+      if (ec) return;
+      beast::http::async_write(call->stream, call->request, [call, i, &statuses, &on_event](
+                                                                beast::error_code wec, std::size_t) {
+        if (wec) return;
+        beast::http::async_read(call->stream, call->buffer, call->response,
+                                [call, i, &statuses, &on_event](beast::error_code rec, std::size_t) {
+                                  on_event();
+                                  if (!rec) statuses[static_cast<std::size_t>(i)] = call->response.result_int();
+                                });
+      });
+    });
+  }
+  io.run();
+  return statuses;
+}
+
 class ProviderTest : public ::testing::Test {
  protected:
-  void start(ProviderConfig config = {}) {
+  void start(ProviderConfig config = {}, const StoreOptions& options = {}) {
     config.clock = &clock_;
-    provider_ = std::make_unique<PaymentProvider>(open_store(db_url_), std::move(config));
-    provider_->start("127.0.0.1", 0);
+    provider_ = std::make_unique<PaymentProvider>(open_store(db_url_, options), std::move(config));
+    port_ = provider_->start("127.0.0.1", 0);
   }
   [[nodiscard]] std::string charge_url() const { return provider_->base_url() + "/payments/charge"; }
   CallResult charge(std::string_view key, std::int64_t order_id, std::string_view amount,
@@ -61,6 +127,7 @@ class ProviderTest : public ::testing::Test {
   std::string db_url_ = test::fresh_sqlite_url();
   test::ManualClock clock_;
   std::unique_ptr<PaymentProvider> provider_;
+  int port_ = 0;
 };
 
 TEST_F(ProviderTest, RequiresAValidIdempotencyKeyAndBody) {
@@ -241,6 +308,86 @@ TEST_F(ProviderTest, FaultsChangeAtRuntimeOverHttp) {
   EXPECT_EQ(http_post(provider_->base_url(), "/admin/faults", R"({"unavailable":2})").status, 400);
   EXPECT_EQ(http_post(provider_->base_url(), "/admin/faults", R"({"nonsense":1})").status, 400);
   EXPECT_EQ(provider_->faults().unavailable, 1.0) << "a rejected change changes nothing";
+}
+
+// 2,000 requests held open at once by a 200 ms latency: every one is answered and
+// charged once, and the provider does it on its two threads (event loop, store thread),
+// not a thread per request. The threads are counted while the requests are open.
+TEST_F(ProviderTest, HoldsTwoThousandConcurrentRequestsOnAFewThreads) {
+  constexpr int kRequests = 2000;
+  const int threads_before = thread_count();
+  ProviderConfig config;
+  config.faults.latency = 200ms;
+  start(config);
+  int most_threads = thread_count();
+  const std::vector<int> statuses =
+      charge_all_at_once(port_, kRequests, "many", [&] { most_threads = std::max(most_threads, thread_count()); });
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), kRequests);
+  EXPECT_LE(most_threads - threads_before, 2) << "the event loop and the store thread";
+  const ProviderSummary s = provider_->summary();
+  EXPECT_EQ(s.charges, kRequests);
+  EXPECT_EQ(s.orders, kRequests);
+  EXPECT_TRUE(s.orders_charged_more_than_once.empty());
+  const ProviderStats stats = provider_->stats();
+  EXPECT_EQ(stats.charges_committed, kRequests);
+  EXPECT_EQ(stats.requests_in_progress, 0);
+  RecordProperty("peak_requests_in_progress", static_cast<int>(stats.peak_requests_in_progress));
+  RecordProperty("transactions", static_cast<int>(stats.transactions));
+}
+
+// Group commit: while the database's write lock is held elsewhere, N charges arrive and
+// queue up behind the store thread; once the lock is gone they commit in at most two
+// transactions (the one that was waiting for the lock, and everything queued behind
+// it), and each is stored once. Sending them again replays every answer.
+TEST_F(ProviderTest, ConcurrentChargesCommitTogether) {
+  constexpr int kRequests = 300;
+  StoreOptions patient;
+  patient.busy_timeout = 120s;  // the provider's BEGIN waits for the test's lock
+  start({}, patient);
+  const std::int64_t transactions_before = provider_->stats().transactions;
+
+  auto blocker = open_store(db_url_);
+  auto write_lock = blocker->begin();  // BEGIN IMMEDIATE: SQLite's write lock
+  auto answers = std::async(std::launch::async, [&] { return charge_all_at_once(port_, kRequests, "group"); });
+  ASSERT_TRUE(test::wait_until([&] { return provider_->stats().requests_in_progress == kRequests; }, 60s))
+      << "in progress: " << provider_->stats().requests_in_progress;
+  write_lock->rollback();
+  const std::vector<int> statuses = answers.get();
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), kRequests);
+
+  const ProviderStats stats = provider_->stats();
+  EXPECT_LE(stats.transactions - transactions_before, 2) << "fewer commits than charges";
+  EXPECT_LT(stats.transactions - transactions_before, kRequests);
+  EXPECT_GE(stats.largest_batch, kRequests / 2);
+  const std::vector<Charge> charges = provider_->charges();
+  ASSERT_EQ(charges.size(), static_cast<std::size_t>(kRequests));
+  std::set<std::string> keys;
+  for (const Charge& c : charges) keys.insert(c.idempotency_key);
+  EXPECT_EQ(keys.size(), static_cast<std::size_t>(kRequests)) << "each charge stored once";
+  EXPECT_TRUE(provider_->summary().orders_charged_more_than_once.empty());
+
+  const std::vector<int> again = charge_all_at_once(port_, kRequests, "group");
+  EXPECT_EQ(std::count(again.begin(), again.end(), 200), kRequests);
+  EXPECT_EQ(provider_->summary().replays, kRequests);
+  EXPECT_EQ(provider_->summary().charges, kRequests);
+}
+
+// stop() while a request waits out its latency: the request is answered 503 and its key
+// released (nothing was charged), so its retry charges once.
+TEST_F(ProviderTest, StopReleasesARequestWaitingOutItsLatency) {
+  ProviderConfig config;
+  config.faults.latency = 1h;
+  start(config);
+  auto waiting = std::async(std::launch::async, [&] { return charge("key-1", 7, "1.00"); });
+  ASSERT_TRUE(test::wait_until([&] { return provider_->stats().transactions == 1; }, 30s))
+      << "the claim commits before the latency";
+  provider_->stop();
+  EXPECT_EQ(waiting.get().http_status, 503);
+  EXPECT_EQ(provider_->summary().charges, 0);
+  provider_.reset();
+  start();  // the same database: the key must be free
+  EXPECT_TRUE(charge("key-1", 7, "1.00").ok());
+  EXPECT_EQ(provider_->summary().charges, 1);
 }
 
 // The key store is durable: a real `idem provider` process, stopped and started again

@@ -1,12 +1,16 @@
 #pragma once
 /// \file
-/// The payment provider of the reference system (SPEC section 2, IDEM-4): a real HTTP
-/// server (cpp-httplib) that charges orders and deduplicates on `Idempotency-Key`.
+/// The payment provider of the reference system (SPEC section 2, IDEM-4): a real HTTP/1.1
+/// server (Boost.Beast on one event loop, keep-alive) that charges orders and
+/// deduplicates on `Idempotency-Key`. It holds thousands of requests open at once on two
+/// threads: the event loop, and a store thread that commits every waiting charge in one
+/// transaction (group commit) before any of them is answered.
 ///
 /// `POST /payments/charge` with `{"order_id": N, "amount": "12.30"}`:
 /// - no `Idempotency-Key`, an invalid one, or an invalid body: 400;
 /// - a new key: the key is claimed (in flight), the charge and the stored answer are
-///   committed in ONE transaction, the answer is 200 `{"payment_id", "order_id",
+///   committed in ONE transaction (with the claim itself when there is no latency), the
+///   answer, sent only after that commit, is 200 `{"payment_id", "order_id",
 ///   "amount", "status": "charged"}` (or 402 `{"error": "card_declined"}` for a
 ///   declined order, stored the same way);
 /// - the same key and the same request (order_id and amount): the stored first answer
@@ -43,6 +47,7 @@ struct ProviderFaults {
   /// Share of charge requests answered 503 before anything is stored.
   double unavailable = 0.0;
   /// Added to every new charge after its key is claimed (widens the in-flight window).
+  /// A timer: a request waiting out its latency holds no thread.
   std::chrono::milliseconds latency{0};
   /// Share of orders declined with 402 {"error":"card_declined"} and not charged.
   /// Decided by a hash of order_id and the seed, so the same orders are declined on
@@ -55,8 +60,9 @@ struct ProviderConfig {
   ProviderFaults faults;
   std::uint64_t seed = 42;  ///< fault draws and the decline hash
   const Clock* clock = &SystemClock::instance();  ///< key age and charge times
-  /// TEST ONLY: runs on the request's thread after a new key was claimed and before the
-  /// charge, so a test can hold a request in flight without timing assumptions.
+  /// TEST ONLY: runs after a new key was claimed and before the charge, so a test can
+  /// hold a request in flight without timing assumptions. It runs on a thread of its
+  /// own (one, for all requests), so blocking in it holds up no other request.
   std::function<void(std::string_view idempotency_key)> after_claim;
 };
 
@@ -83,6 +89,16 @@ struct ProviderSummary {
   std::int64_t declined = 0;             ///< new 402 answers (replays not counted)
 };
 
+/// How the provider works right now: the group commit's effect, and the load it holds.
+struct ProviderStats {
+  std::int64_t transactions = 0;       ///< write transactions committed (one per group)
+  std::int64_t charges_committed = 0;  ///< charges committed by this process
+  std::int64_t largest_batch = 0;      ///< most requests committed by one transaction
+  std::int64_t queued = 0;             ///< store jobs waiting for the store thread
+  std::int64_t requests_in_progress = 0;  ///< requests received and not yet answered
+  std::int64_t peak_requests_in_progress = 0;
+};
+
 /// The provider. Usable in-process (tests) and by `idem provider`.
 class PaymentProvider {
  public:
@@ -95,11 +111,13 @@ class PaymentProvider {
   PaymentProvider(const PaymentProvider&) = delete;
   PaymentProvider& operator=(const PaymentProvider&) = delete;
 
-  /// Binds `host:port` (port 0: any free port), then serves on background threads.
-  /// Returns the bound port. Connections are accepted as soon as it returns.
+  /// Binds `host:port` (port 0: any free port), then serves on a background thread.
+  /// Returns the bound port. Connections are accepted as soon as it returns. Once only.
   /// \throws Error(Connection, Http) when the address cannot be bound.
   int start(const std::string& host, int port);
-  /// Stops serving and waits for the server thread. Idempotent.
+  /// Stops serving and waits for the server thread. Idempotent. Requests being
+  /// committed are answered first; requests waiting out their latency are released
+  /// (nothing charged) and answered 503. The audit calls below keep working.
   void stop();
   /// `http://host:port` once started.
   [[nodiscard]] std::string base_url() const;
@@ -109,14 +127,11 @@ class PaymentProvider {
   [[nodiscard]] ProviderSummary summary() const;
   /// Charges of `order_id` (all when nullopt), oldest first.
   [[nodiscard]] std::vector<Charge> charges(std::optional<std::int64_t> order_id = {}) const;
+  [[nodiscard]] ProviderStats stats() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-/// idem::parse_duration (idem/config.hpp: "24h", "30m", "1.5s", "250ms", "7d") that throws.
-/// \throws Error(InvalidArgument, Config) naming the text.
-[[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text);
 
 }  // namespace idem::http

@@ -1,0 +1,390 @@
+#include "reference/payment_provider_ledger.hpp"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+#include "idem/uuid.hpp"
+#include "reference/payment_provider_rules.hpp"
+
+namespace idem::http::detail {
+
+namespace {
+
+// Portable between SQLite and PostgreSQL, so `--db` may name either.
+constexpr std::string_view kCreateKeys =
+    "CREATE TABLE IF NOT EXISTS provider_idempotency_key ("
+    " idempotency_key text PRIMARY KEY,"
+    " fingerprint text NOT NULL,"           // what the request asked for
+    " state text NOT NULL,"                 // 'in_flight' or 'done'
+    " response_status bigint,"              // the stored first answer, once done
+    " response_body text,"
+    " created_at_ms bigint NOT NULL)";
+constexpr std::string_view kCreateCharges =
+    "CREATE TABLE IF NOT EXISTS provider_charge ("
+    " payment_id text PRIMARY KEY,"         // pay_<UUIDv7>: sorts by creation
+    " order_id bigint NOT NULL,"
+    " amount text NOT NULL,"
+    " idempotency_key text NOT NULL,"
+    " traceparent text,"
+    " created_at_ms bigint NOT NULL)";
+constexpr std::string_view kCreateChargesIndex =
+    "CREATE INDEX IF NOT EXISTS provider_charge_order_id_idx ON provider_charge (order_id)";
+
+// Jobs per transaction at most: bounds a transaction's statements and parameters
+// (6 per row, far below SQLite's 32,766 and PostgreSQL's 65,535 per statement).
+constexpr std::size_t kMaxBatch = 1024;
+// A batch's rows go out in statements of these sizes (greedy), so a connection
+// prepares a few fixed SQL texts instead of one per batch size.
+constexpr std::array<std::size_t, 5> kChunkSizes{256, 64, 16, 4, 1};
+
+template <class Fn>
+void for_each_chunk(std::size_t count, Fn&& fn) {
+  std::size_t at = 0;
+  for (const std::size_t size : kChunkSizes) {
+    for (; count - at >= size; at += size) fn(at, size);
+  }
+}
+
+// "$first, ..." for `count` parameters, or "(...), (...)" rows of `width` parameters.
+std::string placeholders(std::size_t first, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    out += fmt::format("{}${}", i == 0 ? "" : ",", first + i);
+  }
+  return out;
+}
+std::string value_rows(std::size_t rows, std::size_t width) {
+  std::string out;
+  for (std::size_t r = 0; r < rows; ++r) {
+    out += fmt::format("{}({})", r == 0 ? "" : ",", placeholders(1 + r * width, width));
+  }
+  return out;
+}
+
+std::int64_t to_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+Param optional_text(const std::string& text) { return text.empty() ? Param(nullptr) : Param(text); }
+
+struct KeyRow {
+  std::string fingerprint;
+  std::string state;
+  int status = 0;
+  std::string body;
+};
+
+// The rows of `keys` that exist, by key.
+std::unordered_map<std::string, KeyRow> lookup_keys(Transaction& tx,
+                                                    const std::vector<std::string>& keys) {
+  std::unordered_map<std::string, KeyRow> found;
+  for_each_chunk(keys.size(), [&](std::size_t at, std::size_t n) {
+    const std::vector<Param> params(keys.begin() + static_cast<std::ptrdiff_t>(at),
+                                    keys.begin() + static_cast<std::ptrdiff_t>(at + n));
+    const Rows rows = tx.execute_params(
+        fmt::format("SELECT idempotency_key, fingerprint, state, response_status, response_body "
+                    "FROM provider_idempotency_key WHERE idempotency_key IN ({})",
+                    placeholders(1, n)),
+        params);
+    for (const RowView row : rows) {
+      KeyRow k;
+      k.fingerprint = row.text(1);
+      k.state = row.text(2);
+      if (!row.is_null(3)) k.status = static_cast<int>(row.int64(3));
+      if (!row.is_null(4)) k.body = std::string(row.text(4));
+      found.emplace(std::string(row.text(0)), std::move(k));
+    }
+  });
+  return found;
+}
+
+// DELETE ... WHERE <condition> AND idempotency_key IN (keys), deferred: nobody needs
+// its count. `leading` are the condition's parameters ($1...).
+void delete_keys(Transaction& tx, std::string_view condition, const std::vector<Param>& leading,
+                 const std::vector<std::string>& keys) {
+  for_each_chunk(keys.size(), [&](std::size_t at, std::size_t n) {
+    std::vector<Param> params = leading;
+    params.insert(params.end(), keys.begin() + static_cast<std::ptrdiff_t>(at),
+                  keys.begin() + static_cast<std::ptrdiff_t>(at + n));
+    tx.execute_deferred_params(
+        fmt::format("DELETE FROM provider_idempotency_key WHERE {} AND idempotency_key IN ({})",
+                    condition, placeholders(leading.size() + 1, n)),
+        params);
+  });
+}
+
+struct ChargeRow {
+  std::string payment_id;
+  const ChargeAttempt* attempt = nullptr;
+};
+
+void insert_charges(Transaction& tx, const std::vector<ChargeRow>& charges, std::int64_t now_ms) {
+  for_each_chunk(charges.size(), [&](std::size_t at, std::size_t n) {
+    std::vector<Param> params;
+    params.reserve(n * 6);
+    for (std::size_t i = at; i < at + n; ++i) {
+      const ChargeAttempt& a = *charges[i].attempt;
+      params.insert(params.end(), {Param(charges[i].payment_id), Param(a.order_id),
+                                   Param(a.amount), Param(a.key), optional_text(a.traceparent),
+                                   Param(now_ms)});
+    }
+    tx.execute_deferred_params(
+        fmt::format("INSERT INTO provider_charge(payment_id, order_id, amount, idempotency_key, "
+                    "traceparent, created_at_ms) VALUES {}",
+                    value_rows(n, 6)),
+        params);
+  });
+}
+
+}  // namespace
+
+ChargeLedger::ChargeLedger(std::unique_ptr<Store> store, const Clock& clock,
+                           std::chrono::milliseconds key_retention)
+    : store_(std::move(store)), clock_(clock), key_retention_(key_retention) {
+  auto tx = store_->begin();
+  tx->execute(kCreateKeys);
+  tx->execute(kCreateCharges);
+  tx->execute(kCreateChargesIndex);
+  tx->execute("DELETE FROM provider_idempotency_key WHERE state = 'in_flight'");
+  tx->commit();
+  thread_ = std::thread([this] { run(); });
+}
+
+ChargeLedger::~ChargeLedger() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void ChargeLedger::claim(ChargeAttempt attempt, LedgerCompletion done) {
+  enqueue(JobKind::Claim, std::move(attempt), std::move(done), {});
+}
+
+void ChargeLedger::charge(ChargeAttempt attempt, LedgerCompletion done) {
+  enqueue(JobKind::Charge, std::move(attempt), std::move(done), {});
+}
+
+void ChargeLedger::release(std::string key) {
+  ChargeAttempt attempt;
+  attempt.key = std::move(key);
+  enqueue(JobKind::Release, std::move(attempt), {}, {});
+}
+
+void ChargeLedger::read_async(std::function<void(Store&)> fn) {
+  enqueue(JobKind::Read, {}, {}, std::move(fn));
+}
+
+LedgerStats ChargeLedger::stats() const {
+  std::lock_guard lock(mutex_);
+  LedgerStats s = stats_;
+  s.queued = static_cast<std::int64_t>(queue_.size());
+  return s;
+}
+
+void ChargeLedger::enqueue(JobKind kind, ChargeAttempt attempt, LedgerCompletion done,
+                           std::function<void(Store&)> read) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(Job{kind, std::move(attempt), std::move(done), std::move(read)});
+  }
+  wake_.notify_one();
+}
+
+void ChargeLedger::run() {
+  for (;;) {
+    std::vector<Job> batch;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is done
+      batch = take_batch(lock);
+    }
+    std::vector<Job> writes;
+    std::vector<Job> reads;
+    for (Job& job : batch) (job.kind == JobKind::Read ? reads : writes).push_back(std::move(job));
+    if (!writes.empty()) commit_writes(writes);
+    for (Job& job : reads) job.read(*store_);
+  }
+}
+
+// Everything waiting (up to kMaxBatch writes), except a second job for a key already in
+// the batch: it stays queued for the next transaction, so each key sees its jobs one
+// after the other (and a multi-row statement never names a key twice). A read queued
+// behind a job that stays, stays too, so it still sees every write queued before it.
+std::vector<ChargeLedger::Job> ChargeLedger::take_batch(std::unique_lock<std::mutex>&) {
+  std::vector<Job> batch;
+  std::deque<Job> left;
+  std::unordered_set<std::string> keys;
+  std::size_t writes = 0;
+  for (Job& job : queue_) {
+    const bool is_read = job.kind == JobKind::Read;
+    const bool take = is_read ? left.empty()
+                              : writes < kMaxBatch && keys.insert(job.attempt.key).second;
+    if (take) {
+      writes += is_read ? 0 : 1;
+      batch.push_back(std::move(job));
+    } else {
+      left.push_back(std::move(job));
+    }
+  }
+  queue_ = std::move(left);
+  return batch;
+}
+
+void ChargeLedger::commit_writes(std::vector<Job>& jobs) {
+  std::vector<LedgerAnswer> answers;
+  try {
+    auto tx = store_->begin();
+    answers = write(*tx, jobs);
+    tx->commit();
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    const bool in_doubt = error != nullptr && error->code() == ErrorCode::InDoubt;
+    if (jobs.size() > 1 && !in_doubt) {
+      // One job's statement may have failed them all: give each its own transaction,
+      // so only the failing one fails.
+      for (Job& job : jobs) {
+        std::vector<Job> alone;
+        alone.push_back(std::move(job));
+        commit_writes(alone);
+      }
+      return;
+    }
+    for (Job& job : jobs) {
+      if (job.kind == JobKind::Charge && !in_doubt) {
+        // Nothing was charged: release the key so that a retry can claim it.
+        try {
+          auto tx = store_->begin();
+          delete_keys(*tx, "state = 'in_flight'", {}, {job.attempt.key});
+          tx->commit();
+        } catch (...) {  // the store is gone: a restart forgets in-flight claims anyway
+        }
+      }
+      if (job.done) job.done(LedgerAnswer{LedgerOutcome::Failed, 0, {}, e.what()});
+    }
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.transactions;
+    stats_.largest_batch = std::max(stats_.largest_batch, static_cast<std::int64_t>(jobs.size()));
+    stats_.charges += std::count_if(answers.begin(), answers.end(), [](const LedgerAnswer& a) {
+      return a.outcome == LedgerOutcome::Charged;
+    });
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].done) jobs[i].done(std::move(answers[i]));
+  }
+}
+
+std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>& jobs) {
+  const std::int64_t now_ms = to_ms(clock_.now());
+  std::vector<LedgerAnswer> answers(jobs.size());
+  std::vector<ChargeRow> charges;
+  std::vector<std::string> released;
+
+  // Claims. An expired key is forgotten first, so its claim below succeeds. A claim that
+  // charges at once inserts its key as done, with the answer: claim and charge commit
+  // together. A declined one inserts nothing and only looks at what the key stands for.
+  std::vector<std::size_t> claims;
+  std::vector<std::string> claim_keys;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].kind != JobKind::Claim) continue;
+    claims.push_back(i);
+    claim_keys.push_back(jobs[i].attempt.key);
+  }
+  delete_keys(tx, "state = 'done' AND created_at_ms < $1", {Param(now_ms - key_retention_.count())},
+              claim_keys);
+  std::vector<std::size_t> inserting;
+  std::vector<std::string> payment_ids(jobs.size());
+  for (const std::size_t i : claims) {
+    const ChargeAttempt& a = jobs[i].attempt;
+    if (a.charge_at_claim && a.declined) continue;
+    if (a.charge_at_claim) {
+      payment_ids[i] = "pay_" + new_uuid_v7().to_string();
+      answers[i] = {LedgerOutcome::Charged, kCharged, charged_body(payment_ids[i], a.order_id, a.amount), {}};
+    }
+    inserting.push_back(i);
+  }
+  std::unordered_set<std::string> claimed;
+  for_each_chunk(inserting.size(), [&](std::size_t at, std::size_t n) {
+    std::vector<Param> params;
+    params.reserve(n * 6);
+    for (std::size_t j = at; j < at + n; ++j) {
+      const std::size_t i = inserting[j];
+      const ChargeAttempt& a = jobs[i].attempt;
+      const bool done = a.charge_at_claim;
+      params.insert(params.end(), {Param(a.key), Param(a.fingerprint), Param(done ? "done" : "in_flight"),
+                                   done ? Param(kCharged) : Param(nullptr),
+                                   done ? Param(answers[i].body) : Param(nullptr), Param(now_ms)});
+    }
+    const Rows rows = tx.execute_params(
+        fmt::format("INSERT INTO provider_idempotency_key(idempotency_key, fingerprint, state, "
+                    "response_status, response_body, created_at_ms) VALUES {} "
+                    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
+                    value_rows(n, 6)),
+        params);
+    for (const RowView row : rows) claimed.emplace(row.text(0));
+  });
+  std::vector<std::string> existing_keys;
+  for (const std::size_t i : claims) {
+    const ChargeAttempt& a = jobs[i].attempt;
+    if (claimed.count(a.key) != 0) {
+      if (a.charge_at_claim) charges.push_back({payment_ids[i], &a});
+      else answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
+    } else {
+      existing_keys.push_back(a.key);
+    }
+  }
+  const auto existing = lookup_keys(tx, existing_keys);
+  for (const std::size_t i : claims) {
+    const ChargeAttempt& a = jobs[i].attempt;
+    if (claimed.count(a.key) != 0) continue;
+    const auto it = existing.find(a.key);
+    if (it == existing.end()) {
+      // Only a declined charge inserts no key; another provider process that just
+      // released the key is the other way here, and a retry sorts it out.
+      answers[i] = a.declined ? LedgerAnswer{LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}}
+                              : LedgerAnswer{LedgerOutcome::InFlight, 409, {}, {}};
+    } else if (it->second.fingerprint != a.fingerprint) {
+      answers[i] = {LedgerOutcome::DifferentRequest, 422, {}, {}};
+    } else if (it->second.state != "done") {
+      answers[i] = {LedgerOutcome::InFlight, 409, {}, {}};
+    } else {
+      answers[i] = {LedgerOutcome::Replayed, it->second.status, it->second.body, {}};
+    }
+  }
+
+  // Second steps of claimed keys, and releases.
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const ChargeAttempt& a = jobs[i].attempt;
+    if (jobs[i].kind == JobKind::Release) {
+      released.push_back(a.key);
+    } else if (jobs[i].kind == JobKind::Charge && a.declined) {
+      // A decline charges nothing, so it is not stored: the same key may charge once
+      // the customer fixed the cause. That is what replaying a declined event relies on.
+      released.push_back(a.key);
+      answers[i] = {LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}};
+    } else if (jobs[i].kind == JobKind::Charge) {
+      const std::string payment_id = "pay_" + new_uuid_v7().to_string();
+      answers[i] = {LedgerOutcome::Charged, kCharged, charged_body(payment_id, a.order_id, a.amount), {}};
+      tx.execute_deferred("UPDATE provider_idempotency_key SET state = 'done', response_status = $2, "
+                          "response_body = $3 WHERE idempotency_key = $1",
+                          a.key, kCharged, answers[i].body);
+      charges.push_back({payment_id, &a});
+    }
+  }
+  insert_charges(tx, charges, now_ms);
+  delete_keys(tx, "state = 'in_flight'", {}, released);
+  return answers;
+}
+
+}  // namespace idem::http::detail
