@@ -31,7 +31,9 @@ void to_messages(const Rows& rows, ClaimedBatch& out) {
 
 ClaimReader::ClaimReader(SharedConnection& connection, const OutboxQueries& queries,
                          std::size_t batch_size)
-    : connection_(connection), queries_(queries), batch_size_(batch_size),
+    : connection_(connection),
+      queries_(queries),
+      batch_size_(batch_size),
       thread_([this] { run(); }) {}
 
 ClaimReader::~ClaimReader() {

@@ -24,10 +24,10 @@ namespace idem::detail {
 
 /// One claim, read and turned into messages by the claim thread.
 struct ClaimedBatch {
-  std::exception_ptr error;  ///< the claim failed: rethrown on the relay thread
-  std::int64_t session = 0;  ///< the database session that ran the claim (kClaimSession)
-  std::vector<std::int64_t> ids;           ///< in id order
-  std::vector<ProducerMessage> messages;   ///< messages[i] is row ids[i]
+  std::exception_ptr error;       ///< the claim failed: rethrown on the relay thread
+  std::int64_t session = 0;       ///< the database session that ran the claim (kClaimSession)
+  std::vector<std::int64_t> ids;  ///< in id order
+  std::vector<ProducerMessage> messages;  ///< messages[i] is row ids[i]
 };
 
 /// Turns claimed rows (columns as ClaimColumn) into messages that carry the rows'
@@ -71,12 +71,12 @@ class ClaimReader {
   bool outstanding_ = false;  // relay thread only
 
   std::mutex mutex_;
-  std::condition_variable requested_;  // claim thread: a request or quit
-  std::condition_variable done_;       // relay thread: the result is there
-  std::optional<Request> request_;     // guarded by mutex_
-  std::optional<ClaimedBatch> result_; // guarded by mutex_
-  bool quit_ = false;                  // guarded by mutex_
-  std::thread thread_;                 // last: starts once everything above exists
+  std::condition_variable requested_;   // claim thread: a request or quit
+  std::condition_variable done_;        // relay thread: the result is there
+  std::optional<Request> request_;      // guarded by mutex_
+  std::optional<ClaimedBatch> result_;  // guarded by mutex_
+  bool quit_ = false;                   // guarded by mutex_
+  std::thread thread_;                  // last: starts once everything above exists
 };
 
 }  // namespace idem::detail

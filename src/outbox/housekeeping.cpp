@@ -49,9 +49,10 @@ void Housekeeping::clean(RelayProgress& progress, const std::atomic<bool>& stop)
     if (n < batch) break;
   }
   if (deleted > 0 && log_) {
-    log_(fmt::format("idem relay: cleanup deleted {} published rows older than {} ms in {} "
-                     "batch(es) of at most {}",
-                     deleted, config_.retention.count(), batches, batch));
+    log_(
+        fmt::format("idem relay: cleanup deleted {} published rows older than {} ms in {} "
+                    "batch(es) of at most {}",
+                    deleted, config_.retention.count(), batches, batch));
   }
 }
 

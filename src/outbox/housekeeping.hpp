@@ -20,8 +20,8 @@ class Housekeeping {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   /// The first cleanup is due at once, the first progress report one interval from now.
-  Housekeeping(SharedConnection& connection, const OutboxQueries& queries, const RelayConfig& config,
-               std::function<void(std::string_view)> log);
+  Housekeeping(SharedConnection& connection, const OutboxQueries& queries,
+               const RelayConfig& config, std::function<void(std::string_view)> log);
 
   [[nodiscard]] bool progress_due(TimePoint now) const noexcept;
   /// When the next progress report is due; nullopt when progress is disabled.

@@ -12,7 +12,10 @@ using std::chrono::milliseconds;
 
 IdleWait::IdleWait(const OutboxQueries& queries, std::string url, StoreOptions options, bool listen,
                    std::function<void(std::string_view)> log)
-    : queries_(queries), url_(std::move(url)), options_(std::move(options)), listen_(listen),
+    : queries_(queries),
+      url_(std::move(url)),
+      options_(std::move(options)),
+      listen_(listen),
       log_(std::move(log)) {
   if (listen_) open();
 }
@@ -33,7 +36,8 @@ void IdleWait::reopen_if_lost() noexcept {
 void IdleWait::wait(milliseconds timeout, const std::atomic<bool>& stop) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!stop.load(std::memory_order_relaxed)) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return;
     const auto slice = std::min(left, milliseconds(100));
     if (!listener_) {

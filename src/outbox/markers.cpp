@@ -7,7 +7,9 @@ namespace idem::detail {
 
 Markers::Markers(std::vector<std::unique_ptr<Store>> connections, SharedConnection& shared,
                  const OutboxQueries& queries, std::size_t ids_per_statement)
-    : shared_(shared), queries_(queries), ids_per_statement_(ids_per_statement),
+    : shared_(shared),
+      queries_(queries),
+      ids_per_statement_(ids_per_statement),
       connections_(std::move(connections)) {
   for (const auto& store : connections_) {
     threads_.emplace_back([this, &s = *store] { run(s); });
@@ -69,7 +71,8 @@ void Markers::submit(MarkJob job) {
     MarkResult r;
     r.rows = job.ids.size();
     r.batches = job.batches;
-    shared_.with([&](Store& store) { mark(store, job.ids, scratch_); });  // throws: the caller's error path
+    shared_.with(
+        [&](Store& store) { mark(store, job.ids, scratch_); });  // throws: the caller's error path
     pending_ += job.batches;
     std::lock_guard lock(mutex_);
     results_.push_back(std::move(r));

@@ -73,8 +73,8 @@ class Markers {
   const OutboxQueries& queries_;
   const std::size_t ids_per_statement_;
   std::vector<std::unique_ptr<Store>> connections_;
-  std::string scratch_;       // inline marks' id list (relay thread)
-  std::size_t pending_ = 0;   // relay thread
+  std::string scratch_;      // inline marks' id list (relay thread)
+  std::size_t pending_ = 0;  // relay thread
 
   std::mutex mutex_;
   std::condition_variable work_;      // markers: work or quit

@@ -28,10 +28,10 @@ namespace idem {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 using detail::ClaimedBatch;
 using detail::MarkJob;
 using detail::MarkResult;
+using std::chrono::milliseconds;
 
 RelayConfig validated(RelayConfig config) {
   if (config.batch_size == 0 || config.max_batches_in_flight == 0) {
@@ -211,7 +211,8 @@ struct Relay::Impl {
       return;
     }
     if (const std::string* failure = in_flight.front_failure()) {
-      log(fmt::format("idem relay: delivery failed ({}); resending from the oldest "
+      log(
+          fmt::format("idem relay: delivery failed ({}); resending from the oldest "
                       "unpublished row",
                       *failure));
       reset_pipeline();
@@ -268,7 +269,7 @@ struct Relay::Impl {
       if (!in_flight.empty()) {
         // Serve acknowledgements: without waiting right after a produce; otherwise wait
         // for them, briefly (1 ms) while a claim is out, so its rows are taken soon.
-        const milliseconds wait = claimed ? milliseconds(0)
+        const milliseconds wait = claimed                 ? milliseconds(0)
                                   : claims->outstanding() ? milliseconds(1)
                                                           : milliseconds(5);
         producer->poll(wait, deliveries);
@@ -300,7 +301,8 @@ struct Relay::Impl {
       if (!idle) continue;
       if (until_empty && !ownership.owned().empty() && last_claim_empty) return true;
       const auto progress = housekeeping.next_progress();
-      const auto housekeeping_due = progress ? std::min(ownership.next(), *progress) : ownership.next();
+      const auto housekeeping_due =
+          progress ? std::min(ownership.next(), *progress) : ownership.next();
       const auto until_housekeeping = housekeeping_due - SteadyClock::now();
       idle_wait.wait(std::clamp(std::chrono::duration_cast<milliseconds>(until_housekeeping),
                                 milliseconds(1), config.poll_interval),
@@ -343,7 +345,9 @@ bool Relay::run_until_empty(std::chrono::milliseconds timeout) {
   return drained;
 }
 
-void Relay::request_stop() noexcept { impl_->stop.store(true, std::memory_order_relaxed); }
+void Relay::request_stop() noexcept {
+  impl_->stop.store(true, std::memory_order_relaxed);
+}
 
 RelayProgress Relay::progress() const {
   RelayProgress p = impl_->prog;

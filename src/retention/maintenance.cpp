@@ -19,13 +19,15 @@ namespace idem {
 namespace {
 
 using Millis = std::chrono::sys_time<std::chrono::milliseconds>;
-using std::chrono::milliseconds;
 using detail::DedupPartition;
+using std::chrono::milliseconds;
 
 class Maintenance {
  public:
   Maintenance(Store& store, const RetentionPolicy& policy, const std::atomic<bool>& stop)
-      : store_(store), policy_(policy), stop_(stop),
+      : store_(store),
+        policy_(policy),
+        stop_(stop),
         clock_(policy.clock != nullptr ? *policy.clock : SystemClock::instance()),
         ops_(detail::make_maintenance_operations(store, clock_)) {}
 
@@ -82,14 +84,16 @@ class Maintenance {
     const auto bad = [](const std::string& what) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "retention: " + what);
     };
-    if (policy_.dedup.retention <= std::chrono::hours(0)) bad("the dedup retention must be positive");
+    if (policy_.dedup.retention <= std::chrono::hours(0))
+      bad("the dedup retention must be positive");
     if (policy_.dedup.safety_margin < std::chrono::hours(0) ||
         policy_.dedup.safety_margin >= policy_.dedup.retention) {
       bad("the safety margin must be at least 0 and shorter than the dedup retention");
     }
     if (policy_.batch_size == 0) bad("batch_size must be at least 1");
     if (policy_.outbox_retention.count() < 0) bad("outbox_retention must not be negative");
-    if (policy_.partition_period <= std::chrono::hours(0)) bad("partition_period must be at least one hour");
+    if (policy_.partition_period <= std::chrono::hours(0))
+      bad("partition_period must be at least one hour");
     if (policy_.partitions_ahead < 0) bad("partitions_ahead must not be negative");
   }
 
@@ -111,7 +115,8 @@ class Maintenance {
     return total;
   }
 
-  void maintain_partitions(std::vector<DedupPartition> existing, std::chrono::system_clock::time_point now) {
+  void maintain_partitions(std::vector<DedupPartition> existing,
+                           std::chrono::system_clock::time_point now) {
     for (const auto& p : existing) {
       if (p.is_default) default_partition_ = p.name;
     }
@@ -130,7 +135,8 @@ class Maintenance {
     const auto max_behind = policy_.dedup.retention / period + 1;
     std::int64_t behind = 0;
     if (newest_end && *newest_end < current) {
-      behind = std::min<std::int64_t>((current - *newest_end + period - milliseconds(1)) / period, max_behind);
+      behind = std::min<std::int64_t>((current - *newest_end + period - milliseconds(1)) / period,
+                                      max_behind);
     }
     MigrateOptions plan;
     plan.partitioned = true;
@@ -138,9 +144,10 @@ class Maintenance {
     plan.partitions_behind = static_cast<int>(behind);
     plan.partitions_ahead = policy_.partitions_ahead;
     for (auto& spec : ops_->plan_partitions(plan, now)) {
-      const bool overlaps = std::any_of(existing.begin(), existing.end(), [&](const DedupPartition& p) {
-        return !p.is_default && p.from < spec.to && spec.from < p.to;
-      });
+      const bool overlaps =
+          std::any_of(existing.begin(), existing.end(), [&](const DedupPartition& p) {
+            return !p.is_default && p.from < spec.to && spec.from < p.to;
+          });
       if (overlaps || stop_.load(std::memory_order_relaxed)) continue;
       report_.rows_moved_from_default += ops_->create_partition(spec, default_partition_);
       report_.partitions_created.push_back(spec.name);
@@ -169,11 +176,14 @@ class Maintenance {
 }  // namespace
 
 std::string MaintenanceReport::summary() const {
-  if (!ran) return fmt::format("skipped: another maintenance holds the lock elapsed_ms={}", elapsed.count());
+  if (!ran)
+    return fmt::format("skipped: another maintenance holds the lock elapsed_ms={}",
+                       elapsed.count());
   return fmt::format(
       "partitioned={} partitions_created={} partitions_dropped={} moved_from_default={} "
       "dedup_rows_deleted={} outbox_rows_deleted={} batches={} elapsed_ms={}",
-      partitioned, partitions_created.empty() ? "-" : fmt::format("{}", fmt::join(partitions_created, ",")),
+      partitioned,
+      partitions_created.empty() ? "-" : fmt::format("{}", fmt::join(partitions_created, ",")),
       partitions_dropped.empty() ? "-" : fmt::format("{}", fmt::join(partitions_dropped, ",")),
       rows_moved_from_default, dedup_rows_deleted, outbox_rows_deleted, batches, elapsed.count());
 }
@@ -227,7 +237,8 @@ MaintenanceTask::MaintenanceTask(std::string store_url, RetentionPolicy policy,
                                  std::function<void(std::string_view)> on_error)
     : impl_(std::make_unique<Impl>()) {
   if (interval.count() <= 0) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "maintenance interval must be positive");
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "maintenance interval must be positive");
   }
   StoreOptions options;
   options.application_name = "idem-maintenance";
@@ -248,6 +259,8 @@ MaintenanceTask::~MaintenanceTask() {
   impl_->thread.join();
 }
 
-std::uint64_t MaintenanceTask::passes() const noexcept { return impl_->passes.load(); }
+std::uint64_t MaintenanceTask::passes() const noexcept {
+  return impl_->passes.load();
+}
 
 }  // namespace idem

@@ -45,12 +45,12 @@ class MaintenanceOperations {
 
   /// One batch, one transaction: deletes at most `limit` dedup rows born before `cutoff`
   /// from processed_event, or from `partition` when given. Returns the rows deleted.
-  [[nodiscard]] virtual std::int64_t delete_dedup_batch(const Uuid& cutoff, std::int64_t limit,
-                                                        const std::optional<std::string>& partition) = 0;
+  [[nodiscard]] virtual std::int64_t delete_dedup_batch(
+      const Uuid& cutoff, std::int64_t limit, const std::optional<std::string>& partition) = 0;
   /// One batch, one transaction: deletes at most `limit` outbox rows published before
   /// `cutoff`. Returns the rows deleted.
-  [[nodiscard]] virtual std::int64_t delete_outbox_batch(std::chrono::system_clock::time_point cutoff,
-                                                         std::int64_t limit) = 0;
+  [[nodiscard]] virtual std::int64_t delete_outbox_batch(
+      std::chrono::system_clock::time_point cutoff, std::int64_t limit) = 0;
 
   /// processed_event's partitions; nullopt when it is not partitioned (always on SQLite).
   [[nodiscard]] virtual std::optional<std::vector<DedupPartition>> partitions() = 0;
@@ -65,16 +65,16 @@ class MaintenanceOperations {
 };
 
 /// The operations for `store`'s backend; `clock` times SQLite's lease.
-[[nodiscard]] std::unique_ptr<MaintenanceOperations> make_maintenance_operations(Store& store,
-                                                                                 const Clock& clock);
+[[nodiscard]] std::unique_ptr<MaintenanceOperations> make_maintenance_operations(
+    Store& store, const Clock& clock);
 
 namespace pg {
 [[nodiscard]] std::unique_ptr<MaintenanceOperations> make_maintenance_operations(Store& store);
 }  // namespace pg
 
 namespace sqlite {
-[[nodiscard]] std::unique_ptr<MaintenanceOperations> make_maintenance_operations(Store& store,
-                                                                                 const Clock& clock);
+[[nodiscard]] std::unique_ptr<MaintenanceOperations> make_maintenance_operations(
+    Store& store, const Clock& clock);
 }  // namespace sqlite
 
 }  // namespace idem::detail

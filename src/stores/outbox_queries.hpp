@@ -19,13 +19,13 @@ namespace idem::detail {
 
 /// The columns of OutboxQueries::claim()'s rows, in this order.
 enum ClaimColumn : std::size_t {
-  kClaimId = 0,       ///< outbox.id (bigint)
-  kClaimEventId,      ///< event_id (UUID, born with the event)
+  kClaimId = 0,   ///< outbox.id (bigint)
+  kClaimEventId,  ///< event_id (UUID, born with the event)
   kClaimTopic,
-  kClaimKey,          ///< message_key
+  kClaimKey,  ///< message_key
   kClaimPayload,
-  kClaimHeaders,      ///< headers as JSON text
-  kClaimSession,      ///< the database session that ran the claim (PostgreSQL: backend pid; else 0)
+  kClaimHeaders,  ///< headers as JSON text
+  kClaimSession,  ///< the database session that ran the claim (PostgreSQL: backend pid; else 0)
 };
 
 /// Unpublished rows and the age of the oldest, by the database's clock.
@@ -82,8 +82,8 @@ class OutboxQueries {
   /// Up to `limit` unpublished rows with id > `after_id` in the filtered shards, in id
   /// order, columns as ClaimColumn; in a read transaction (on SQLite a claim then never
   /// queues behind a marker's write).
-  [[nodiscard]] virtual Rows claim(Store& store, std::int64_t after_id, std::string_view shard_filter,
-                                   std::size_t limit) const = 0;
+  [[nodiscard]] virtual Rows claim(Store& store, std::int64_t after_id,
+                                   std::string_view shard_filter, std::size_t limit) const = 0;
 
   /// Marks `ids` published (rows already published stay as they are), in one
   /// transaction of one statement per `ids_per_statement` ids, pipelined where the
@@ -95,7 +95,8 @@ class OutboxQueries {
 
   /// Deletes at most `limit` rows published more than `older_than` ago (by the
   /// database's clock), in one transaction. Returns the number deleted.
-  [[nodiscard]] virtual std::int64_t delete_published(Store& store, std::chrono::milliseconds older_than,
+  [[nodiscard]] virtual std::int64_t delete_published(Store& store,
+                                                      std::chrono::milliseconds older_than,
                                                       std::int64_t limit) const = 0;
 
   /// How many connections can usefully mark at once (SQLite has one writer at a time).
@@ -109,8 +110,8 @@ class OutboxQueries {
   /// Opens a listener on a connection of its own. nullptr when the backend has no
   /// notifications, or when the server refused to LISTEN. Throws Error when the
   /// connection cannot be opened.
-  [[nodiscard]] virtual std::unique_ptr<OutboxListener> listen(std::string_view url,
-                                                               const StoreOptions& options) const = 0;
+  [[nodiscard]] virtual std::unique_ptr<OutboxListener> listen(
+      std::string_view url, const StoreOptions& options) const = 0;
 };
 
 /// The statements for `store`'s backend.

@@ -37,7 +37,8 @@ class ClaimReaderTest : public ::testing::Test {
     connection_->store().migrate();
   }
 
-  Uuid enqueue(const std::string& key, std::vector<std::pair<std::string, std::string>> headers = {}) {
+  Uuid enqueue(const std::string& key,
+               std::vector<std::pair<std::string, std::string>> headers = {}) {
     auto tx = connection_->store().begin();
     const Uuid id = Outbox().enqueue(*tx, [&](const Uuid& event_id) {
       OutboxMessage m;
@@ -166,7 +167,8 @@ TEST(InFlightBatches, AFailedDeliveryBlocksItsBatchAndEverythingAfterIt) {
   detail::InFlightBatches in_flight;
   in_flight.push({1}, 0);
   in_flight.push({2}, 1);
-  const std::vector<Delivery> deliveries = {delivery(0, false, "broker said no"), delivery(1, true)};
+  const std::vector<Delivery> deliveries = {delivery(0, false, "broker said no"),
+                                            delivery(1, true)};
   in_flight.apply(deliveries);
   EXPECT_EQ(in_flight.take_acknowledged().batches, 0U);
   ASSERT_NE(in_flight.front_failure(), nullptr);

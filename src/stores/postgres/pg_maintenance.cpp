@@ -74,8 +74,8 @@ class PostgresMaintenance final : public MaintenanceOperations {
     auto tx = store_.begin();
     // Session-level: it outlives this transaction and dies with the connection, so a
     // crashed maintenance process never blocks the next one.
-    const bool got = tx->execute("SELECT pg_try_advisory_lock($1::int, $2::int)", kMaintenanceLockClass,
-                                 kMaintenanceLockObject)[0]
+    const bool got = tx->execute("SELECT pg_try_advisory_lock($1::int, $2::int)",
+                                 kMaintenanceLockClass, kMaintenanceLockObject)[0]
                          .boolean(0);
     tx->commit();
     return got;
@@ -94,19 +94,20 @@ class PostgresMaintenance final : public MaintenanceOperations {
 
   std::int64_t delete_dedup_batch(const Uuid& cutoff, std::int64_t limit,
                                   const std::optional<std::string>& partition) override {
-    const std::string sql =
-        fmt::format(fmt::runtime(kDeleteDedupSql),
-                    fmt::arg("table", partition ? quote_ident(*partition) : std::string("processed_event")));
+    const std::string sql = fmt::format(
+        fmt::runtime(kDeleteDedupSql),
+        fmt::arg("table", partition ? quote_ident(*partition) : std::string("processed_event")));
     auto tx = store_.begin();
     const Rows r = tx->execute(sql, cutoff, limit);
     tx->commit();
     return r.affected();
   }
 
-  std::int64_t delete_outbox_batch(std::chrono::system_clock::time_point cutoff, std::int64_t limit) override {
+  std::int64_t delete_outbox_batch(std::chrono::system_clock::time_point cutoff,
+                                   std::int64_t limit) override {
     auto tx = store_.begin();
-    const Rows r = tx->execute(kDeleteOutboxSql, Timestamp(std::chrono::floor<std::chrono::microseconds>(cutoff)),
-                               limit);
+    const Rows r = tx->execute(
+        kDeleteOutboxSql, Timestamp(std::chrono::floor<std::chrono::microseconds>(cutoff)), limit);
     tx->commit();
     return r.affected();
   }
@@ -130,16 +131,16 @@ class PostgresMaintenance final : public MaintenanceOperations {
       auto p = parse_bound(std::string(row.text(0)), row.text(1));
       if (!p) {
         throw Error(ErrorCode::Schema, ErrorSource::Postgres,
-                    fmt::format("retention: cannot read the bounds of partition {}: {}", row.text(0),
-                                row.text(1)));
+                    fmt::format("retention: cannot read the bounds of partition {}: {}",
+                                row.text(0), row.text(1)));
       }
       out.push_back(std::move(*p));
     }
     return out;
   }
 
-  std::vector<DedupPartition> plan_partitions(const MigrateOptions& plan,
-                                              std::chrono::system_clock::time_point now) const override {
+  std::vector<DedupPartition> plan_partitions(
+      const MigrateOptions& plan, std::chrono::system_clock::time_point now) const override {
     std::vector<DedupPartition> out;
     for (auto& spec : pg::plan_partitions(plan, now)) {
       out.push_back(DedupPartition{std::move(spec.name), false, spec.from, spec.to});
@@ -161,11 +162,12 @@ class PostgresMaintenance final : public MaintenanceOperations {
       const std::string to = Uuid::lower_bound_for(partition.to).to_string();
       const std::string def = quote_ident(*default_partition);
       tx->execute("LOCK TABLE processed_event IN SHARE ROW EXCLUSIVE MODE");
-      tx->execute(fmt::format("CREATE TEMP TABLE idem_moving ON COMMIT DROP AS SELECT * FROM {} "
-                              "WHERE event_id >= '{}' AND event_id < '{}'",
-                              def, from, to));
-      moved = tx->execute(fmt::format("DELETE FROM {} WHERE event_id >= '{}' AND event_id < '{}'", def,
-                                      from, to))
+      tx->execute(
+          fmt::format("CREATE TEMP TABLE idem_moving ON COMMIT DROP AS SELECT * FROM {} "
+                      "WHERE event_id >= '{}' AND event_id < '{}'",
+                      def, from, to));
+      moved = tx->execute(fmt::format("DELETE FROM {} WHERE event_id >= '{}' AND event_id < '{}'",
+                                      def, from, to))
                   .affected();
     }
     std::string ddl = partition_ddl(PartitionSpec{partition.name, partition.from, partition.to});

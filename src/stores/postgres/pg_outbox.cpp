@@ -62,7 +62,8 @@ class PostgresOutboxQueries final : public OutboxQueries {
   Rows claim(Store& store, std::int64_t after_id, std::string_view shard_filter,
              std::size_t limit) const override {
     auto tx = store.begin_read();
-    Rows rows = tx->execute(kClaimOutboxSql, after_id, shard_filter, static_cast<std::int64_t>(limit));
+    Rows rows =
+        tx->execute(kClaimOutboxSql, after_id, shard_filter, static_cast<std::int64_t>(limit));
     tx->commit();
     return rows;
   }
@@ -71,8 +72,8 @@ class PostgresOutboxQueries final : public OutboxQueries {
   // array's length, and a few thousand ids turn the index scan into a sequential scan
   // of the whole outbox (published rows included), so one merged mark of 20,000 ids cost
   // more than twenty marks of 1,000. The statements are deferred: one round trip.
-  void mark_published(Store& store, std::span<const std::int64_t> ids, std::size_t ids_per_statement,
-                      std::string& list) const override {
+  void mark_published(Store& store, std::span<const std::int64_t> ids,
+                      std::size_t ids_per_statement, std::string& list) const override {
     auto tx = store.begin();
     for (std::size_t from = 0; from < ids.size(); from += ids_per_statement) {
       const std::size_t to = std::min(ids.size(), from + ids_per_statement);
@@ -96,9 +97,11 @@ class PostgresOutboxQueries final : public OutboxQueries {
     return lag_of(r);
   }
 
-  std::int64_t delete_published(Store& store, milliseconds older_than, std::int64_t limit) const override {
+  std::int64_t delete_published(Store& store, milliseconds older_than,
+                                std::int64_t limit) const override {
     auto tx = store.begin();
-    const Rows r = tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
+    const Rows r =
+        tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
     tx->commit();
     return r.affected();
   }
@@ -109,7 +112,8 @@ class PostgresOutboxQueries final : public OutboxQueries {
     return make_shard_claimer(claim_store);
   }
 
-  std::unique_ptr<OutboxListener> listen(std::string_view url, const StoreOptions& options) const override {
+  std::unique_ptr<OutboxListener> listen(std::string_view url,
+                                         const StoreOptions& options) const override {
     auto store = open_store(url, options);
     PGresult* r = PQexec(postgres_native_handle(*store), "LISTEN idem_outbox");
     const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;

@@ -43,7 +43,8 @@ class SqliteMaintenance final : public MaintenanceOperations {
   void unlock() noexcept override {
     try {
       auto tx = store_.begin();
-      tx->execute("DELETE FROM idem_lease WHERE name = 'maintenance' AND holder = $1", lease_holder_);
+      tx->execute("DELETE FROM idem_lease WHERE name = 'maintenance' AND holder = $1",
+                  lease_holder_);
       tx->commit();
     } catch (...) {
       // The lease expires.
@@ -55,7 +56,8 @@ class SqliteMaintenance final : public MaintenanceOperations {
     return delete_batch(kDeleteDedupSql, Param(cutoff), limit);
   }
 
-  std::int64_t delete_outbox_batch(std::chrono::system_clock::time_point cutoff, std::int64_t limit) override {
+  std::int64_t delete_outbox_batch(std::chrono::system_clock::time_point cutoff,
+                                   std::int64_t limit) override {
     return delete_batch(kDeleteOutboxSql,
                         Param(static_cast<std::int64_t>(
                             std::chrono::floor<milliseconds>(cutoff).time_since_epoch().count())),
@@ -64,8 +66,8 @@ class SqliteMaintenance final : public MaintenanceOperations {
 
   std::optional<std::vector<DedupPartition>> partitions() override { return std::nullopt; }
 
-  std::vector<DedupPartition> plan_partitions(const MigrateOptions&,
-                                              std::chrono::system_clock::time_point) const override {
+  std::vector<DedupPartition> plan_partitions(
+      const MigrateOptions&, std::chrono::system_clock::time_point) const override {
     unsupported();
   }
   std::int64_t create_partition(const DedupPartition&, const std::optional<std::string>&) override {
@@ -93,7 +95,8 @@ class SqliteMaintenance final : public MaintenanceOperations {
     const auto now_ms = std::chrono::floor<milliseconds>(clock_.now()).time_since_epoch().count();
     const Rows r = tx.execute(
         "INSERT INTO idem_lease (name, holder, expires_at) VALUES ('maintenance', $1, $2) "
-        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = "
+        "excluded.expires_at "
         "WHERE idem_lease.expires_at < $3 OR idem_lease.holder = excluded.holder",
         lease_holder_, static_cast<std::int64_t>(now_ms + kLeaseLength.count()),
         static_cast<std::int64_t>(now_ms));
@@ -107,7 +110,8 @@ class SqliteMaintenance final : public MaintenanceOperations {
 
 }  // namespace
 
-std::unique_ptr<MaintenanceOperations> make_maintenance_operations(Store& store, const Clock& clock) {
+std::unique_ptr<MaintenanceOperations> make_maintenance_operations(Store& store,
+                                                                   const Clock& clock) {
   return std::make_unique<SqliteMaintenance>(store, clock);
 }
 

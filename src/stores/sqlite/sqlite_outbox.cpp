@@ -27,7 +27,8 @@ class SqliteOutboxQueries final : public OutboxQueries {
   // Every shard is the one relay's: the claim does not filter.
   std::string shard_filter(std::span<const int>) const override { return {}; }
 
-  Rows claim(Store& store, std::int64_t after_id, std::string_view, std::size_t limit) const override {
+  Rows claim(Store& store, std::int64_t after_id, std::string_view,
+             std::size_t limit) const override {
     auto tx = store.begin_read();
     Rows rows = tx->execute(kClaimOutboxSql, after_id, static_cast<std::int64_t>(limit));
     tx->commit();
@@ -36,8 +37,8 @@ class SqliteOutboxQueries final : public OutboxQueries {
 
   // The ids travel as one JSON array per statement (json_each), in the same chunks as
   // on PostgreSQL.
-  void mark_published(Store& store, std::span<const std::int64_t> ids, std::size_t ids_per_statement,
-                      std::string& list) const override {
+  void mark_published(Store& store, std::span<const std::int64_t> ids,
+                      std::size_t ids_per_statement, std::string& list) const override {
     auto tx = store.begin();
     for (std::size_t from = 0; from < ids.size(); from += ids_per_statement) {
       const std::size_t to = std::min(ids.size(), from + ids_per_statement);
@@ -65,9 +66,11 @@ class SqliteOutboxQueries final : public OutboxQueries {
     return lag;
   }
 
-  std::int64_t delete_published(Store& store, milliseconds older_than, std::int64_t limit) const override {
+  std::int64_t delete_published(Store& store, milliseconds older_than,
+                                std::int64_t limit) const override {
     auto tx = store.begin();
-    const Rows r = tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
+    const Rows r =
+        tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
     tx->commit();
     return r.affected();
   }
