@@ -36,7 +36,8 @@
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/relay.hpp"
-#include "outbox/relay_sql.hpp"
+#include "stores/postgres/pg_outbox_sql.hpp"
+#include "stores/sqlite/sqlite_outbox_sql.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/postgres.hpp"
 
@@ -121,11 +122,11 @@ std::string cpu_per_event(const CpuReading& a, const CpuReading& b, std::int64_t
                      (b.postgres_s - a.postgres_s) / dn * 1e6);
 }
 
-// The relay's statements, from the relay's own source.
-using idem::detail::kClaimPostgres;
-using idem::detail::kClaimSqlite;
-using idem::detail::kMarkPostgres;
-using idem::detail::kMarkSqlite;
+// The relay's statements, from the stores' own source (what the relay issues).
+constexpr std::string_view kClaimPostgres = idem::detail::pg::kClaimOutboxSql;
+constexpr std::string_view kClaimSqlite = idem::detail::sqlite::kClaimOutboxSql;
+constexpr std::string_view kMarkPostgres = idem::detail::pg::kMarkOutboxSql;
+constexpr std::string_view kMarkSqlite = idem::detail::sqlite::kMarkOutboxSql;
 
 // Rows per claim (relay and raw loop alike); IDEM_BENCH_BATCH overrides.
 const std::size_t kBatch = std::getenv("IDEM_BENCH_BATCH") ? std::stoul(std::getenv("IDEM_BENCH_BATCH")) : 1000;

@@ -1,7 +1,6 @@
 // load_config(): defaults -> TOML file -> environment -> flags, then one validation pass
 // that collects every problem before throwing.
 #include <librdkafka/rdkafka.h>
-#include <libpq-fe.h>
 
 #include <algorithm>
 #include <charconv>
@@ -16,6 +15,7 @@
 
 #include "config/keys.hpp"
 #include "idem/config.hpp"
+#include "stores/postgres/pg_conninfo.hpp"
 
 namespace idem {
 
@@ -363,19 +363,14 @@ std::string compose_postgres_url(const Validator& v, std::string_view url, bool&
     std::string conninfo(url);
     if (conninfo.starts_with("postgresql:") && !conninfo.starts_with("postgresql://"))
       conninfo.erase(0, 11);
-    char* err = nullptr;
-    PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &err);
-    if (options == nullptr) {
+    auto parsed = detail::pg::parse_conninfo(conninfo);
+    if (!parsed) {
       // libpq's message may quote the string; only say that it is malformed.
-      if (err != nullptr) PQfreemem(err);
       v.fail("store.url", "not a valid libpq connection string or URI");
       ok = false;
       return {};
     }
-    for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
-      if (o->val != nullptr && *o->val != '\0') params[o->keyword] = o->val;
-    }
-    PQconninfoFree(options);
+    params = std::move(*parsed);
   }
   bool overridden = false;
   for (const auto p : kParams) {

@@ -7,16 +7,11 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "stores/dedup_marks.hpp"
 
 namespace idem::detail {
 
 namespace {
-
-// Removes a dedup mark inside the batch transaction: an event that the handler
-// dead-lettered (or that must be retried) is then processed, not skipped as a
-// duplicate, when it comes back (DLQ replay after a fix, or the retry itself).
-constexpr std::string_view kUnmarkSql =
-    "DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2";
 
 std::string_view as_view(const void* p, std::size_t n) {
   return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
@@ -312,7 +307,9 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
 }
 
 void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {
-  tx.execute(kUnmarkSql, event_id, config_.group_id);
+  // Inside the batch transaction: an event that the handler dead-lettered (or that must
+  // be retried) is then processed, not skipped as a duplicate, when it comes back.
+  unmark_processed(tx, event_id, config_.group_id);
 }
 
 RecordInfo BatchProcessor::record_info(const rd_kafka_message_t& m) {

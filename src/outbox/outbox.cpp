@@ -6,16 +6,11 @@
 
 #include "idem/error.hpp"
 #include "idem/tracing.hpp"
+#include "stores/outbox_rows.hpp"
 
 namespace idem {
 
 namespace {
-
-// One statement for both backends: the Uuid binds as text (cast to uuid by the server)
-// on PostgreSQL and as a 16-byte BLOB on SQLite; headers bind as text (jsonb / TEXT).
-constexpr std::string_view kInsertSql =
-    "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, topic, message_key, shard, "
-    "payload, headers) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
@@ -101,9 +96,7 @@ Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
   // The trace starts with the event unless the caller continues its own (tracing.hpp);
   // a caller's value is kept as given (consumers ignore an invalid one).
   if (!has_trace) m.headers.emplace_back(kTraceparentHeader, TraceContext::new_root().traceparent());
-  tx.execute(kInsertSql, event_id, m.aggregate_type, m.aggregate_id, m.topic, key,
-             static_cast<std::int64_t>(outbox_shard(key)), m.payload,
-             outbox_headers_to_json(m.headers));
+  detail::insert_outbox_row(tx, event_id, m, key, outbox_shard(key), outbox_headers_to_json(m.headers));
   return event_id;
 }
 

@@ -7,7 +7,7 @@
 
 #include "idem/store.hpp"
 
-struct pg_conn;  // libpq's PGconn, without including libpq-fe.h
+struct pg_conn;  // libpq's PGconn, declared here so that this header needs no libpq header
 
 namespace idem {
 

@@ -1,20 +1,19 @@
-#include "outbox/shard_claimer.hpp"
-
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
+// Shard ownership on PostgreSQL: a session-level advisory lock per shard,
+// pg_try_advisory_lock(kShardLockKey, shard). The server releases it the moment the
+// session ends, so a SIGKILLed relay's shards are free at once (no lease to expire), and
+// a stalled relay that still has its connection keeps them (no second publisher behind
+// its back). Every relay also holds a shared "member" lock; counting its holders gives
+// the number of live relays, and each relay owns at most ceil(kOutboxShards / live)
+// shards, handing back the excess at a batch boundary. Plain FOR UPDATE SKIP LOCKED on
+// outbox rows is not used: a second relay would skip the locked head of a key's queue
+// and publish that key's later events first.
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <random>
 
-#include <fmt/format.h>
-
-#include "idem/error.hpp"
 #include "idem/outbox.hpp"
+#include "stores/postgres/pg_outbox.hpp"
 
-namespace idem::detail {
+namespace idem::detail::pg {
 
 namespace {
 
@@ -114,47 +113,10 @@ class PostgresShardClaimer final : public ShardClaimer {
   int offset_ = static_cast<int>(std::random_device{}() % kOutboxShards);
 };
 
-class SqliteShardClaimer final : public ShardClaimer {
- public:
-  explicit SqliteShardClaimer(std::string lock_path) : lock_path_(std::move(lock_path)) {}
-  ~SqliteShardClaimer() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  bool rebalance() override {
-    if (!owned_.empty()) return false;
-    if (!lock_path_.empty()) {
-      if (fd_ < 0) {
-        fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd_ < 0) {
-          throw Error(ErrorCode::Connection, ErrorSource::Sqlite,
-                      fmt::format("relay: cannot open {}: {}", lock_path_, std::strerror(errno)));
-        }
-      }
-      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) return false;  // another relay runs
-    }
-    for (int s = 0; s < kOutboxShards; ++s) owned_.push_back(s);
-    return true;
-  }
-  // The owner owns everything; a standby has nothing in flight and tries the lock.
-  bool balanced() override { return !owned_.empty(); }
-  void lost() noexcept override {}  // the file lock does not depend on the connection
-  [[nodiscard]] const std::vector<int>& owned() const noexcept override { return owned_; }
-  [[nodiscard]] std::int64_t session() const noexcept override { return 0; }
-
- private:
-  std::string lock_path_;  // empty for :memory: (private to one connection anyway)
-  int fd_ = -1;
-  std::vector<int> owned_;
-};
-
 }  // namespace
 
-std::unique_ptr<ShardClaimer> make_shard_claimer(Store& store, const std::string& url) {
-  if (store.backend() == Backend::Postgres) return std::make_unique<PostgresShardClaimer>(store);
-  std::string path = url.substr(std::string_view("sqlite://").size());
-  if (path == ":memory:") path.clear();
-  return std::make_unique<SqliteShardClaimer>(path.empty() ? path : path + "-relay.lock");
+std::unique_ptr<ShardClaimer> make_shard_claimer(Store& claim_store) {
+  return std::make_unique<PostgresShardClaimer>(claim_store);
 }
 
-}  // namespace idem::detail
+}  // namespace idem::detail::pg

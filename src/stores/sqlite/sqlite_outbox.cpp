@@ -1,0 +1,100 @@
+// The relay's statements on SQLite. Times are Unix milliseconds (idem's SQLite schema
+// stores them that way), computed by SQLite itself, as PostgreSQL uses its now().
+#include "stores/sqlite/sqlite_outbox.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "stores/sqlite/sqlite_outbox_sql.hpp"
+
+namespace idem::detail::sqlite {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr std::string_view kLagSql =
+    "SELECT count(*), coalesce(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - "
+    "min(created_at), -1) FROM outbox WHERE published_at IS NULL";
+constexpr std::string_view kDeletePublishedSql =
+    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < "
+    "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - $1 LIMIT $2)";
+
+class SqliteOutboxQueries final : public OutboxQueries {
+ public:
+  // Every shard is the one relay's: the claim does not filter.
+  std::string shard_filter(std::span<const int>) const override { return {}; }
+
+  Rows claim(Store& store, std::int64_t after_id, std::string_view,
+             std::size_t limit) const override {
+    auto tx = store.begin_read();
+    Rows rows = tx->execute(kClaimOutboxSql, after_id, static_cast<std::int64_t>(limit));
+    tx->commit();
+    return rows;
+  }
+
+  // The ids travel as one JSON array per statement (json_each), in the same chunks as
+  // on PostgreSQL.
+  void mark_published(Store& store, std::span<const std::int64_t> ids,
+                      std::size_t ids_per_statement, std::string& list) const override {
+    auto tx = store.begin();
+    for (std::size_t from = 0; from < ids.size(); from += ids_per_statement) {
+      const std::size_t to = std::min(ids.size(), from + ids_per_statement);
+      list.clear();
+      list.reserve((to - from) * 8 + 2);
+      list.push_back('[');
+      for (std::size_t i = from; i < to; ++i) {
+        if (i > from) list.push_back(',');
+        fmt::format_to(std::back_inserter(list), "{}", ids[i]);
+      }
+      list.push_back(']');
+      tx->execute_deferred(kMarkOutboxSql, list);
+    }
+    tx->commit();
+  }
+
+  OutboxLag lag(Store& store) const override {
+    auto tx = store.begin_read();
+    const Rows r = tx->execute(kLagSql);
+    tx->commit();
+    OutboxLag lag;
+    lag.backlog = r[0].int64(0);
+    const std::int64_t age = r[0].int64(1);
+    if (age >= 0) lag.oldest_unpublished_age = milliseconds(age);
+    return lag;
+  }
+
+  std::int64_t delete_published(Store& store, milliseconds older_than,
+                                std::int64_t limit) const override {
+    auto tx = store.begin();
+    const Rows r =
+        tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
+    tx->commit();
+    return r.affected();
+  }
+
+  // One writer at a time: a second marker would only wait for the first.
+  std::size_t concurrent_writers() const noexcept override { return 1; }
+
+  std::unique_ptr<ShardClaimer> shard_claimer(Store&, std::string_view url) const override {
+    std::string path(url.substr(std::min(url.size(), std::string_view("sqlite://").size())));
+    if (path == ":memory:") path.clear();
+    return make_shard_claimer(path.empty() ? path : path + "-relay.lock");
+  }
+
+  // SQLite has no notifications: the relay polls.
+  std::unique_ptr<OutboxListener> listen(std::string_view, const StoreOptions&) const override {
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+const OutboxQueries& outbox_queries() {
+  static const SqliteOutboxQueries queries;
+  return queries;
+}
+
+}  // namespace idem::detail::sqlite
