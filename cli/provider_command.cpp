@@ -1,6 +1,7 @@
 // `idem provider`: the reference system's payment provider as an HTTP server, until
 // SIGTERM/SIGINT. Prints exactly one stdout line, `listening http://HOST:PORT`, once
 // connections are accepted. Settings: store.url and provider.* (the loader checks them).
+#include <csignal>
 #include <charconv>
 #include <iostream>
 #include <memory>
@@ -42,7 +43,6 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "provider",
       "Run the payment provider (POST /payments/charge with Idempotency-Key) until SIGTERM/SIGINT");
-<<<<<<< HEAD
   auto cfg = std::make_shared<ConfigOptions>(cmd);
   cfg->bind(cmd->add_option("--db", opts->db,
                             "Store for keys and charges: sqlite:///path.db or postgresql://... "
@@ -64,7 +64,8 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                             "Share of charge requests answered 503 (provider.unavailable)"),
             "provider.unavailable");
   cfg->bind(cmd->add_option("--latency-ms", opts->latency_ms,
-                            "Added to every new charge (provider.latency)"),
+                            "Added to every new charge, as a timer: thousands of requests may wait at "
+                            "once (provider.latency)"),
             "provider.latency", "ms");
   cfg->bind(cmd->add_option("--decline", opts->decline,
                             "Share of orders declined with 402 card_declined, by hash of order_id "
@@ -73,29 +74,6 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(cmd->add_option("--seed", opts->seed,
                             "Seed of the fault draws and the decline hash (provider.seed, default 42)"),
             "provider.seed");
-=======
-  cmd->add_option("--db", opts->db, "Store for keys and charges: sqlite:///path.db or postgresql://...")
-      ->required();
-  cmd->add_option("--listen", opts->listen, "HOST:PORT to listen on (port 0: any free port)")
-      ->capture_default_str();
-  cmd->add_option("--key-retention", opts->key_retention,
-                  "How long an Idempotency-Key is remembered (ms, s, m, h)")
-      ->capture_default_str();
-  const auto probability = CLI::Range(0.0, 1.0);
-  cmd->add_option("--reset-after-commit", opts->reset_after_commit,
-                  "Share of new charges committed and then answered with a dropped connection")
-      ->check(probability);
-  cmd->add_option("--unavailable", opts->unavailable, "Share of charge requests answered 503")
-      ->check(probability);
-  cmd->add_option("--latency-ms", opts->latency_ms,
-                  "Added to every new charge (a timer: thousands of requests may wait at once)")
-      ->check(CLI::Range(0, 600000));
-  cmd->add_option("--decline", opts->decline,
-                  "Share of orders declined with 402 card_declined (by hash of order_id and seed)")
-      ->check(probability);
-  cmd->add_option("--seed", opts->seed, "Seed of the fault draws and the decline hash")
-      ->capture_default_str();
->>>>>>> i12-provider
 
   // `opts` is captured so the strings the bound flags write into outlive this function.
   cmd->callback([opts, cfg, &exit_code] {
@@ -111,22 +89,9 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                      .latency = p.latency,
                      .decline = p.decline};
 
-<<<<<<< HEAD
     StopSignals signals;  // before the server starts its threads
-    http::PaymentProvider provider(open_store(settings.store_url, settings.store_options), config);
-=======
-    // Block the stop signals before the provider starts its threads (the store thread
-    // in its constructor, the event loop in start(); they inherit the mask), then wait
-    // for one on this thread: nothing runs in a signal handler.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
-
-    http::PaymentProvider provider(open_store(opts->db), config);
->>>>>>> i12-provider
+    http::PaymentProvider provider(open_store(settings.store_url, settings.store_options), config);
     provider.start(host, port);
     std::cout << "listening " << provider.base_url() << std::endl;
     signals.wait();

@@ -7,11 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   librdkafka-dev libpq-dev libsqlite3-dev
   libsimdjson-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-<<<<<<< HEAD
-  libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libtomlplusplus-dev prometheus-cpp-dev openssl
-=======
-  libcurl4-openssl-dev libcpp-httplib-dev libboost-dev libtomlplusplus-dev prometheus-cpp-dev openssl
->>>>>>> i12-provider
+  libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libboost-dev libtomlplusplus-dev prometheus-cpp-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 postgresql-client-15
 )
