@@ -11,3 +11,4 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_W
 cmake --build "$build" -j"$jobs"
 "$root/scripts/with-postgres.sh" \
   ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs" "$@"
+"$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute (clang, own build dir)

@@ -163,8 +163,9 @@ void apply_environment(const std::vector<std::pair<std::string, std::string>>& e
     known_env.emplace(detail::env_name_of(spec.name), std::string(spec.name));
   for (const auto& [name, value] : env) {
     if (!name.starts_with(kEnvPrefix) || name == kConfigFileEnv) continue;
+    // An init-capture: clang before 16 cannot capture a structured binding (fuzz builds).
     if (std::any_of(kNonConfigEnvPrefixes.begin(), kNonConfigEnvPrefixes.end(),
-                    [&](std::string_view p) { return name.starts_with(p); }))
+                    [&var = name](std::string_view p) { return var.starts_with(p); }))
       continue;
     const ConfigOrigin origin{ConfigLayer::Environment, name};
     if (name.starts_with(kKafkaEnvPrefix) && name.size() > kKafkaEnvPrefix.size()) {

@@ -95,6 +95,12 @@ void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
                                        headers, config_.limits.max_headers);
       continue;
     }
+    if (auto problem = retry_topics_.header_problem(m)) {
+      item.valid = false;
+      item.error_class = kBadRetryHeaderClass;
+      item.error_message = std::move(*problem);
+      continue;
+    }
     Validated<Uuid> parsed =
         item.route->parse(i, as_view(m.payload, m.len), config_.limits);
     item.valid = parsed.ok();

@@ -360,6 +360,13 @@ struct Reader {
     if (auto e = read_string(Field::TotalAmount, v, s, ok); e || !ok) return e;
     Amount::ParseError why{};
     if (const auto a = Amount::parse(s, &why)) {
+      if (*a > kMaxOrderAmount) {
+        error = field_error(Field::TotalAmount, ValidationReason::OutOfRange,
+                            fmt::format("amount {} is above {}, the largest the ledger stores "
+                                        "(numeric(18,2))",
+                                        quoted(s), kMaxOrderAmount.to_string()));
+        return simdjson::SUCCESS;
+      }
       event.total_amount = *a;
       return simdjson::SUCCESS;
     }
@@ -378,7 +385,9 @@ struct Reader {
         break;
       case Amount::ParseError::OutOfRange:
         error = field_error(Field::TotalAmount, ValidationReason::OutOfRange,
-                            fmt::format("amount out of range: {}", quoted(s)));
+                            fmt::format("amount {} is above {}, the largest the ledger stores "
+                                        "(numeric(18,2))",
+                                        quoted(s), kMaxOrderAmount.to_string()));
         break;
     }
     return simdjson::SUCCESS;

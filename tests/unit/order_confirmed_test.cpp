@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -116,6 +117,41 @@ TEST(OrderConfirmed, AcceptsTheLargestInt64Ids) {
   const auto r = idem::parse_order_confirmed(with("order_id", "9223372036854775807"));
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r.value().order_id, INT64_MAX);
+}
+
+// The reference tables hold amounts as numeric(18,2): 16 integer digits, 2 fraction
+// digits. The boundary accepts exactly what they can store (issue 13, item 10).
+TEST(OrderConfirmed, AcceptsTheLargestAmountTheLedgerStores) {
+  for (const char* text : {"9999999999999999.99", "9999999999999999", "0009999999999999999.99"}) {
+    SCOPED_TRACE(text);
+    const auto r = idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r.value().total_amount <= idem::kMaxOrderAmount);
+  }
+  const auto r = idem::parse_order_confirmed(with("total_amount", "\"9999999999999999.99\""));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().total_amount, idem::kMaxOrderAmount);
+  EXPECT_EQ(idem::kMaxOrderAmount.to_string(), "9999999999999999.99");
+}
+
+TEST(OrderConfirmed, RejectsAmountsAboveWhatTheLedgerStores) {
+  // The first value above numeric(18,2), the largest Amount, and beyond Amount itself.
+  for (const char* text : {"10000000000000000", "10000000000000000.00", "9999999999999999.991",
+                           "92233720368547758.07", "92233720368547758.08", "99999999999999999999"}) {
+    SCOPED_TRACE(text);
+    const auto r = idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().field, "total_amount");
+    if (std::string_view(text).ends_with(".991")) {
+      EXPECT_EQ(r.error().reason, R::TooManyFractionDigits);
+      continue;
+    }
+    EXPECT_EQ(r.error().reason, R::OutOfRange);
+    const std::string& msg = r.error().message;
+    EXPECT_EQ(msg.rfind("total_amount: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("9999999999999999.99"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("numeric(18,2)"), std::string::npos) << msg;
+  }
 }
 
 TEST(OrderConfirmed, RoundTripsThroughToJson) {

@@ -16,6 +16,13 @@ namespace idem {
 
 inline constexpr std::string_view kOrderConfirmedV1 = "order.confirmed.v1";
 
+/// The largest total_amount the reference system can store: its tables hold amounts as
+/// PostgreSQL numeric(18,2) (sql/reference/postgres/), at most 16 integer digits, so
+/// 9999999999999999.99. Amount itself goes up to INT64_MAX hundredths, one digit more;
+/// an event above this would be charged and then fail its ledger INSERT on every
+/// redelivery, so parse_order_confirmed rejects it (OutOfRange) at the boundary.
+inline constexpr Amount kMaxOrderAmount = Amount::from_hundredths(999'999'999'999'999'999);
+
 /// A validated order.confirmed.v1 event.
 struct OrderConfirmed {
   Uuid event_id;            ///< UUIDv7, born with the event (IDEM-1)
@@ -28,7 +35,8 @@ struct OrderConfirmed {
 };
 
 /// Parses and validates a JSON payload. Never throws; every failure is a
-/// ValidationError naming the field and the reason. Unknown extra fields are
+/// ValidationError naming the field and the reason. total_amount must be at most
+/// kMaxOrderAmount. Unknown extra fields are
 /// ignored (forward compatibility); duplicate fields are rejected.
 /// Thread-safe (each thread uses its own parser).
 [[nodiscard]] Validated<OrderConfirmed> parse_order_confirmed(std::string_view json,
