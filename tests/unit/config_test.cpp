@@ -263,6 +263,24 @@ topics = ["a", "b"]
   EXPECT_EQ(c.consumer.batch_size, c.consumer_config().batch_size);
 }
 
+// Found by fuzz/config_fuzz.cpp: toml++ 3.3.0 reaches __builtin_unreachable() on some
+// non-ASCII bytes where a key is expected. Such a file is refused first, naming the line.
+TEST(ConfigLoader, FileWithANonAsciiByteIsRefusedNamingTheLine) {
+  const std::string file = write_toml("[consumer]\nbatch_size = 10\n\xc3\xa9 = 1\n");
+  ConfigSources s;
+  s.file = file;
+  const auto problems = problems_of(s);
+  ASSERT_EQ(problems.size(), 1U);
+  EXPECT_EQ(problems[0].key, file);
+  EXPECT_NE(problems[0].message.find("line 3"), std::string::npos) << problems[0].message;
+  EXPECT_NE(problems[0].message.find("ASCII"), std::string::npos) << problems[0].message;
+  // Other characters remain possible as escapes inside strings.
+  const std::string escaped = write_toml("[consumer]\ngroup = \"caf\\u00e9\"\n");
+  ConfigSources ok;
+  ok.file = escaped;
+  EXPECT_EQ(load_config(ok).consumer.group, "caf\xc3\xa9");
+}
+
 TEST(ConfigLoader, ConfigFileComesFromTheFlagBeforeIdemConfig) {
   const std::string env_file = write_toml("[consumer]\ngroup = \"from-env-file\"\n");
   const std::string from_flag = write_toml("[consumer]\ngroup = \"from-flag-file\"\n");
