@@ -126,7 +126,7 @@ void flatten(const toml::table& table, const std::string& prefix, const std::str
 
 // The line (1-based) of the first byte outside ASCII, or 0. toml++ 3.3.0 (Debian 12)
 // reaches __builtin_unreachable() on some non-ASCII bytes where a key is expected (found
-// by fuzz/config_fuzz.cpp; reproducers in fuzz/known-crashes/): undefined behaviour on
+// by fuzz/config_fuzz.cpp; its reproducers are in fuzz/corpus/config/): undefined behaviour on
 // input a user may write. idem's keys and values are ASCII, and any other character can
 // still be written as a \uXXXX escape inside a string, so such a file is refused with a
 // clear message before toml++ sees it.
