@@ -80,17 +80,19 @@ struct HandlerOptions {
   bool no_idempotency_key = false;
 };
 
-Handler<OrderConfirmed> make_handler(const HandlerOptions& opts) {
-  if (opts.name == "billing") {
-    if (opts.provider_url.empty()) {
-      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  "--handler billing needs --provider-url");
-    }
-    BillingConfig billing;
-    billing.provider_url = opts.provider_url;
-    billing.client.send_idempotency_key = !opts.no_idempotency_key;
-    return billing_handler(std::move(billing));
+BillingConfig billing_config(const HandlerOptions& opts) {
+  if (opts.provider_url.empty()) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "--handler billing needs --provider-url");
   }
+  BillingConfig billing;
+  billing.provider_url = opts.provider_url;
+  billing.client.send_idempotency_key = !opts.no_idempotency_key;
+  return billing;
+}
+
+Handler<OrderConfirmed> make_handler(const HandlerOptions& opts) {
+  if (opts.name == "billing") return billing_handler(billing_config(opts));
   if (opts.name == "analytics") return analytics_handler();
   return count_handler<OrderConfirmed>();
 }
@@ -115,6 +117,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     bool no_idempotency_key = false;
     std::string batch;
     std::string batch_window_ms;
+    std::string max_in_flight;
     std::string auto_offset_reset;
     int dedup_retention_hours = 24 * 7;
     int safety_margin_hours = 1;
@@ -160,6 +163,10 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "After a batch's first record, wait at most this long for more "
                             "(consumer.batch_window_ms)"),
             "consumer.batch_window_ms");
+  cfg->bind(cmd->add_option("--max-in-flight", opts->max_in_flight,
+                            "Effect handlers (billing): calls in flight at most, across ordering "
+                            "keys; one per key at a time (consumer.max_in_flight)"),
+            "consumer.max_in_flight");
   cfg->bind(cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
                             "Where a group without committed offsets starts, default earliest "
                             "(kafka.auto.offset.reset)")
@@ -199,9 +206,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                   "--no-idempotency-key only applies to --handler billing");
     }
-    const Handler<OrderConfirmed> handler = make_handler(
-        {.name = opts->handler, .provider_url = opts->provider_url,
-         .no_idempotency_key = opts->no_idempotency_key});
+    const HandlerOptions handler_options{.name = opts->handler, .provider_url = opts->provider_url,
+                                         .no_idempotency_key = opts->no_idempotency_key};
 
     config.dedup_horizon.retention = std::chrono::hours(opts->dedup_retention_hours);
     config.dedup_horizon.safety_margin = std::chrono::hours(opts->safety_margin_hours);
@@ -245,9 +251,17 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // Signals are blocked before the consumer creates librdkafka's threads.
     StopOnSignal signals;
     Consumer consumer(config, std::move(store), std::move(hooks));
-    for (const auto& topic : config.topics) {
-      consumer.on<OrderConfirmed>(
-          topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+    // Billing charges outside the transaction (an effect handler) unless retry topics are
+    // on: those need the Handler shape, which charges inside it.
+    if (opts->handler == "billing" && !config.retry_topics.enabled()) {
+      const auto billing = billing_effect(billing_config(handler_options));
+      for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
+    } else {
+      const Handler<OrderConfirmed> handler = make_handler(handler_options);
+      for (const auto& topic : config.topics) {
+        consumer.on<OrderConfirmed>(
+            topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+      }
     }
     std::unique_ptr<AdminServer> admin;
     if (admin_enabled) {

@@ -26,6 +26,8 @@ const std::vector<KeySpec>& table() {
         {"consumer.group", KeyType::String, "", "consumer group; also the dedup rows' group"},
         {"consumer.max_headers", KeyType::Integer, "64", "records with more headers are refused", 1,
          10000},
+        {"consumer.max_in_flight", KeyType::Integer, "256",
+         "effect calls in flight at most, one per ordering key", 1, 1000000},
         {"consumer.max_message_bytes", KeyType::Integer, "65536",
          "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024},
         {"consumer.retry_initial_ms", KeyType::Integer, "100", "first retry backoff", 1, kMaxMs},
