@@ -43,16 +43,20 @@ std::string_view handler_name(HandlerKind kind) {
   return "count";
 }
 
+BillingConfig billing_config(const ConsumerSettings& settings, bool no_idempotency_key) {
+  if (settings.provider_url.empty()) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "consumer.handler billing needs consumer.provider_url (--provider-url)");
+  }
+  BillingConfig billing;
+  billing.provider_url = settings.provider_url;
+  billing.client.send_idempotency_key = !no_idempotency_key;
+  return billing;
+}
+
 Handler<OrderConfirmed> make_handler(const ConsumerSettings& settings, bool no_idempotency_key) {
   if (settings.handler == HandlerKind::Billing) {
-    if (settings.provider_url.empty()) {
-      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  "consumer.handler billing needs consumer.provider_url (--provider-url)");
-    }
-    BillingConfig billing;
-    billing.provider_url = settings.provider_url;
-    billing.client.send_idempotency_key = !no_idempotency_key;
-    return billing_handler(std::move(billing));
+    return billing_handler(billing_config(settings, no_idempotency_key));
   }
   if (settings.handler == HandlerKind::Analytics) return analytics_handler();
   return count_handler<OrderConfirmed>();
@@ -78,6 +82,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     bool no_idempotency_key = false;
     std::string batch;
     std::string batch_window_ms;
+    std::string max_in_flight;
     std::string auto_offset_reset;
     std::string dedup_retention_hours;
     std::string safety_margin_hours;
@@ -127,6 +132,10 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "After a batch's first record, wait at most this long for more "
                             "(consumer.batch_window_ms)"),
             "consumer.batch_window_ms");
+  cfg->bind(cmd->add_option("--max-in-flight", opts->max_in_flight,
+                            "Effect handlers (billing): calls in flight at most, across ordering "
+                            "keys; one per key at a time (consumer.max_in_flight, default 256)"),
+            "consumer.max_in_flight");
   cfg->bind(cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
                             "Where a group without committed offsets starts, default earliest "
                             "(kafka.auto.offset.reset)")
@@ -177,8 +186,6 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                   "--no-idempotency-key only applies to --handler billing");
     }
-    const Handler<OrderConfirmed> handler =
-        make_handler(settings.consumer, opts->no_idempotency_key);
 
     auto store = open_store(settings.store_url, settings.store_options);
     idem::migrate_reference_system(*store);
@@ -200,9 +207,19 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     if (admin_enabled) hooks = metrics.instrument(config.group_id, std::move(hooks));
 
     Consumer consumer(config, std::move(store), std::move(hooks));
-    for (const auto& topic : config.topics) {
-      consumer.on<OrderConfirmed>(
-          topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+    // Billing charges outside the transaction, concurrently across keys (an effect
+    // handler), unless retry topics are on: those need the Handler shape, which charges
+    // inside the transaction, one event at a time.
+    if (handler_kind == HandlerKind::Billing && !config.retry_topics.enabled()) {
+      const auto billing = billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
+      for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
+    } else {
+      const Handler<OrderConfirmed> handler =
+          make_handler(settings.consumer, opts->no_idempotency_key);
+      for (const auto& topic : config.topics) {
+        consumer.on<OrderConfirmed>(
+            topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+      }
     }
     std::unique_ptr<AdminServer> admin;
     if (admin_enabled) {

@@ -136,6 +136,7 @@ struct ConsumerSettings {
   std::vector<std::string> topics;
   std::size_t batch_size = 500;
   std::chrono::milliseconds batch_window{50};
+  std::size_t max_in_flight = 256;  ///< effect calls in flight at most (ConsumerConfig::max_in_flight)
   std::string dlq_suffix = ".dlq";
   RetryPolicy retry;
   std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -138,6 +139,15 @@ struct ConsumerConfig {
   bool check_topic_retention = true;
   /// The clock of the horizon guard; must outlive the Consumer.
   const Clock* clock = &SystemClock::instance();
+  /// Effect handlers (Consumer::on_effect): events whose call phase may be running at once,
+  /// across all ordering keys (one call per key at a time). At least 1.
+  std::size_t max_in_flight = 256;
+  /// Effect handlers: records of one partition held in memory at most (received, not yet
+  /// finished); the partition pauses when it is full and resumes at half. At least 1.
+  std::size_t max_buffered_per_partition = 4096;
+  /// Effect handlers: on stop(), how long run() waits for calls in flight to complete
+  /// (their results are applied and committed) before it leaves the group anyway.
+  std::chrono::milliseconds call_drain_timeout{30000};
 };
 
 /// Where the fault-injection hook is called. In processing order.
@@ -201,6 +211,8 @@ struct ConsumerStats {
   std::uint64_t transactions = 0;   ///< database transactions committed
   std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
   std::uint64_t stale = 0;          ///< events seen past the dedup horizon (handled per StaleEventPolicy)
+  std::uint64_t calls = 0;          ///< effect call phases started (Consumer::on_effect)
+  std::uint64_t call_retries = 0;   ///< call phases that completed with Outcome::Retry
   /// The oldest event seen (age from its UUIDv7 at the time it was seen), to compare with
   /// dedup_horizon: when it comes close, consumers are reading events whose dedup rows expire.
   std::chrono::milliseconds oldest_event_age{0};
@@ -270,6 +282,181 @@ class TypedRoute final : public Route {
 
 }  // namespace detail
 
+// --- Effects with external I/O (IDEM-4): a call phase outside any transaction, run
+// concurrently across ordering keys, and an apply phase inside the batch transaction. ---
+
+namespace detail {
+
+/// Where a call phase's completion goes (implemented by the consumer). Thread-safe.
+class CompletionPort {
+ public:
+  virtual ~CompletionPort() = default;
+  /// Hands the completion of call `ticket` to the consumer; the first one per ticket wins.
+  virtual void complete(std::uint64_t ticket, Outcome outcome, std::shared_ptr<void> result,
+                        std::string reason) noexcept = 0;
+};
+
+/// The shared state of one started call: every copy of its CallCompletion points here.
+/// `keep_alive` holds the consumer's copy of the record and the parsed event, so the
+/// views the call phase got stay valid for as long as it can still complete.
+struct CallTicket {
+  CallTicket(std::shared_ptr<CompletionPort> p, std::uint64_t t, std::shared_ptr<const void> k)
+      : port(std::move(p)), ticket(t), keep_alive(std::move(k)) {}
+  CallTicket(const CallTicket&) = delete;
+  CallTicket& operator=(const CallTicket&) = delete;
+  /// A call phase that dropped every copy of its completion without calling it would
+  /// hold its key forever: that counts as a transient failure (the call is retried).
+  ~CallTicket() {
+    if (!completed.exchange(true))
+      port->complete(ticket, Outcome::Retry, nullptr, "the call phase dropped its completion");
+  }
+  void complete(Outcome outcome, std::shared_ptr<void> result, std::string reason) noexcept {
+    if (!completed.exchange(true)) port->complete(ticket, outcome, std::move(result), std::move(reason));
+  }
+
+  std::shared_ptr<CompletionPort> port;
+  std::uint64_t ticket;
+  std::shared_ptr<const void> keep_alive;
+  std::atomic<bool> completed{false};
+};
+
+}  // namespace detail
+
+/// How a call phase reports its end. Copyable; may be called from any thread (an HTTP
+/// client's event loop, a thread pool); only the first call of done/retry/dead_letter
+/// counts. Never blocks. If every copy is destroyed uncalled, the call counts as retry().
+template <class Result>
+class CallCompletion {
+ public:
+  explicit CallCompletion(std::shared_ptr<detail::CallTicket> ticket) : ticket_(std::move(ticket)) {}
+
+  /// The call succeeded: `result` goes to the apply phase, in the batch transaction.
+  void done(Result result) const {
+    ticket_->complete(Outcome::Done, std::make_shared<Result>(std::move(result)), {});
+  }
+  /// Transient failure: this event's key waits (capped exponential backoff, RetryPolicy)
+  /// and the call runs again with the same event (so the same idempotency key). Later
+  /// events of the key wait; other keys go on.
+  void retry(std::string why = {}) const { ticket_->complete(Outcome::Retry, nullptr, std::move(why)); }
+  /// The event can never succeed: it goes to the DLQ with `reason`; no apply phase runs.
+  void dead_letter(std::string reason) const {
+    ticket_->complete(Outcome::DeadLetter, nullptr, std::move(reason));
+  }
+
+ private:
+  std::shared_ptr<detail::CallTicket> ticket_;
+};
+
+/// A handler for an effect with external I/O (an HTTP charge): the call phase runs
+/// outside any database transaction and concurrently with other keys' calls; it must be
+/// repeatable (carry the event id as the idempotency key, IDEM-4), since a crash, a
+/// rebalance or a failed transaction repeats it. The apply phase writes the event's rows
+/// through `tx`, in the batch transaction that also marks the event (IDEM-3); it runs only
+/// after the call completed with done(), and may run more than once (see Handler).
+///
+/// Order: events with the same ordering key run strictly one after another in offset
+/// order, call and apply (the next event's call starts after the previous event was
+/// committed, dead-lettered or found a duplicate). A duplicate (already marked for the
+/// group) never makes a call. The Event and RecordInfo the call phase gets stay valid until
+/// it completes (the consumer owns copies); the RecordInfo of the apply phase is valid
+/// during the apply call only.
+template <class Event, class Result>
+struct EffectHandler {
+  /// Starts the call; must not block for long (hand the work to an asynchronous client)
+  /// and must complete `done` exactly once. Runs on the run() thread. If it throws, the
+  /// event is retried (a transient idem::Error) or dead-lettered (anything else).
+  std::function<void(const Event&, const RecordInfo&, CallCompletion<Result>)> call;
+  /// Writes the effect of a successful call; returns what Handler returns.
+  std::function<Outcome(const Event&, const RecordInfo&, const Result&, Transaction&)> apply;
+  /// The ordering key; empty function: the Kafka message key (per topic; records without
+  /// a key are ordered per partition). Called on the run() thread.
+  std::function<std::string(const Event&, const RecordInfo&)> ordering_key;
+};
+
+namespace detail {
+
+/// What the apply phase of one record needs: its event, its call's answer. Set by the
+/// consumer for the records of the transaction being run.
+struct StagedCall {
+  const void* event = nullptr;
+  const void* result = nullptr;  ///< null unless outcome is Done
+  Outcome outcome = Outcome::Retry;
+  std::string_view reason;
+};
+using StagedLookup =
+    std::function<const StagedCall*(std::string_view topic, std::int32_t partition, std::int64_t offset)>;
+
+/// A topic's effect route. As a Route it is what the batch processor runs inside the
+/// transaction: invoke() is the apply phase of the staged call of that record.
+class EffectRoute : public Route {
+ public:
+  struct Owned {
+    Validated<Uuid> event_id;
+    std::shared_ptr<void> event;  ///< set when valid
+  };
+  /// Parses `payload` into an event the consumer keeps for the call's whole life.
+  [[nodiscard]] virtual Owned parse_owned(std::string_view payload, const ParseLimits& limits) = 0;
+  /// The handler's own ordering key, or nullopt to use the Kafka key.
+  [[nodiscard]] virtual std::optional<std::string> ordering_key(const void* event,
+                                                                const RecordInfo& record) = 0;
+  virtual void start_call(const void* event, const RecordInfo& record,
+                          std::shared_ptr<CallTicket> ticket) = 0;
+  void set_staged(StagedLookup lookup) { staged_ = std::move(lookup); }
+
+ protected:
+  StagedLookup staged_;
+};
+
+template <class Event, class Result>
+class TypedEffectRoute final : public EffectRoute {
+ public:
+  explicit TypedEffectRoute(EffectHandler<Event, Result> handler) : handler_(std::move(handler)) {}
+
+  void reset(std::size_t n) override {
+    for (auto& s : slots_) s.reset();
+    if (slots_.size() < n) slots_.resize(n);
+  }
+  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+                        const ParseLimits& limits) override {
+    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    if (!parsed.ok()) return parsed.error();
+    return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
+  }
+  Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
+    const StagedCall* staged = staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
+    // No finished call for this record (the mark found it new although the check before
+    // the call did not): make the call first.
+    if (staged == nullptr || staged->outcome == Outcome::Retry) return Outcome::Retry;
+    if (staged->outcome == Outcome::DeadLetter) {
+      record.dead_letter_reason(std::string(staged->reason));
+      return Outcome::DeadLetter;
+    }
+    return handler_.apply(*static_cast<const Event*>(staged->event), record,
+                          *static_cast<const Result*>(staged->result), tx);
+  }
+  Owned parse_owned(std::string_view payload, const ParseLimits& limits) override {
+    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    if (!parsed.ok()) return {parsed.error(), nullptr};
+    auto event = std::make_shared<Event>(std::move(parsed).value());
+    const Uuid id = EventCodec<Event>::event_id(*event);
+    return {id, std::move(event)};
+  }
+  std::optional<std::string> ordering_key(const void* event, const RecordInfo& record) override {
+    if (!handler_.ordering_key) return std::nullopt;
+    return handler_.ordering_key(*static_cast<const Event*>(event), record);
+  }
+  void start_call(const void* event, const RecordInfo& record,
+                  std::shared_ptr<CallTicket> ticket) override {
+    handler_.call(*static_cast<const Event*>(event), record, CallCompletion<Result>(std::move(ticket)));
+  }
+
+ private:
+  EffectHandler<Event, Result> handler_;
+  std::vector<std::optional<Event>> slots_;
+};
+
+}  // namespace detail
+
 /// The idempotent consumer. Construct, register handlers with on(), then run().
 ///
 /// Thread-safety: on() and run() belong to one thread; stop() and stats() may be
@@ -302,6 +489,20 @@ class Consumer {
               has_handler);
   }
 
+  /// Registers an effect handler for the events on `topic` (see EffectHandler): call
+  /// phases run concurrently across ordering keys (ConsumerConfig::max_in_flight), each
+  /// key's events one after another in offset order; offsets commit up to the first
+  /// unfinished record of each partition.
+  /// \throws Error(InvalidArgument, Config) as on(), when `handler.call` or `handler.apply`
+  ///   is empty, or when retry topics are on (effect topics retry per key instead).
+  template <class Event, class Result>
+  void on_effect(std::string topic, EffectHandler<Event, Result> handler) {
+    const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply);
+    add_effect_route(std::move(topic),
+                     std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler)),
+                     complete);
+  }
+
   /// Subscribes and processes batches until stop(); then finishes the current batch,
   /// commits its offsets synchronously, leaves the group (rd_kafka_consumer_close) and
   /// returns. Blocks. Call at most once.
@@ -323,6 +524,7 @@ class Consumer {
 
  private:
   void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
+  void add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route, bool complete);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -167,6 +167,15 @@ class Transaction {
   [[nodiscard]] virtual std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
                                                                std::string_view consumer_group) = 0;
 
+  /// A read-only look at the dedup rows: element i of the result is true when
+  /// event_ids[i] is already marked for `consumer_group` (committed, or marked earlier in
+  /// this transaction). Allowed in a begin_read() transaction. Only an optimisation (the
+  /// consumer uses it to skip the external call of a redelivered event): it decides
+  /// nothing, because a mark may land right after it; mark_processed stays the arbiter.
+  /// The default runs one SELECT per id; the backends answer with one statement.
+  [[nodiscard]] virtual std::vector<bool> processed_among(std::span<const Uuid> event_ids,
+                                                          std::string_view consumer_group);
+
   /// Makes everything durable. After commit() the transaction is finished.
   /// Throws Error(InDoubt) when the connection broke during COMMIT: the outcome is
   /// then unknown and must not be guessed; redelivery plus the dedup mark decide.

@@ -598,6 +598,7 @@ Config validate(const Settings& settings, Problems& problems) {
   cs.topics = v.list("consumer.topics");
   v.integer("consumer.batch_size", cs.batch_size);
   v.duration("consumer.batch_window_ms", cs.batch_window);
+  v.integer("consumer.max_in_flight", cs.max_in_flight);
   cs.dlq_suffix = v.text("consumer.dlq_suffix");
   if (cs.dlq_suffix.empty()) v.fail("consumer.dlq_suffix", "must not be empty (dead letters would loop into their own topic)");
   v.duration("consumer.retry_initial_ms", cs.retry.initial_backoff);
@@ -732,6 +733,7 @@ ConsumerConfig Config::consumer_config() const {
   c.topics = consumer.topics;
   c.batch_size = consumer.batch_size;
   c.batch_window = consumer.batch_window;
+  c.max_in_flight = consumer.max_in_flight;
   c.dlq_suffix = consumer.dlq_suffix;
   c.retry = consumer.retry;
   c.limits.max_payload_bytes = consumer.max_message_bytes;

@@ -47,6 +47,8 @@ const std::vector<KeySpec>& table() {
          {"count", "billing", "analytics"}},
         {"consumer.max_headers", KeyType::Integer, "64", "records with more headers are refused", 1,
          10000},
+        {"consumer.max_in_flight", KeyType::Integer, "256",
+         "effect calls in flight at most, one per ordering key", 1, 1000000},
         {"consumer.max_message_bytes", KeyType::Integer, "65536",
          "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024},
         {"consumer.provider_url", KeyType::String, "",

@@ -43,7 +43,7 @@ BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, Route
       retry_topics_(retry_topics),
       horizon_guard_(config) {}
 
-void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
+void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) {
   // Partition order: group by (topic, partition); a stable sort keeps each partition's
   // records in the order Kafka delivered them (offset order).
   std::vector<std::size_t> order(batch.size());
@@ -125,6 +125,13 @@ void BatchProcessor::validate(std::span<const KafkaMessage> batch) {
 }
 
 BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule) {
+  pointers_.clear();
+  for (const auto& m : batch) pointers_.push_back(m.get());
+  return process(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+}
+
+BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule) {
   BatchResult result;
   validate(batch);

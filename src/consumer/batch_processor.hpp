@@ -75,6 +75,10 @@ class BatchProcessor {
   /// \throws HookAbort when a hook throws (the transaction is rolled back).
   [[nodiscard]] BatchResult process(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule);
+  /// The same for records owned elsewhere (the effect pipeline holds its own), which
+  /// must stay alive until the result's dead letters are sent.
+  [[nodiscard]] BatchResult process(std::span<const rd_kafka_message_t* const> batch,
+                                    const RetrySchedule& schedule);
 
   [[nodiscard]] const DedupHorizonGuard& horizon_guard() const noexcept { return horizon_guard_; }
 
@@ -101,7 +105,7 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
-  void validate(std::span<const KafkaMessage> batch);
+  void validate(std::span<const rd_kafka_message_t* const> batch);
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
   /// Runs one pass. Returns false when the optimistic pass gave up (its transaction is
   /// rolled back and `result` must be reset); true when the batch is decided.
@@ -123,6 +127,7 @@ class BatchProcessor {
   std::vector<Group> groups_;
   std::vector<Uuid> ids_;
   std::vector<RecordHeader> headers_;
+  std::vector<const rd_kafka_message_t*> pointers_;
 };
 
 }  // namespace idem::detail

@@ -17,6 +17,7 @@
 #include "retry/backoff.hpp"
 #include "consumer/batch_processor.hpp"
 #include "consumer/dead_letter_producer.hpp"
+#include "consumer/effect_pipeline.hpp"
 #include "consumer/offset_tracker.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_schedule.hpp"
@@ -65,6 +66,9 @@ void validate(const ConsumerConfig& c) {
     bad_config("dedup_horizon: retention must be positive and the safety margin shorter than it");
   }
   if (c.clock == nullptr) bad_config("clock is null");
+  if (c.max_in_flight == 0) bad_config("max_in_flight must be at least 1");
+  if (c.max_buffered_per_partition == 0) bad_config("max_buffered_per_partition must be at least 1");
+  if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");
   for (const auto& [key, value] : c.kafka) {
     if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
       bad_config(fmt::format("kafka property {} is owned by idem (always false: offsets are "
@@ -139,7 +143,10 @@ struct Consumer::Impl {
   }
 
   void run();
+  void loop();
   void process_batch();
+  void run_effects(ConsumerStats& delta, bool start_calls);
+  void add_stats(const ConsumerStats& delta);
   void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
   void resume_due();
   void defer_early_retries();
@@ -162,6 +169,7 @@ struct Consumer::Impl {
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
   std::vector<detail::KafkaMessage> batch;
+  std::unique_ptr<detail::EffectPipeline> effects;  // null without effect routes
 
   // Next offset to process per partition, for lag() (the tracker's positions are
   // consumed by commits); guarded by stats_mutex, dropped on revoke.
@@ -185,6 +193,7 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   }
   tracker.forget(tps);
   schedule.forget(tps);
+  if (effects) effects->on_revoked(tps);
   std::lock_guard lock(stats_mutex);
   for (const auto& tp : tps) processed_next.erase(tp);
 }
@@ -274,30 +283,20 @@ void Consumer::Impl::run() {
   if (config.check_topic_retention) retention_check.emplace(config, log);
   std::vector<std::string> subscription = config.topics;
   for (auto& name : retry_topics.all()) subscription.push_back(std::move(name));
+  const bool has_effects = std::any_of(routes.begin(), routes.end(), [](const auto& r) {
+    return dynamic_cast<const detail::EffectRoute*>(r.second.get()) != nullptr;
+  });
+  if (has_effects) {
+    effects = std::make_unique<detail::EffectPipeline>(
+        detail::EffectPipeline::Deps{config, *store, processor, *poll, tracker, log,
+                                     [this](detail::BatchResult& r, ConsumerStats& delta) {
+                                       apply_dead_letter_acks(r, delta);
+                                     }},
+        routes);
+  }
   poll->subscribe(subscription);
   try {
-    while (!stop_requested.load()) {
-      last_loop.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                      std::memory_order_relaxed);
-      resume_due();
-      auto wait = kIdleWait;
-      if (const auto due = schedule.next_due()) {
-        wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              *due - std::chrono::steady_clock::now()),
-                          std::chrono::milliseconds(0), kIdleWait);
-      }
-      poll->poll_batch(batch, config.batch_size, wait, config.batch_window, stop_requested);
-      if (schedule.any_paused()) {
-        // Belt and braces: pausing purges fetched records, but nothing of a paused
-        // partition may be processed ahead of its retry.
-        std::erase_if(batch, [&](const detail::KafkaMessage& m) {
-          return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
-        });
-      }
-      if (config.retry_topics.enabled() && !batch.empty()) defer_early_retries();
-      if (!batch.empty()) process_batch();
-      batch.clear();
-    }
+    loop();
   } catch (const detail::HookAbort& abort) {
     close_quietly();
     std::rethrow_exception(abort.error);
@@ -309,6 +308,88 @@ void Consumer::Impl::run() {
   // (close() revokes through on_revoked, which commits again: harmless).
   commit_all_sync();
   poll->close();
+}
+
+void Consumer::Impl::loop() {
+  using SteadyClock = std::chrono::steady_clock;
+  // While stopping, calls in flight are awaited (their results applied and committed)
+  // and the poll keeps being served meanwhile; no new call starts.
+  const std::atomic<bool> keep_polling{false};
+  std::optional<SteadyClock::time_point> drain_deadline;
+  while (true) {
+    const bool stopping = stop_requested.load();
+    const auto now = SteadyClock::now();
+    if (stopping) {
+      if (!effects || effects->settled()) break;
+      if (!drain_deadline) drain_deadline = now + config.call_drain_timeout;
+      if (now >= *drain_deadline) {
+        log("idem consumer: stopping with calls still in flight; their events are not "
+            "committed and will be delivered again");
+        break;
+      }
+    }
+    last_loop.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    resume_due();
+    auto wait = kIdleWait;
+    std::optional<SteadyClock::time_point> due = schedule.next_due();
+    if (effects) {
+      if (const auto work = effects->next_work(now)) due = due ? std::min(*due, *work) : *work;
+    }
+    if (due) {
+      wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(*due - now),
+                        std::chrono::milliseconds(0), kIdleWait);
+    }
+    poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
+                     stopping ? keep_polling : stop_requested,
+                     effects ? &effects->wake_flag() : nullptr);
+    ConsumerStats effect_delta;
+    if (effects && !batch.empty()) {
+      const std::size_t polled = batch.size();
+      effects->admit(batch, effect_delta);
+      if (batch.size() != polled) detail::call_hook(hooks, HookPoint::BatchPolled);
+    }
+    if (schedule.any_paused()) {
+      // Belt and braces: pausing purges fetched records, but nothing of a paused
+      // partition may be processed ahead of its retry.
+      std::erase_if(batch, [&](const detail::KafkaMessage& m) {
+        return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
+      });
+    }
+    if (config.retry_topics.enabled() && !batch.empty()) defer_early_retries();
+    if (!batch.empty()) process_batch();
+    batch.clear();
+    if (effects) run_effects(effect_delta, !stopping);
+  }
+}
+
+void Consumer::Impl::run_effects(ConsumerStats& delta, bool start_calls) {
+  const std::vector<PartitionOffset> moved = effects->turn(delta, start_calls);
+  const std::vector<PartitionOffset> dirty = tracker.take_dirty();
+  if (!dirty.empty()) {
+    static_cast<void>(poll->commit(dirty, /*async=*/true));
+    delta.offset_commits = 1;
+  }
+  add_stats(delta);
+  {
+    std::lock_guard lock(stats_mutex);
+    for (const auto& p : moved) processed_next[p.tp] = p.offset;
+  }
+  if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+}
+
+void Consumer::Impl::add_stats(const ConsumerStats& delta) {
+  std::lock_guard lock(stats_mutex);
+  stats.delivered += delta.delivered;
+  stats.processed += delta.processed;
+  stats.duplicates += delta.duplicates;
+  stats.dead_lettered += delta.dead_lettered;
+  for (const auto& [reason, n] : delta.dead_lettered_by_reason) stats.dead_lettered_by_reason[reason] += n;
+  stats.retries += delta.retries;
+  stats.retry_topic_sends += delta.retry_topic_sends;
+  stats.transactions += delta.transactions;
+  stats.offset_commits += delta.offset_commits;
+  stats.calls += delta.calls;
+  stats.call_retries += delta.call_retries;
 }
 
 void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta) {
@@ -381,18 +462,9 @@ void Consumer::Impl::process_batch() {
     static_cast<void>(poll->commit(dirty, /*async=*/true));
     delta.offset_commits = 1;
   }
+  add_stats(delta);
   {
     std::lock_guard lock(stats_mutex);
-    stats.delivered += delta.delivered;
-    stats.processed += delta.processed;
-    stats.duplicates += delta.duplicates;
-    stats.dead_lettered += delta.dead_lettered;
-    for (const auto& [reason, n] : delta.dead_lettered_by_reason)
-      stats.dead_lettered_by_reason[reason] += n;
-    stats.retries += delta.retries;
-    stats.retry_topic_sends += delta.retry_topic_sends;
-    stats.transactions += delta.transactions;
-    stats.offset_commits += delta.offset_commits;
     for (const auto& p : r.partitions) {
       if (p.next_offset > p.first_offset) processed_next[p.tp] = p.next_offset;
     }
@@ -422,6 +494,16 @@ void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route
   for (auto& name : impl_->retry_topics.of(topic))
     impl_->routes.emplace(std::move(name), std::make_unique<detail::RetryRoute>(source));
   impl_->routes.emplace(std::move(topic), std::move(route));
+}
+
+void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
+                                bool complete) {
+  if (!complete) bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
+  // A retry topic would let an event overtake earlier ones of its key, which is what the
+  // effect path exists to prevent; effect topics retry per key instead.
+  if (impl_->config.retry_topics.enabled())
+    bad_config(fmt::format("topic '{}': on_effect does not work with retry topics", topic));
+  add_route(std::move(topic), std::move(route), true);
 }
 
 void Consumer::run() {

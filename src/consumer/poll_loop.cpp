@@ -105,7 +105,7 @@ void PollLoop::subscribe(const std::vector<std::string>& topics) {
 
 void PollLoop::poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
                           std::chrono::milliseconds first_wait, std::chrono::milliseconds window,
-                          const std::atomic<bool>& stop) {
+                          const std::atomic<bool>& stop, const std::atomic<bool>* ready) {
   using SteadyClock = std::chrono::steady_clock;
   out.clear();
   collecting_ = &out;
@@ -120,9 +120,14 @@ void PollLoop::poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
     const auto deadline = window_deadline ? *window_deadline : first_deadline;
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - SteadyClock::now());
-    const auto slice = std::clamp(remaining, std::chrono::milliseconds(0), kMaxPollSlice);
+    const bool woken = ready != nullptr && ready->load(std::memory_order_relaxed);
+    // Woken: one poll that does not wait still serves callbacks (rebalances) and takes
+    // what is already fetched.
+    const auto slice = woken ? std::chrono::milliseconds(0)
+                             : std::clamp(remaining, std::chrono::milliseconds(0), kMaxPollSlice);
     KafkaMessage m(rd_kafka_consumer_poll(rk_.get(), to_kafka_ms(slice)));
     rethrow_pending();
+    if (!m && woken) break;
     if (!m) {
       if (SteadyClock::now() >= deadline) break;
       continue;

@@ -47,9 +47,11 @@ class PollLoop : private CallbackContext {
   /// set (with whatever was collected) or wake() is called. Records of partitions
   /// revoked meanwhile are dropped from `out`.
   /// \throws Error(Internal, Kafka) on a fatal consumer error; rethrows listener errors.
+  /// `ready`, when given, also ends the wait as soon as it is set (completions of effect
+  /// calls waiting for the run() thread).
   void poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
                   std::chrono::milliseconds first_wait, std::chrono::milliseconds window,
-                  const std::atomic<bool>& stop);
+                  const std::atomic<bool>& stop, const std::atomic<bool>* ready = nullptr);
 
   /// Pauses fetching from `at.tp` and rewinds its fetch position to `at.offset`.
   void pause_and_seek(const PartitionOffset& at);

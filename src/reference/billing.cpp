@@ -1,5 +1,10 @@
 #include "idem/reference/billing.hpp"
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -20,51 +25,155 @@ std::string provider_answer(const http::CallResult& r) {
                                                   : std::string(body));
 }
 
-}  // namespace
+/// The provider's payment id of a 2xx answer, or why there is none.
+std::optional<std::string> payment_id_of(const http::CallResult& result, std::string& why) {
+  const auto answer = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  const auto id = answer.is_object() ? answer.find("payment_id") : answer.end();
+  if (!answer.is_object() || id == answer.end() || !id->is_string()) {
+    why = "payment provider answered 2xx without a payment_id: " + result.body;
+    return std::nullopt;
+  }
+  return id->get<std::string>();
+}
 
-Handler<OrderConfirmed> billing_handler(BillingConfig config) {
+std::string charge_url_of(BillingConfig& config) {
   if (config.provider_url.empty()) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                 "billing: the payment provider URL is required");
   }
   while (!config.provider_url.empty() && config.provider_url.back() == '/') config.provider_url.pop_back();
+  return config.provider_url + "/payments/charge";
+}
+
+/// One thread that runs blocking charges one after another, off the consumer's run()
+/// thread and outside any transaction. Queued charges that never ran when it stops are
+/// dropped; their completions then count as retries (CallCompletion's rule).
+class ChargeWorker {
+ public:
+  explicit ChargeWorker(const http::ClientConfig& config) : client_(config), thread_([this] { run(); }) {}
+  ~ChargeWorker() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      jobs_.clear();
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ChargeWorker(const ChargeWorker&) = delete;
+  ChargeWorker& operator=(const ChargeWorker&) = delete;
+
+  void submit(http::Request request, CallCompletion<BillingCharge> done) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back({std::move(request), std::move(done)});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Job {
+    http::Request request;
+    CallCompletion<BillingCharge> done;
+  };
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      Job job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      try {
+        complete_charge(client_.post_json(job.request.url, job.request.json_body,
+                                          job.request.idempotency_key, job.request.extra_headers),
+                        job.done);
+      } catch (const std::exception& e) {
+        job.done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
+      }
+      lock.lock();
+    }
+  }
+
+  http::IdempotentClient client_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after everything it uses
+};
+
+}  // namespace
+
+http::Request charge_request(const std::string& charge_url, const OrderConfirmed& event,
+                             const RecordInfo& record) {
+  http::Request request;
+  request.url = charge_url;
+  request.json_body = fmt::format(R"({{"order_id":{},"amount":"{}"}})", event.order_id,
+                                  event.total_amount.to_string());
+  // IDEM-4: the event id is the key, so every retry of this call, and every redelivery
+  // of this event after a rollback, asks for the same single charge.
+  request.idempotency_key = event.event_id.to_string();
+  // The call is a child span of the record's trace: same trace id, a span id of its own.
+  // A record without a valid traceparent sends none (the provider starts its own).
+  if (const auto trace = trace_context(record)) {
+    request.extra_headers.emplace_back(std::string(kTraceparentHeader), trace->child().traceparent());
+  }
+  return request;
+}
+
+void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done) {
+  if (result.status == http::CallStatus::RetriesExhausted) return done.retry(result.error);
+  if (result.status == http::CallStatus::Permanent) return done.dead_letter(provider_answer(result));
+  std::string why;
+  if (auto id = payment_id_of(result, why)) return done.done(BillingCharge{std::move(*id)});
+  done.dead_letter(std::move(why));
+}
+
+Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, Transaction& tx) {
+  tx.execute("UPDATE orders SET payment_status = 'charged' WHERE id = $1", event.order_id);
+  tx.execute("INSERT INTO billing_ledger(order_id, event_id, amount, provider_payment_id) "
+             "VALUES ($1, $2, $3, $4)",
+             event.order_id, event.event_id, event.total_amount, charge.payment_id);
+  return Outcome::Done;
+}
+
+EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config) {
+  const std::string charge_url = charge_url_of(config);
+  auto worker = std::make_shared<ChargeWorker>(config.client);
+  return {
+      .call = [worker, charge_url](const OrderConfirmed& event, const RecordInfo& record,
+                                   CallCompletion<BillingCharge> done) {
+        worker->submit(charge_request(charge_url, event, record), std::move(done));
+      },
+      .apply = [](const OrderConfirmed& event, const RecordInfo&, const BillingCharge& charge,
+                  Transaction& tx) { return apply_charge(event, charge, tx); },
+      .ordering_key = {},
+  };
+}
+
+Handler<OrderConfirmed> billing_handler(BillingConfig config) {
+  const std::string charge_url = charge_url_of(config);
   // Handler is a std::function and must be copyable; the client (one connection) is shared.
   auto client = std::make_shared<http::IdempotentClient>(config.client);
-  const std::string charge_url = config.provider_url + "/payments/charge";
 
   return [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
                               Transaction& tx) {
-    const std::string event_id = event.event_id.to_string();
-    const std::string amount = event.total_amount.to_string();
-    const std::string body = fmt::format(R"({{"order_id":{},"amount":"{}"}})", event.order_id, amount);
-    // The call is a child span of the record's trace: same trace id, a span id of its own.
-    // A record without a valid traceparent sends none (the provider starts its own).
-    std::vector<std::pair<std::string, std::string>> headers;
-    if (const auto trace = trace_context(record)) {
-      headers.emplace_back(std::string(kTraceparentHeader), trace->child().traceparent());
-    }
-
-    // IDEM-4: the event id is the key, so every retry of this call, and every
-    // redelivery of this event after a rollback, asks for the same single charge.
-    const http::CallResult result = client->post_json(charge_url, body, event_id, headers);
+    const http::Request request = charge_request(charge_url, event, record);
+    const http::CallResult result =
+        client->post_json(request.url, request.json_body, request.idempotency_key, request.extra_headers);
     if (result.status == http::CallStatus::RetriesExhausted) return Outcome::Retry;
     if (result.status == http::CallStatus::Permanent) {
       record.dead_letter_reason(provider_answer(result));
       return Outcome::DeadLetter;
     }
-    const auto answer = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
-    const auto payment_id = answer.is_object() ? answer.find("payment_id") : answer.end();
-    if (!answer.is_object() || payment_id == answer.end() || !payment_id->is_string()) {
-      record.dead_letter_reason("payment provider answered 2xx without a payment_id: " + result.body);
+    std::string why;
+    const auto payment_id = payment_id_of(result, why);
+    if (!payment_id) {
+      record.dead_letter_reason(std::move(why));
       return Outcome::DeadLetter;
     }
-
-    tx.execute("UPDATE orders SET payment_status = 'charged' WHERE id = $1", event.order_id);
-    tx.execute("INSERT INTO billing_ledger(order_id, event_id, amount, provider_payment_id) "
-               "VALUES ($1, $2, $3, $4)",
-               event.order_id, event.event_id, event.total_amount,
-               payment_id->get<std::string>());
-    return Outcome::Done;
+    return apply_charge(event, BillingCharge{*payment_id}, tx);
   };
 }
 

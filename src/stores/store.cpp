@@ -29,6 +29,17 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 
 Param::Param(Timestamp v) : value_(format_rfc3339(v)) {}
 
+std::vector<bool> Transaction::processed_among(std::span<const Uuid> event_ids,
+                                               std::string_view consumer_group) {
+  std::vector<bool> out(event_ids.size(), false);
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    out[i] = !execute("SELECT 1 FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
+                      event_ids[i], consumer_group)
+                  .empty();
+  }
+  return out;
+}
+
 const std::optional<std::string>& Rows::cell(std::size_t row, std::size_t col) const {
   if (col >= columns_ || row >= size()) {
     throw_cell_error(fmt::format("cell ({}, {}) is outside a result of {} rows x {} columns", row,

@@ -18,6 +18,7 @@
 
 #include "idem/consumer.hpp"
 #include "idem/reference/order_confirmed.hpp"
+#include "idem/http/async_client.hpp"
 #include "idem/http/idempotent_client.hpp"
 
 namespace idem {
@@ -32,7 +33,41 @@ struct BillingConfig {
   http::ClientConfig client;
 };
 
-/// The billing handler. A 2xx answer applies the effects and returns Done; a
+/// What the provider answered to a successful charge: the apply phase's input.
+struct BillingCharge {
+  std::string payment_id;
+};
+
+/// Billing as an effect (Consumer::on_effect; IDEM-4): the charge is the call phase, run
+/// outside any database transaction, and `UPDATE orders` + the ledger row are the apply
+/// phase, in the batch transaction with the dedup mark. The call runs on one worker
+/// thread of the handler's own with the blocking IdempotentClient, so charges run one at
+/// a time but no transaction (and no SQLite write lock) is held while one is in flight.
+/// Outcomes as billing_handler's. Use it with the Kafka key (order_id) as ordering key.
+/// \throws Error(InvalidArgument, Config) for an empty provider_url or a bad client config.
+[[nodiscard]] EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config);
+
+/// billing_effect with http::AsyncClient: many charges in flight at once through one
+/// event-loop thread (ConsumerConfig::max_in_flight across keys, one per order).
+/// Defined in billing_async.cpp, which links only once idem::http provides AsyncClient.
+[[nodiscard]] EffectHandler<OrderConfirmed, BillingCharge> billing_async_effect(BillingConfig config);
+
+/// Turns the provider's answer to a charge into the call's completion: 2xx with a
+/// payment_id -> done; a permanent answer -> dead_letter with the answer as reason;
+/// retries exhausted -> retry (the key waits; the same Idempotency-Key is sent again).
+void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done);
+
+/// The charge request of `event`: URL, body, Idempotency-Key = event_id, and a child
+/// span of the record's traceparent.
+[[nodiscard]] http::Request charge_request(const std::string& charge_url, const OrderConfirmed& event,
+                                           const RecordInfo& record);
+
+/// The apply phase of billing: marks the order charged and appends its ledger row.
+Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, Transaction& tx);
+
+/// The billing handler, all in the transaction: the HTTP call runs while the batch
+/// transaction is open (and, on SQLite, while it holds the write lock). Kept for
+/// comparison and for callers of the Handler shape; prefer billing_effect. A 2xx answer applies the effects and returns Done; a
 /// permanent answer (402 declined, 422, other 4xx) returns DeadLetter with the
 /// provider's status and body as the dead letter's reason; failures that outlast the
 /// client's retries return Retry (the partition pauses and the event comes again).

@@ -167,6 +167,8 @@ class PostgresTransaction final : public Transaction {
   bool mark_processed(const Uuid& event_id, std::string_view consumer_group) override;
   std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
                                          std::string_view consumer_group) override;
+  std::vector<bool> processed_among(std::span<const Uuid> event_ids,
+                                    std::string_view consumer_group) override;
   void commit() override;
   void rollback() noexcept override;
   [[nodiscard]] bool active() const noexcept override { return state_ != State::Finished; }
@@ -688,6 +690,34 @@ std::vector<bool> PostgresTransaction::mark_processed_batch(std::span<const Uuid
                   "postgres: mark_processed_batch: the server returned an id that was not sent");
     }
     out[*it] = true;
+  }
+  return out;
+}
+
+// One round trip for the whole span: the ids travel as one uuid[] literal and the
+// marked ones come back (the primary key's index answers each).
+std::vector<bool> PostgresTransaction::processed_among(std::span<const Uuid> event_ids,
+                                                       std::string_view consumer_group) {
+  check_consumer_group(consumer_group);
+  std::vector<bool> out(event_ids.size(), false);
+  if (event_ids.empty()) return out;
+  std::string array = "{";
+  array.reserve(2 + event_ids.size() * 37);
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    if (i != 0) array += ',';
+    array += event_ids[i].to_string();
+  }
+  array += '}';
+  const std::array<Param, 2> params{Param(array), Param(consumer_group)};
+  const Rows rows = execute_params(
+      "SELECT event_id FROM processed_event WHERE event_id = ANY($1::uuid[]) AND consumer_group = $2",
+      params);
+  std::vector<Uuid> found;
+  found.reserve(rows.size());
+  for (const RowView row : rows) found.push_back(row.uuid(0));
+  std::sort(found.begin(), found.end());
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    out[i] = std::binary_search(found.begin(), found.end(), event_ids[i]);
   }
   return out;
 }

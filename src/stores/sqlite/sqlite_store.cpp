@@ -651,6 +651,19 @@ bool SqliteTransaction::mark_processed(const Uuid& event_id, std::string_view co
   return sqlite3_changes64(db) == 1;
 }
 
+std::vector<bool> SqliteTransaction::processed_among(std::span<const Uuid> event_ids,
+                                                     std::string_view consumer_group) {
+  validate_group(consumer_group);
+  std::vector<bool> out(event_ids.size(), false);
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    const std::array<Param, 2> params{Param(event_ids[i]), Param(consumer_group)};
+    out[i] = !execute_params("SELECT 1 FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
+                             params)
+                  .empty();
+  }
+  return out;
+}
+
 std::vector<bool> SqliteTransaction::mark_processed_batch(std::span<const Uuid> event_ids,
                                                           std::string_view consumer_group) {
   require_writable("mark_processed_batch");

@@ -100,6 +100,10 @@ class SqliteTransaction final : public Transaction {
   [[nodiscard]] bool mark_processed(const Uuid& event_id, std::string_view consumer_group) override;
   [[nodiscard]] std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
                                                        std::string_view consumer_group) override;
+  /// One primary-key probe per id through one cached statement: SQLite runs in-process,
+  /// so there is no round trip to batch away (a probe costs microseconds).
+  [[nodiscard]] std::vector<bool> processed_among(std::span<const Uuid> event_ids,
+                                                  std::string_view consumer_group) override;
   void commit() override;
   void rollback() noexcept override;
   [[nodiscard]] bool active() const noexcept override { return state_ == State::Active; }

@@ -1,0 +1,318 @@
+#include "consumer/effect_pipeline.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+EffectPipeline::EffectPipeline(Deps deps, const RouteTable& routes)
+    : deps_(std::move(deps)),
+      completions_(std::make_shared<CompletionQueue>()),
+      scheduler_(deps_.config.max_in_flight),
+      windows_(deps_.poll, deps_.config.max_buffered_per_partition),
+      horizon_(deps_.config),
+      key_backoff_(deps_.config.retry),
+      apply_backoff_(deps_.config.retry) {
+  for (const auto& [topic, route] : routes) {
+    auto* effect = dynamic_cast<EffectRoute*>(route.get());
+    if (effect == nullptr) continue;
+    effect_routes_.emplace(topic, effect);
+    effect->set_staged([this](std::string_view t, std::int32_t p, std::int64_t o) -> const StagedCall* {
+      const auto it = staged_.find({t, p, o});
+      return it == staged_.end() ? nullptr : it->second;
+    });
+  }
+  completions_->set_wake([&poll = deps_.poll] { poll.wake(); });
+}
+
+EffectPipeline::~EffectPipeline() {
+  completions_->close();
+  for (auto& [topic, route] : effect_routes_) route->set_staged(nullptr);
+}
+
+void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto it = effect_routes_.find(rd_kafka_topic_name(batch[i]->rkt));
+    if (it == effect_routes_.end()) {
+      if (kept != i) batch[kept] = std::move(batch[i]);
+      ++kept;
+      continue;
+    }
+    ++delta.delivered;
+    admit_one(std::move(batch[i]), *it->second);
+  }
+  batch.resize(kept);
+  for (const TopicPartition& tp : touched_) windows_.pause_if_full(tp);
+}
+
+std::string EffectPipeline::default_key(const EffectRecord& r) const {
+  // Kafka orders per partition and a key stays in one partition, so the key is scoped
+  // by topic; records without a key keep their partition's order.
+  if (r.has_key) return fmt::format("{}\n{}", r.topic, r.key);
+  return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
+}
+
+void EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
+  TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
+  // Fetched before a pause took effect, or again after a seek: it comes back in order.
+  if (!windows_.admit(tp, m->offset)) return;
+  touched_.insert(tp);
+  const std::uint64_t ticket = next_ticket_++;
+  Entry e;
+  e.record = std::make_shared<EffectRecord>(*m, deps_.config.group_id);
+  e.message = std::move(m);
+  e.route = &route;
+  e.generation = generation_[tp];
+  e.tp = std::move(tp);
+  // Invalid and stale records make no call: the batch processor dead-letters (or skips)
+  // them when they are applied. The checks match the processor's own.
+  bool callable = e.record->headers.size() <= deps_.config.limits.max_headers;
+  if (callable) {
+    EffectRoute::Owned owned = route.parse_owned(e.record->payload, deps_.config.limits);
+    callable = owned.event_id.ok();
+    if (callable) {
+      e.event_id = owned.event_id.value();
+      e.record->event = std::move(owned.event);
+      std::string why;
+      callable = horizon_.check(e.event_id, why) == HorizonVerdict::Fresh;
+    }
+  }
+  if (callable) {
+    try {
+      std::optional<std::string> key = route.ordering_key(e.record->event.get(), e.record->info);
+      e.key = key ? std::move(*key) : default_key(*e.record);
+      e.scheduled = true;
+    } catch (const std::exception& ex) {
+      e.reason = fmt::format("ordering_key threw: {}", ex.what());
+    }
+  }
+  if (e.scheduled) {
+    scheduler_.push(e.key, ticket);
+  } else {
+    e.state = State::Ready;
+    ready_.push_back(ticket);
+  }
+  Entry& held = entries_.emplace(ticket, std::move(e)).first->second;
+  // Staged after the move: the reason's view must point into the entry in the table.
+  if (!held.reason.empty()) held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
+}
+
+std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool start) {
+  const TimePoint now = std::chrono::steady_clock::now();
+  take_completions(delta, now);
+  if (start) start_calls(delta, now);
+  apply_ready(delta, now);
+  std::vector<PartitionOffset> moved;
+  for (const TopicPartition& tp : touched_) {
+    if (const auto pos = windows_.commit_position(tp)) {
+      deps_.tracker.advance(tp, *pos);
+      moved.push_back({tp, *pos});
+    }
+  }
+  touched_.clear();
+  windows_.resume_drained();
+  return moved;
+}
+
+void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
+  for (CallDone& c : completions_->drain()) {
+    const auto it = entries_.find(c.ticket);
+    if (it == entries_.end() || it->second.state != State::Calling) continue;
+    Entry& e = it->second;
+    --calling_;
+    if (e.generation != generation_[e.tp]) {
+      // Its partition was revoked while the call ran: the new owner decides; the call's
+      // result is never applied here. The key was kept busy until now so that no other
+      // call of it overlapped this one.
+      scheduler_.finish(e.key);
+      entries_.erase(it);
+      continue;
+    }
+    if (c.outcome == Outcome::Retry) {
+      ++delta.call_retries;
+      retry_key(e, now, c.reason.empty() ? "the call phase asked for a retry" : c.reason);
+      continue;
+    }
+    e.state = State::Ready;
+    e.result = std::move(c.result);
+    e.reason = std::move(c.reason);
+    e.staged = {e.record->event.get(), e.result.get(), c.outcome, e.reason};
+    ready_.push_back(c.ticket);
+  }
+}
+
+void EffectPipeline::start_calls(ConsumerStats& delta, TimePoint now) {
+  const std::vector<std::uint64_t> tickets = scheduler_.take_ready(now);
+  if (tickets.empty()) return;
+  // One read-only look at the dedup rows for all of them: an event already marked for
+  // the group (a redelivery) makes no call. The mark in the apply transaction stays the
+  // only arbiter; this only saves the calls.
+  std::vector<Uuid> ids;
+  ids.reserve(tickets.size());
+  for (const auto t : tickets) ids.push_back(entries_.at(t).event_id);
+  std::vector<bool> marked;
+  try {
+    auto tx = deps_.store.begin_read();
+    marked = tx->processed_among(ids, deps_.config.group_id);
+    tx->rollback();
+  } catch (const std::exception& ex) {
+    for (const auto t : tickets) retry_key(entries_.at(t), now, ex.what());
+    return;
+  }
+  for (std::size_t i = 0; i < tickets.size(); ++i) {
+    Entry& e = entries_.at(tickets[i]);
+    if (marked.at(i)) {
+      e.state = State::Ready;  // the processor's mark finds it and counts a duplicate
+      ready_.push_back(tickets[i]);
+      continue;
+    }
+    ++delta.calls;
+    start_call(tickets[i], e);
+  }
+}
+
+void EffectPipeline::start_call(std::uint64_t ticket, Entry& e) {
+  e.state = State::Calling;
+  ++calling_;
+  auto call = std::make_shared<CallTicket>(completions_, ticket, e.record);
+  try {
+    e.route->start_call(e.record->event.get(), e.record->info, call);
+  } catch (const Error& ex) {
+    call->complete(ex.transient() ? Outcome::Retry : Outcome::DeadLetter, nullptr,
+                   fmt::format("the call phase threw: {}", ex.what()));
+  } catch (const std::exception& ex) {
+    call->complete(Outcome::DeadLetter, nullptr, fmt::format("the call phase threw: {}", ex.what()));
+  } catch (...) {
+    call->complete(Outcome::DeadLetter, nullptr, "the call phase threw an unknown exception");
+  }
+}
+
+void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
+  ++e.attempts;
+  const auto delay = key_backoff_.delay(e.attempts);
+  scheduler_.retry_at(e.key, now + delay);
+  e.state = State::Queued;
+  e.staged = {};
+  e.result.reset();
+  deps_.log(fmt::format("idem consumer: retrying the call of topic={} partition={} offset={} "
+                        "event_id={} (attempt {}) in {} ms: {}",
+                        e.tp.topic, e.tp.partition, e.message->offset, e.event_id.to_string(),
+                        e.attempts + 1, delay.count(), why));
+}
+
+void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
+  if (ready_.empty() || now < apply_not_before_) return;
+  // The processor keeps each partition's records in the order given: offset order.
+  std::sort(ready_.begin(), ready_.end(), [&](std::uint64_t a, std::uint64_t b) {
+    const Entry& x = entries_.at(a);
+    const Entry& y = entries_.at(b);
+    return std::tie(x.tp.topic, x.tp.partition, x.message->offset) <
+           std::tie(y.tp.topic, y.tp.partition, y.message->offset);
+  });
+  const std::size_t n = std::min(ready_.size(), deps_.config.batch_size);
+  const std::vector<std::uint64_t> tickets(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+  ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+  std::vector<const rd_kafka_message_t*> messages;
+  messages.reserve(n);
+  for (const auto t : tickets) {
+    const Entry& e = entries_.at(t);
+    messages.push_back(e.message.get());
+    staged_[{e.record->topic, e.tp.partition, e.message->offset}] = &e.staged;
+  }
+  struct ClearStaged {
+    std::map<StageKey, const StagedCall*>& staged;
+    ~ClearStaged() { staged.clear(); }
+  } clear_staged{staged_};
+
+  BatchResult r = deps_.processor.process(messages, no_schedule_);
+  deps_.settle_dead_letters(r, delta);
+  delta.processed += r.processed;
+  delta.duplicates += r.duplicates;
+  if (r.committed) ++delta.transactions;
+  if (!r.failure.empty()) {
+    // The transaction failed as a whole (the store is down): every result waits, and no
+    // call is repeated for it.
+    const auto delay = apply_backoff_.delay(++apply_failures_);
+    apply_not_before_ = now + delay;
+    deps_.log(fmt::format("idem consumer: applying {} effect(s) failed, retrying in {} ms: {}", n,
+                          delay.count(), r.failure));
+    ready_.insert(ready_.end(), tickets.begin(), tickets.end());
+    return;
+  }
+  apply_failures_ = 0;
+  settle_applied(r, tickets, now);
+}
+
+void EffectPipeline::settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets,
+                                    TimePoint now) {
+  std::unordered_map<TopicPartition, std::optional<std::int64_t>, TopicPartitionHash> retry_at;
+  for (const auto& p : r.partitions) retry_at[p.tp] = p.retry_at;
+  for (const auto t : tickets) {
+    Entry& e = entries_.at(t);
+    const std::int64_t offset = e.message->offset;
+    const std::optional<std::int64_t> stop = retry_at[e.tp];
+    if (!stop || offset < *stop) {
+      windows_.finished(e.tp, offset);
+      touched_.insert(e.tp);
+      finish(t);
+      continue;
+    }
+    if (offset == *stop && e.scheduled && e.staged.outcome != Outcome::DeadLetter) {
+      // The apply phase (or a mark that found the event new after the check said marked)
+      // asked for a retry: the call runs again after the key's backoff, with the same key.
+      retry_key(e, now, "the apply phase asked for a retry");
+      continue;
+    }
+    if (offset == *stop) {  // a dead letter the broker did not acknowledge
+      apply_not_before_ = now + apply_backoff_.delay(++apply_failures_);
+    }
+    ready_.push_back(t);  // held back behind the retry in its partition: applied again
+  }
+}
+
+void EffectPipeline::finish(std::uint64_t ticket) {
+  const auto it = entries_.find(ticket);
+  if (it == entries_.end()) return;
+  if (it->second.scheduled) scheduler_.finish(it->second.key);
+  entries_.erase(it);
+}
+
+std::optional<EffectPipeline::TimePoint> EffectPipeline::next_work(TimePoint now) const {
+  std::optional<TimePoint> at;
+  const auto earliest = [&](TimePoint t) { at = at ? std::min(*at, t) : t; };
+  if (!ready_.empty()) earliest(std::max(now, apply_not_before_));
+  if (scheduler_.runnable()) earliest(now);
+  if (const auto retry = scheduler_.next_retry()) earliest(*retry);
+  return at;
+}
+
+void EffectPipeline::on_revoked(std::span<const TopicPartition> partitions) {
+  const std::unordered_set<TopicPartition, TopicPartitionHash> gone(partitions.begin(), partitions.end());
+  for (const auto& tp : partitions) {
+    generation_[tp] = ++generation_counter_;
+    touched_.erase(tp);
+  }
+  std::unordered_set<std::uint64_t> queued;
+  for (const auto& [ticket, e] : entries_) {
+    if (gone.contains(e.tp) && e.state == State::Queued && e.scheduled) queued.insert(ticket);
+  }
+  scheduler_.remove_queued([&](std::uint64_t t) { return queued.contains(t); });
+  // Calls in flight stay (their generation is now stale) until they complete.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (!gone.contains(e.tp) || e.state == State::Calling) {
+      ++it;
+      continue;
+    }
+    if (e.state == State::Ready && e.scheduled) scheduler_.finish(e.key);
+    it = entries_.erase(it);
+  }
+  std::erase_if(ready_, [&](std::uint64_t t) { return !entries_.contains(t); });
+  windows_.forget(partitions);
+}
+
+}  // namespace idem::detail

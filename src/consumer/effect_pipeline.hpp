@@ -1,0 +1,135 @@
+#pragma once
+// The effect path of idem::Consumer (Consumer::on_effect, IDEM-4): records of effect
+// topics are held here from poll to commit. Per run() turn:
+//   1. completions of call phases come in from other threads (CompletionQueue);
+//   2. keys whose previous event is finished start their next call (KeyedScheduler), after
+//      one read-only check which of those events are already marked (a duplicate never
+//      calls);
+//   3. events whose call completed are applied in ONE batch transaction through the
+//      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers);
+//   4. each partition's offset advances over its contiguous finished prefix only
+//      (ContiguousOffsets), and a partition holding too many records pauses.
+// A call that completes with retry() holds back only its key (capped backoff). Records
+// of revoked partitions are dropped; a call still in flight for one keeps its key busy
+// until it completes, and its result is discarded (assignment generation), never applied.
+// Only the run() thread calls this class.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "consumer/batch_processor.hpp"
+#include "consumer/completion_queue.hpp"
+#include "consumer/dedup_horizon_guard.hpp"
+#include "consumer/effect_record.hpp"
+#include "consumer/keyed_scheduler.hpp"
+#include "consumer/offset_tracker.hpp"
+#include "consumer/partition_windows.hpp"
+#include "consumer/poll_loop.hpp"
+#include "retry/backoff.hpp"
+
+namespace idem::detail {
+
+class EffectPipeline {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  /// What the pipeline works with; everything must outlive it.
+  struct Deps {
+    const ConsumerConfig& config;
+    Store& store;
+    BatchProcessor& processor;
+    PollLoop& poll;
+    OffsetTracker& tracker;
+    const LogFn& log;
+    /// Sends a batch's dead letters and pulls back what the broker did not acknowledge.
+    std::function<void(BatchResult&, ConsumerStats&)> settle_dead_letters;
+  };
+
+  /// `routes` is scanned for EffectRoutes now; their staged-call lookups point here.
+  EffectPipeline(Deps deps, const RouteTable& routes);
+  ~EffectPipeline();
+  EffectPipeline(const EffectPipeline&) = delete;
+  EffectPipeline& operator=(const EffectPipeline&) = delete;
+
+  /// Moves the records of effect topics out of `batch` (the rest stays for handlers).
+  void admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta);
+
+  /// One turn: take completions, start calls (unless `start_calls` is false: stopping),
+  /// apply what completed, advance offsets (into the OffsetTracker), pause and resume
+  /// partitions. Returns the partitions whose commit position moved.
+  /// \throws HookAbort when a hook throws.
+  std::vector<PartitionOffset> turn(ConsumerStats& delta, bool start_calls);
+
+  /// Set while completions wait: the poll returns early.
+  [[nodiscard]] const std::atomic<bool>& wake_flag() const noexcept { return completions_->pending(); }
+  /// When the next turn has work without a completion: now when calls can start or
+  /// results wait to be applied; else the earliest key retry; nullopt when idle.
+  [[nodiscard]] std::optional<TimePoint> next_work(TimePoint now) const;
+  /// No call in flight and nothing waiting to be applied.
+  [[nodiscard]] bool settled() const noexcept { return calling_ == 0 && ready_.empty(); }
+
+  /// Drops everything of `partitions` (called from the rebalance callback).
+  void on_revoked(std::span<const TopicPartition> partitions);
+
+ private:
+  enum class State { Queued, Calling, Ready };
+  struct Entry {
+    KafkaMessage message;
+    std::shared_ptr<EffectRecord> record;
+    EffectRoute* route = nullptr;
+    TopicPartition tp;
+    std::uint64_t generation = 0;
+    std::string key;       // ordering key; empty when not scheduled (invalid or stale)
+    bool scheduled = false;
+    Uuid event_id;
+    State state = State::Queued;
+    std::uint32_t attempts = 0;
+    StagedCall staged;     // outcome Retry (no call result) until a call completed
+    std::shared_ptr<void> result;
+    std::string reason;
+  };
+  using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
+
+  void admit_one(KafkaMessage m, EffectRoute& route);
+  void take_completions(ConsumerStats& delta, TimePoint now);
+  void start_calls(ConsumerStats& delta, TimePoint now);
+  void start_call(std::uint64_t ticket, Entry& e);
+  void apply_ready(ConsumerStats& delta, TimePoint now);
+  void settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets, TimePoint now);
+  void retry_key(Entry& e, TimePoint now, std::string_view why);
+  void finish(std::uint64_t ticket);
+  std::string default_key(const EffectRecord& r) const;
+
+  Deps deps_;
+  std::unordered_map<std::string, EffectRoute*> effect_routes_;
+  std::shared_ptr<CompletionQueue> completions_;
+  KeyedScheduler scheduler_;
+  PartitionWindows windows_;
+  DedupHorizonGuard horizon_;  // decides before the call; the processor's guard counts
+  Backoff key_backoff_;
+  Backoff apply_backoff_;
+  RetrySchedule no_schedule_;  // attempts of the processor's blocking retries: none here
+  std::unordered_map<std::uint64_t, Entry> entries_;
+  std::vector<std::uint64_t> ready_;
+  std::size_t calling_ = 0;
+  std::uint64_t next_ticket_ = 1;
+  std::uint64_t generation_counter_ = 0;
+  std::unordered_map<TopicPartition, std::uint64_t, TopicPartitionHash> generation_;
+  std::unordered_set<TopicPartition, TopicPartitionHash> touched_;
+  std::map<StageKey, const StagedCall*> staged_;
+  std::uint32_t apply_failures_ = 0;
+  TimePoint apply_not_before_{};
+};
+
+}  // namespace idem::detail

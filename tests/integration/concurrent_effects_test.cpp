@@ -1,0 +1,287 @@
+// Consumer::on_effect on every backend (issue 12): call phases run outside any
+// transaction and concurrently across keys, one after another within a key in offset
+// order; each event is applied exactly once; a key whose calls keep failing holds back
+// only itself. The call side is a DelayedCalls stand-in for an asynchronous HTTP client
+// (a fixed latency per call). Waits are conditions with deadlines, never sleeps; nothing
+// asserts on timing.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "idem/consumer.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/store.hpp"
+#include "support/consumer_scenario.hpp"
+#include "support/delayed_calls.hpp"
+#include "support/dev_broker_suite.hpp"
+#include "support/kafka_test_producer.hpp"
+#include "support/store_backends.hpp"
+
+namespace idem::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kPartitions = 4;
+
+/// What the call side saw, per ordering key, and whether two calls of a key overlapped.
+class CallLog {
+ public:
+  void started(const std::string& key, std::int64_t order_id) {
+    std::lock_guard lock(mutex_);
+    if (!in_flight_.insert(key).second) ++overlaps_;
+    order_[key].push_back(order_id);
+    ++calls_;
+  }
+  void ended(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(key);
+  }
+  std::map<std::string, std::vector<std::int64_t>> order() const {
+    std::lock_guard lock(mutex_);
+    return order_;
+  }
+  int overlaps() const {
+    std::lock_guard lock(mutex_);
+    return overlaps_;
+  }
+  int calls() const {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::string> in_flight_;
+  std::map<std::string, std::vector<std::int64_t>> order_;
+  int overlaps_ = 0;
+  int calls_ = 0;
+};
+
+template <class Backend>
+class ConcurrentEffectsTest : public DevBrokerSuite {
+ protected:
+  void SetUp() override {
+    url_ = Backend::fresh_url();
+    if (IsSkipped() || HasFatalFailure()) return;
+    migrate_reference_system(*open_store(url_));
+    observer_ = open_store(url_);
+    topic_ = unique_name("orders");
+    group_ = unique_name("g");
+    broker_->create_topic(topic_, kPartitions);
+    broker_->create_topic(topic_ + ".dlq", 1);
+  }
+
+  /// Produces `orders` events, order i keyed `key_of(i)`; remembers each key's order ids
+  /// in offset order (one producer, so send order is offset order within a partition).
+  void produce(int orders, const std::function<std::string(std::int64_t)>& key_of) {
+    KafkaTestProducer producer(broker_->bootstrap_servers());
+    for (std::int64_t id = 1; id <= orders; ++id) {
+      OrderConfirmed e;
+      e.event_id = new_uuid_v7();
+      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+      e.order_id = id;
+      e.customer_id = 7;
+      e.total_amount = Amount::from_hundredths(1999);
+      const std::string key = key_of(id);
+      expected_[key].push_back(id);
+      producer.send({topic_, key, to_json(e), {{"event_id", e.event_id.to_string()}}, -1});
+    }
+    producer.flush(60s);
+    total_ = orders;
+  }
+
+  std::unique_ptr<Consumer> make_consumer(std::size_t max_in_flight, std::size_t window = 4096) {
+    ConsumerConfig c = mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
+    c.batch_size = 500;
+    c.max_in_flight = max_in_flight;
+    c.max_buffered_per_partition = window;
+    return std::make_unique<Consumer>(c, open_store(url_));
+  }
+
+  /// effect_log rows of this group by the record's key (via order id -> key).
+  std::int64_t effects() { return count_effects(*observer_, group_); }
+
+  std::string url_;
+  std::unique_ptr<Store> observer_;
+  std::string topic_;
+  std::string group_;
+  int total_ = 0;
+  std::map<std::string, std::vector<std::int64_t>> expected_;
+};
+
+TYPED_TEST_SUITE(ConcurrentEffectsTest, AllBackends, BackendName);
+
+// (a) 5,000 orders over 200 keys, 20 ms per call, up to 512 in flight, at most 200 records
+// held per partition.
+TYPED_TEST(ConcurrentEffectsTest, CallsEachKeyInOffsetOrderAndAppliesEachOrderOnce) {
+  if (this->IsSkipped()) return;
+  constexpr int kOrders = 5000;
+  constexpr int kKeys = 200;
+  this->produce(kOrders, [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
+
+  CallLog calls_seen;
+  DelayedCalls client;
+  // A window of 200 records per partition (of ~1,250 each): partitions pause and resume.
+  std::unique_ptr<Consumer> consumer = this->make_consumer(512, 200);
+  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, std::int64_t>{
+      .call = [&](const OrderConfirmed& e, const RecordInfo& r, CallCompletion<std::int64_t> done) {
+        const std::string key(r.key);
+        calls_seen.started(key, e.order_id);
+        client.after(20ms, [&calls_seen, key, done, id = e.order_id] {
+          calls_seen.ended(key);
+          done.done(id);
+        });
+      },
+      .apply = [](const OrderConfirmed& e, const RecordInfo& r, const std::int64_t& answered,
+                  Transaction& tx) {
+        if (answered != e.order_id) return Outcome::DeadLetter;
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      },
+      .ordering_key = {}});
+  const Consumer& observed = *consumer;
+  RunningConsumer running(std::move(consumer));
+  const bool all = wait_until([&] { return observed.stats().processed >= kOrders; }, 120s, 50ms);
+  const std::vector<std::int64_t> end = end_offsets(this->broker_->bootstrap_servers(), this->topic_, kPartitions);
+  const bool committed = wait_until(
+      [&] { return group_caught_up(this->broker_->bootstrap_servers(), this->group_, this->topic_, end); }, 60s,
+      100ms);
+  ASSERT_TRUE(running.stop());
+  if (running.error()) std::rethrow_exception(running.error());
+  ASSERT_TRUE(all) << "processed " << observed.stats().processed << " of " << kOrders;
+  EXPECT_TRUE(committed) << "the group did not commit every partition to its end";
+
+  EXPECT_EQ(calls_seen.overlaps(), 0) << "two calls of one key were in flight at once";
+  EXPECT_EQ(calls_seen.order(), this->expected_) << "some key's calls did not run in offset order";
+  EXPECT_EQ(this->effects(), kOrders);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+  const ConsumerStats s = observed.stats();
+  EXPECT_EQ(s.calls, static_cast<std::uint64_t>(kOrders));
+  EXPECT_EQ(s.processed, static_cast<std::uint64_t>(kOrders));
+}
+
+// (c) One key's calls fail until the test lets them succeed: every other key is applied
+// meanwhile; then that key's events are applied, in order.
+TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
+  if (this->IsSkipped()) return;
+  constexpr int kOrders = 600;
+  constexpr int kKeys = 20;
+  const std::string bad = "customer-3";
+  this->produce(kOrders, [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
+  const auto bad_count = static_cast<std::int64_t>(this->expected_.at(bad).size());
+
+  std::atomic<bool> recovered{false};
+  std::atomic<int> failed_calls{0};
+  std::mutex applied_mutex;
+  std::vector<std::int64_t> bad_applied;  // order ids of the bad key, in apply order
+  DelayedCalls client;
+  std::unique_ptr<Consumer> consumer = this->make_consumer(64);
+  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, bool>{
+      .call = [&](const OrderConfirmed&, const RecordInfo& r, CallCompletion<bool> done) {
+        const bool fail = r.key == bad && !recovered.load();
+        client.after(5ms, [&failed_calls, fail, done] {
+          if (!fail) return done.done(true);
+          ++failed_calls;
+          done.retry("provider unavailable (test)");
+        });
+      },
+      .apply = [&](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
+        if (r.key == bad) {
+          std::lock_guard lock(applied_mutex);
+          bad_applied.push_back(e.order_id);
+        }
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      },
+      .ordering_key = {}});
+  const Consumer& observed = *consumer;
+  RunningConsumer running(std::move(consumer));
+
+  const bool others = wait_until(
+      [&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders - bad_count); }, 120s, 50ms);
+  EXPECT_TRUE(others) << "the other keys were not all applied while one key failed";
+  EXPECT_GT(failed_calls.load(), 0);
+  {
+    std::lock_guard lock(applied_mutex);
+    EXPECT_TRUE(bad_applied.empty()) << "the failing key was applied before it recovered";
+  }
+  recovered.store(true);
+  const bool all = wait_until([&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); },
+                              120s, 50ms);
+  ASSERT_TRUE(running.stop());
+  if (running.error()) std::rethrow_exception(running.error());
+  ASSERT_TRUE(all) << "processed " << observed.stats().processed << " of " << kOrders;
+
+  // The apply phase may run twice for one event (a batch re-run isolated); the order of
+  // first appearances is what must follow the offsets.
+  std::vector<std::int64_t> first_seen;
+  std::set<std::int64_t> seen;
+  for (const auto id : bad_applied) {
+    if (seen.insert(id).second) first_seen.push_back(id);
+  }
+  EXPECT_EQ(first_seen, this->expected_.at(bad));
+  EXPECT_EQ(this->effects(), kOrders);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+  EXPECT_GT(observed.stats().call_retries, 0u);
+}
+
+// A redelivered event (a resend: same event id, new offset) makes no second call.
+TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
+  if (this->IsSkipped()) return;
+  OrderConfirmed e;
+  e.event_id = new_uuid_v7();
+  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+  e.order_id = 1;
+  e.customer_id = 7;
+  e.total_amount = Amount::from_hundredths(500);
+  {
+    KafkaTestProducer producer(this->broker_->bootstrap_servers());
+    for (int i = 0; i < 3; ++i)  // the same record three times: one key, so one after another
+      producer.send({this->topic_, "k", to_json(e), {{"event_id", e.event_id.to_string()}}, -1});
+    producer.send({this->topic_, "k", "not json", {}, -1});  // and a malformed one
+    producer.flush(30s);
+  }
+  std::atomic<int> calls{0};
+  DelayedCalls client;
+  std::unique_ptr<Consumer> consumer = this->make_consumer(8);
+  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, bool>{
+      .call = [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
+        ++calls;
+        client.after(1ms, [done] { done.done(true); });
+      },
+      .apply = [](const OrderConfirmed& ev, const RecordInfo& r, const bool&, Transaction& tx) {
+        record_effect(tx, ev.event_id, r);
+        return Outcome::Done;
+      },
+      .ordering_key = {}});
+  const Consumer& observed = *consumer;
+  RunningConsumer running(std::move(consumer));
+  const bool done = wait_until([&] {
+    const ConsumerStats s = observed.stats();
+    return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;
+  }, 60s, 20ms);
+  ASSERT_TRUE(running.stop());
+  if (running.error()) std::rethrow_exception(running.error());
+  EXPECT_TRUE(done) << "processed=" << observed.stats().processed
+                    << " duplicates=" << observed.stats().duplicates
+                    << " dead_lettered=" << observed.stats().dead_lettered;
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(this->effects(), 1);
+}
+
+}  // namespace
+}  // namespace idem::test
