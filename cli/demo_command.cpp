@@ -31,6 +31,7 @@ demo::DemoOptions demo_options(const Config& config) {
   o.reset_after_commit = d.reset_after_commit;
   o.unavailable = d.unavailable;
   o.decline = d.decline;
+  o.provider_latency_ms = static_cast<int>(d.provider_latency.count());
   o.keep = d.keep;
   return o;
 }
@@ -40,7 +41,7 @@ demo::DemoOptions demo_options(const Config& config) {
 void register_demo(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db, brokers, orders, partitions, batch, seed, faults, relay_kills,
-        consumer_kills, resend, reset_after_commit, unavailable, decline, timeout;
+        consumer_kills, resend, reset_after_commit, unavailable, decline, provider_latency, timeout;
     bool keep = false;
   };
   auto opts = std::make_shared<Options>();
@@ -65,6 +66,10 @@ void register_demo(CLI::App& app, ExitCode& exit_code) {
             "demo.partitions");
   cfg->bind(cmd->add_option("--batch", opts->batch, "Events per consumer transaction (demo.batch, default 20)"),
             "demo.batch");
+  cfg->bind(cmd->add_option("--provider-latency-ms", opts->provider_latency,
+                            "Added by the provider to every new charge; billing keeps many charges "
+                            "in flight (demo.provider_latency, default 20ms)"),
+            "demo.provider_latency", "ms");
   cfg->bind(cmd->add_option("--seed", opts->seed,
                             "Random seed: orders, kill points, provider faults (demo.seed, default 42)"),
             "demo.seed");

@@ -28,7 +28,7 @@ struct DemoOptions {
   std::string brokers;  // empty: the embedded dev broker, in this process
   int orders = 300;
   int partitions = 6;   // of the topic, when the demo creates it (embedded broker)
-  std::size_t batch = 20;  // small: a billing batch holds its transaction through its provider calls
+  std::size_t batch = 20;
   std::uint64_t seed = 42;
   int timeout_s = 120;
   std::string faults = "all";
@@ -38,6 +38,7 @@ struct DemoOptions {
   double reset_after_commit = 0.05; // provider faults while the kills run
   double unavailable = 0.05;
   double decline = 0.20;            // provider declines in the DLQ phase
+  int provider_latency_ms = 20;     // every new charge waits this long: calls overlap
   bool keep = false;                // keep the temp dir (logs, SQLite files)
 };
 

@@ -23,7 +23,7 @@ httplib::Client client(const std::string& base_url) {
 void set_provider_faults(const std::string& base_url, const ProviderFaults& f) {
   const nlohmann::json body = {{"reset_after_commit", f.reset_after_commit},
                                {"unavailable", f.unavailable},
-                               {"latency_ms", 0},
+                               {"latency_ms", f.latency_ms},
                                {"decline", f.decline}};
   auto c = client(base_url);
   const auto res = c.Post("/admin/faults", body.dump(), "application/json");

@@ -11,6 +11,7 @@ struct ProviderFaults {
   double reset_after_commit = 0;  // charge stored, then the connection is reset
   double unavailable = 0;         // 503 before anything is stored
   double decline = 0;             // a permanent decline (-> the billing consumer's DLQ)
+  int latency_ms = 0;             // added to every new charge
 };
 
 struct ProviderSummary {

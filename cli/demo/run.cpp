@@ -213,7 +213,8 @@ class Demo {
     provider_ = std::make_unique<ManagedChild>(
         "provider",
         std::vector<std::string>{"provider", "--db", "sqlite://" + (dir_ / "provider.db").string(), "--listen",
-                                 "127.0.0.1:0", "--seed", std::to_string(o_.seed)},
+                                 "127.0.0.1:0", "--seed", std::to_string(o_.seed), "--latency-ms",
+                                 std::to_string(o_.provider_latency_ms)},
         "listening ", log("provider"));
     const std::string line = provider_->start();
     provider_url_ = line.substr(std::string_view("listening ").size());
@@ -373,7 +374,8 @@ class Demo {
     const std::int64_t n = scope_.orders / 2;
     if (mix_.provider) {
       set_provider_faults(provider_url_, {.reset_after_commit = o_.reset_after_commit,
-                                          .unavailable = o_.unavailable, .decline = 0});
+                                          .unavailable = o_.unavailable, .decline = 0,
+                                          .latency_ms = o_.provider_latency_ms});
       step(fmt::format("provider faults on: connection reset after a stored charge p={}, 503 p={}",
                        o_.reset_after_commit, o_.unavailable));
     }
@@ -419,7 +421,7 @@ class Demo {
       std::this_thread::sleep_for(pause);
     });
     wait_or_throw("kills", [&] { return drained(); });
-    if (mix_.provider) set_provider_faults(provider_url_, {});
+    if (mix_.provider) set_provider_faults(provider_url_, {.latency_ms = o_.provider_latency_ms});
   }
 
   void phase_resend_and_malformed() {
@@ -469,7 +471,7 @@ class Demo {
     const bool replay = mix_.dlq_replay && has_subcommand({"dlq", "replay"});
     if (mix_.dlq_replay && !replay) step("phase 4: DLQ replay SKIPPED: this build has no `idem dlq replay`");
     if (replay) {
-      set_provider_faults(provider_url_, {.decline = o_.decline});
+      set_provider_faults(provider_url_, {.decline = o_.decline, .latency_ms = o_.provider_latency_ms});
       step(fmt::format("phase 4: the provider declines p={}; declined charges go to the DLQ with their reason",
                        o_.decline));
     }
@@ -495,7 +497,7 @@ class Demo {
       return;
     }
     wait_or_throw("declines", [&] { return drained(); });
-    set_provider_faults(provider_url_, {});
+    set_provider_faults(provider_url_, {.latency_ms = o_.provider_latency_ms});
     step("phase 4: the cause is fixed (declines off); `idem dlq replay` sends the billing DLQ entries back");
     ChildProcess replayer = ChildProcess::spawn(
         self_program(),

@@ -213,6 +213,7 @@ struct DemoSettings {
   double reset_after_commit = 0.05;
   double unavailable = 0.05;
   double decline = 0.20;
+  std::chrono::milliseconds provider_latency{20};
   bool keep = false;
 };
 

@@ -564,6 +564,7 @@ void validate_tools(const Validator& v, Config& c) {
   v.number("demo.reset_after_commit", d.reset_after_commit);
   v.number("demo.unavailable", d.unavailable);
   v.number("demo.decline", d.decline);
+  v.duration("demo.provider_latency", d.provider_latency);
   v.boolean("demo.keep", d.keep);
 }
 

@@ -1,9 +1,8 @@
 #include "idem/reference/billing.hpp"
 
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
+#include <exception>
+#include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -45,64 +44,6 @@ std::string charge_url_of(BillingConfig& config) {
   return config.provider_url + "/payments/charge";
 }
 
-/// One thread that runs blocking charges one after another, off the consumer's run()
-/// thread and outside any transaction. Queued charges that never ran when it stops are
-/// dropped; their completions then count as retries (CallCompletion's rule).
-class ChargeWorker {
- public:
-  explicit ChargeWorker(const http::ClientConfig& config) : client_(config), thread_([this] { run(); }) {}
-  ~ChargeWorker() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-      jobs_.clear();
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  ChargeWorker(const ChargeWorker&) = delete;
-  ChargeWorker& operator=(const ChargeWorker&) = delete;
-
-  void submit(http::Request request, CallCompletion<BillingCharge> done) {
-    {
-      std::lock_guard lock(mutex_);
-      jobs_.push_back({std::move(request), std::move(done)});
-    }
-    cv_.notify_all();
-  }
-
- private:
-  struct Job {
-    http::Request request;
-    CallCompletion<BillingCharge> done;
-  };
-  void run() {
-    std::unique_lock lock(mutex_);
-    while (true) {
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
-      Job job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      try {
-        complete_charge(client_.post_json(job.request.url, job.request.json_body,
-                                          job.request.idempotency_key, job.request.extra_headers),
-                        job.done);
-      } catch (const std::exception& e) {
-        job.done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
-      }
-      lock.lock();
-    }
-  }
-
-  http::IdempotentClient client_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  bool stopping_ = false;
-  std::thread thread_;  // last: starts after everything it uses
-};
-
 }  // namespace
 
 http::Request charge_request(const std::string& charge_url, const OrderConfirmed& event,
@@ -140,11 +81,20 @@ Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, T
 
 EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config) {
   const std::string charge_url = charge_url_of(config);
-  auto worker = std::make_shared<ChargeWorker>(config.client);
+  // One event-loop thread for every charge in flight (libcurl multi): the consumer's
+  // max_in_flight bounds them, one per order at a time.
+  auto client = std::make_shared<http::AsyncClient>(config.client);
   return {
-      .call = [worker, charge_url](const OrderConfirmed& event, const RecordInfo& record,
+      .call = [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
                                    CallCompletion<BillingCharge> done) {
-        worker->submit(charge_request(charge_url, event, record), std::move(done));
+        // The callback runs on the client's loop thread: complete_charge only hands the
+        // result to the consumer's completion queue (it never blocks).
+        try {
+          client->start(charge_request(charge_url, event, record),
+                        [done](http::CallResult result) { complete_charge(result, done); });
+        } catch (const std::exception& e) {  // e.g. a key that cannot be a header
+          done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
+        }
       },
       .apply = [](const OrderConfirmed& event, const RecordInfo&, const BillingCharge& charge,
                   Transaction& tx) { return apply_charge(event, charge, tx); },

@@ -40,17 +40,13 @@ struct BillingCharge {
 
 /// Billing as an effect (Consumer::on_effect; IDEM-4): the charge is the call phase, run
 /// outside any database transaction, and `UPDATE orders` + the ledger row are the apply
-/// phase, in the batch transaction with the dedup mark. The call runs on one worker
-/// thread of the handler's own with the blocking IdempotentClient, so charges run one at
-/// a time but no transaction (and no SQLite write lock) is held while one is in flight.
-/// Outcomes as billing_handler's. Use it with the Kafka key (order_id) as ordering key.
+/// phase, in the batch transaction with the dedup mark. Charges go through one
+/// http::AsyncClient (one event-loop thread, libcurl multi): many in flight at once, up to
+/// ConsumerConfig::max_in_flight across orders and one per order, and no transaction (no
+/// SQLite write lock) is held while they are. Outcomes as billing_handler's. The ordering
+/// key is the Kafka key (order_id).
 /// \throws Error(InvalidArgument, Config) for an empty provider_url or a bad client config.
 [[nodiscard]] EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config);
-
-/// billing_effect with http::AsyncClient: many charges in flight at once through one
-/// event-loop thread (ConsumerConfig::max_in_flight across keys, one per order).
-/// Defined in billing_async.cpp, which links only once idem::http provides AsyncClient.
-[[nodiscard]] EffectHandler<OrderConfirmed, BillingCharge> billing_async_effect(BillingConfig config);
 
 /// Turns the provider's answer to a charge into the call's completion: 2xx with a
 /// payment_id -> done; a permanent answer -> dead_letter with the answer as reason;
