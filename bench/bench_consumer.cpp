@@ -22,8 +22,8 @@
 // first batch arrives (group join and produce are excluded) and stops when the run's
 // last transaction and offset commit are done. RSS (VmRSS) is sampled at 25/50/75/100%
 // of each run; VmHWM is reset before each run (/proc/self/clear_refs) so it is per run.
-#include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -52,11 +52,11 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -157,7 +157,9 @@ Memory read_memory() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    const auto kib = [&] { return std::strtod(line.c_str() + line.find(':') + 1, nullptr) / 1024.0; };
+    const auto kib = [&] {
+      return std::strtod(line.c_str() + line.find(':') + 1, nullptr) / 1024.0;
+    };
     if (line.rfind("VmRSS:", 0) == 0) m.rss_mib = kib();
     if (line.rfind("VmHWM:", 0) == 0) m.hwm_mib = kib();
   }
@@ -175,7 +177,8 @@ class RssProbe {
  public:
   explicit RssProbe(std::size_t target) : target_(target) { reset_hwm(); }
   void at(std::size_t done) {
-    while (next_ < 4 && done * 4 >= target_ * (next_ + 1)) samples_[next_++] = read_memory().rss_mib;
+    while (next_ < 4 && done * 4 >= target_ * (next_ + 1))
+      samples_[next_++] = read_memory().rss_mib;
   }
   [[nodiscard]] const std::array<double, 4>& samples() const { return samples_; }
 
@@ -199,15 +202,19 @@ struct Result {
   std::array<double, 4> rss{};
   double hwm = 0;
   std::string note;
-  [[nodiscard]] double rate() const { return seconds > 0 ? static_cast<double>(events) / seconds : 0; }
+  [[nodiscard]] double rate() const {
+    return seconds > 0 ? static_cast<double>(events) / seconds : 0;
+  }
 };
 
 std::vector<Result> g_results;
 
 void print_result(const Result& r) {
-  std::printf("  %-22s %-6s %5zu  %9zu ev  %7.2f s  %10.0f ev/s  rss %.0f/%.0f/%.0f/%.0f MiB  hwm %.0f MiB  %s\n",
-              r.config.c_str(), r.handler.c_str(), r.batch, r.events, r.seconds, r.rate(), r.rss[0],
-              r.rss[1], r.rss[2], r.rss[3], r.hwm, r.note.c_str());
+  std::printf(
+      "  %-22s %-6s %5zu  %9zu ev  %7.2f s  %10.0f ev/s  rss %.0f/%.0f/%.0f/%.0f MiB  hwm %.0f MiB "
+      " %s\n",
+      r.config.c_str(), r.handler.c_str(), r.batch, r.events, r.seconds, r.rate(), r.rss[0],
+      r.rss[1], r.rss[2], r.rss[3], r.hwm, r.note.c_str());
   std::fflush(stdout);
 }
 
@@ -267,14 +274,15 @@ std::vector<Event> produce(const std::string& bootstrap, const std::string& topi
                            std::size_t n, double dup_ratio, std::size_t& bytes) {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char err[512];
-  for (const auto& [k, v] : std::vector<std::pair<const char*, const char*>>{
-           {"bootstrap.servers", bootstrap.c_str()},
-           {"enable.idempotence", "true"},
-           {"linger.ms", "20"},
-           {"batch.num.messages", "10000"},
-           {"queue.buffering.max.messages", "500000"},
-           {"log_level", "3"}}) {
-    if (rd_kafka_conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) throw std::runtime_error(err);
+  for (const auto& [k, v] :
+       std::vector<std::pair<const char*, const char*>>{{"bootstrap.servers", bootstrap.c_str()},
+                                                        {"enable.idempotence", "true"},
+                                                        {"linger.ms", "20"},
+                                                        {"batch.num.messages", "10000"},
+                                                        {"queue.buffering.max.messages", "500000"},
+                                                        {"log_level", "3"}}) {
+    if (rd_kafka_conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK)
+      throw std::runtime_error(err);
   }
   rd_kafka_conf_set_dr_msg_cb(conf, &on_delivery);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
@@ -297,7 +305,8 @@ std::vector<Event> produce(const std::string& bootstrap, const std::string& topi
     if (!origins.empty() && coin(rng) < dup_ratio) {
       o = origins[rng() % origins.size()];  // a resend: same id, same payload, new offset
     } else {
-      o = {gen.next(), static_cast<std::int64_t>(1'000'000 + i), now_us + static_cast<std::int64_t>(i),
+      o = {gen.next(), static_cast<std::int64_t>(1'000'000 + i),
+           now_us + static_cast<std::int64_t>(i),
            static_cast<std::int64_t>(100 + rng() % 1'000'000)};
       origins.push_back(o);
     }
@@ -324,8 +333,10 @@ std::vector<Event> produce(const std::string& bootstrap, const std::string& topi
     rd_kafka_poll(rk, 0);
     events.push_back({o.id, partition, next_offset[static_cast<std::size_t>(partition)]++});
   }
-  if (rd_kafka_flush(rk, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR || g_delivery_failures.load() != 0) {
-    throw std::runtime_error(fmt::format("produce: {} delivery failures", g_delivery_failures.load()));
+  if (rd_kafka_flush(rk, 120'000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      g_delivery_failures.load() != 0) {
+    throw std::runtime_error(
+        fmt::format("produce: {} delivery failures", g_delivery_failures.load()));
   }
   // Retention check: the mock drops the oldest data beyond ~5 MiB per partition.
   for (int p = 0; p < partitions; ++p) {
@@ -358,11 +369,10 @@ const std::vector<std::pair<std::string, std::string>> kGroupProps = {
 
 Result run_plain(const std::string& bootstrap, const std::string& topic, std::size_t batch,
                  std::size_t target) {
-  std::vector<std::pair<std::string, std::string>> props = {
-      {"bootstrap.servers", bootstrap},
-      {"group.id", unique("plain")},
-      {"auto.offset.reset", "earliest"},
-      {"enable.auto.commit", "false"}};
+  std::vector<std::pair<std::string, std::string>> props = {{"bootstrap.servers", bootstrap},
+                                                            {"group.id", unique("plain")},
+                                                            {"auto.offset.reset", "earliest"},
+                                                            {"enable.auto.commit", "false"}};
   props.insert(props.end(), kGroupProps.begin(), kGroupProps.end());
   rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, props);
   rd_kafka_poll_set_consumer(rk);
@@ -384,8 +394,8 @@ Result run_plain(const std::string& bootstrap, const std::string& topic, std::si
       continue;
     }
     if (n == 0) t0 = Clock::now();
-    const auto parsed = idem::parse_order_confirmed(
-        std::string_view(static_cast<const char*>(m->payload), m->len));
+    const auto parsed =
+        idem::parse_order_confirmed(std::string_view(static_cast<const char*>(m->payload), m->len));
     valid += parsed.ok() ? 1 : 0;
     rd_kafka_message_destroy(m);  // stores the offset (enable.auto.offset.store=true)
     ++n;
@@ -419,11 +429,10 @@ Result run_plain(const std::string& bootstrap, const std::string& topic, std::si
 /// order would flatter the raw loop.
 std::vector<Event> consumption_order(const std::string& bootstrap, const std::string& topic,
                                      std::size_t target) {
-  std::vector<std::pair<std::string, std::string>> props = {
-      {"bootstrap.servers", bootstrap},
-      {"group.id", unique("order")},
-      {"auto.offset.reset", "earliest"},
-      {"enable.auto.commit", "false"}};
+  std::vector<std::pair<std::string, std::string>> props = {{"bootstrap.servers", bootstrap},
+                                                            {"group.id", unique("order")},
+                                                            {"auto.offset.reset", "earliest"},
+                                                            {"enable.auto.commit", "false"}};
   props.insert(props.end(), kGroupProps.begin(), kGroupProps.end());
   rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, props);
   rd_kafka_poll_set_consumer(rk);
@@ -490,7 +499,8 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
     }
   };
   hooks.log = [&](std::string_view line) {
-    if (++log_lines <= 5) std::fprintf(stderr, "    log: %.*s\n", static_cast<int>(line.size()), line.data());
+    if (++log_lines <= 5)
+      std::fprintf(stderr, "    log: %.*s\n", static_cast<int>(line.size()), line.data());
   };
   idem::Consumer consumer(c, idem::open_store(url), hooks);
   self = &consumer;
@@ -566,8 +576,9 @@ Result run_raw_sqlite(const std::string& path, const std::string& topic, const s
   { idem::migrate_reference_system(*idem::open_store("sqlite://" + path)); }
   sqlite3* db = nullptr;
   sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
-  sq_exec(db, "PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-              "PRAGMA temp_store=MEMORY; PRAGMA busy_timeout=5000");
+  sq_exec(db,
+          "PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+          "PRAGMA temp_store=MEMORY; PRAGMA busy_timeout=5000");
   sqlite3_stmt* begin = nullptr;
   sqlite3_stmt* commit = nullptr;
   sqlite3_stmt* effect = nullptr;
@@ -707,8 +718,8 @@ std::string fresh_pg_url(const std::string& dsn) {
 }
 
 void put_be32(std::string& out, std::uint32_t v) {
-  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                     static_cast<char>(v)};
+  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
   out.append(b, 4);
 }
 
@@ -726,7 +737,8 @@ void pg_read_pipeline(PGconn* c, std::size_t commands, F&& on_result) {
     PgResult end(PQgetResult(c));  // each command's results end with a null
   }
   PgResult sync(PQgetResult(c));
-  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) throw std::runtime_error("no sync");
+  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC)
+    throw std::runtime_error("no sync");
 }
 
 Result run_raw_pg(const std::string& url, const std::string& topic, const std::string& handler,
@@ -788,7 +800,8 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
     fresh.clear();
     pg_read_pipeline(c, 2, [&](std::size_t i, PGresult* r) {
       if (i != 1) return;
-      for (int k = 0; k < PQntuples(r); ++k) fresh.emplace(std::string(PQgetvalue(r, k, 0), 16), true);
+      for (int k = 0; k < PQntuples(r); ++k)
+        fresh.emplace(std::string(PQgetvalue(r, k, 0), 16), true);
     });
     texts.clear();
     for (const auto& e : ordered) {
@@ -832,7 +845,9 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
 // ---- the table -------------------------------------------------------------------------
 
 void print_table() {
-  std::printf("\n| config | handler | batch | events | events/s | vs (a) | vs (d) | RSS MiB 25/50/75/100%% | peak RSS MiB |\n");
+  std::printf(
+      "\n| config | handler | batch | events | events/s | vs (a) | vs (d) | RSS MiB 25/50/75/100%% "
+      "| peak RSS MiB |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---|---:|\n");
   for (const Result& r : g_results) {
     const Result* plain = nullptr;
@@ -842,9 +857,11 @@ void print_table() {
       if (o.config.rfind("a ", 0) == 0) plain = &o;
       if (r.idem && o.raw && o.backend == r.backend && o.handler == r.handler) raw = &o;
     }
-    const std::string vs_a =
-        plain != nullptr && &r != plain ? fmt::format("{:.1f}%", 100.0 * r.rate() / plain->rate()) : "";
-    const std::string vs_d = raw != nullptr ? fmt::format("{:.0f}%", 100.0 * r.rate() / raw->rate()) : "";
+    const std::string vs_a = plain != nullptr && &r != plain
+                                 ? fmt::format("{:.1f}%", 100.0 * r.rate() / plain->rate())
+                                 : "";
+    const std::string vs_d =
+        raw != nullptr ? fmt::format("{:.0f}%", 100.0 * r.rate() / raw->rate()) : "";
     std::printf("| %s | %s | %zu | %zu | %.0f | %s | %s | %.0f / %.0f / %.0f / %.0f | %.0f |\n",
                 r.config.c_str(), r.handler.c_str(), r.batch, r.events, r.rate(), vs_a.c_str(),
                 vs_d.c_str(), r.rss[0], r.rss[1], r.rss[2], r.rss[3], r.hwm);
@@ -861,32 +878,34 @@ int main(int argc, char** argv) {
     // ~200 B payload + key + event_id header + record overhead is about 330 B on the
     // mock's log; keep each partition under ~3 MiB of its ~5 MiB retention.
     const int partitions =
-        o.partitions > 0
-            ? o.partitions
-            : std::max(32, static_cast<int>(std::ceil(static_cast<double>(o.events) * 330.0 /
-                                                      (3.0 * 1024 * 1024))));
-    const std::filesystem::path dir =
-        o.sqlite_dir.empty() ? std::filesystem::temp_directory_path() / fmt::format("idem-bench-consumer-{}", getpid())
-                             : std::filesystem::path(o.sqlite_dir);
+        o.partitions > 0 ? o.partitions
+                         : std::max(32, static_cast<int>(std::ceil(static_cast<double>(o.events) *
+                                                                   330.0 / (3.0 * 1024 * 1024))));
+    const std::filesystem::path dir = o.sqlite_dir.empty()
+                                          ? std::filesystem::temp_directory_path() /
+                                                fmt::format("idem-bench-consumer-{}", getpid())
+                                          : std::filesystem::path(o.sqlite_dir);
     std::filesystem::create_directories(dir);
 
     idem::DevBroker broker;
     const std::string topic = "orders.bench";
     broker.create_topic(topic, partitions);
     broker.create_topic(topic + ".dlq", 1);
-    std::printf("idem_bench_consumer: %zu events (batch 1: %zu), %.0f%% duplicates, topic with %d "
-                "partitions, sqlite in %s, postgres %s\n",
-                o.events, std::min(o.batch1_events, o.events), o.dup_ratio * 100, partitions,
-                dir.c_str(), o.pg_dsn.empty() ? "SKIPPED (set IDEM_TEST_PG_DSN)" : "enabled");
+    std::printf(
+        "idem_bench_consumer: %zu events (batch 1: %zu), %.0f%% duplicates, topic with %d "
+        "partitions, sqlite in %s, postgres %s\n",
+        o.events, std::min(o.batch1_events, o.events), o.dup_ratio * 100, partitions, dir.c_str(),
+        o.pg_dsn.empty() ? "SKIPPED (set IDEM_TEST_PG_DSN)" : "enabled");
     std::size_t bytes = 0;
     const auto p0 = Clock::now();
     const std::vector<Event> events =
         produce(broker.bootstrap_servers(), topic, partitions, o.events, o.dup_ratio, bytes);
-    std::printf("produced %zu records (%.1f MiB of key+value+header, max %.2f MiB per partition) "
-                "in %.1f s (not measured); retention check passed\n",
-                events.size(), static_cast<double>(bytes) / (1 << 20),
-                static_cast<double>(bytes) / partitions / (1 << 20),
-                std::chrono::duration<double>(Clock::now() - p0).count());
+    std::printf(
+        "produced %zu records (%.1f MiB of key+value+header, max %.2f MiB per partition) "
+        "in %.1f s (not measured); retention check passed\n",
+        events.size(), static_cast<double>(bytes) / (1 << 20),
+        static_cast<double>(bytes) / partitions / (1 << 20),
+        std::chrono::duration<double>(Clock::now() - p0).count());
 
     int sq = 0;
     for (const std::size_t batch : o.batches) {
@@ -901,7 +920,9 @@ int main(int argc, char** argv) {
       };
       if (listed(o.only, "a")) keep(run_plain(broker.bootstrap_servers(), topic, batch, target));
       for (const auto& h : handlers) {
-        if (listed(o.only, "d")) keep(run_raw_sqlite((dir / fmt::format("raw-{}.db", sq++)).string(), topic, h, batch, slice));
+        if (listed(o.only, "d"))
+          keep(run_raw_sqlite((dir / fmt::format("raw-{}.db", sq++)).string(), topic, h, batch,
+                              slice));
         if (listed(o.only, "b")) {
           keep(run_idem(broker.bootstrap_servers(), topic,
                         "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(), "sqlite", h,

@@ -35,16 +35,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
-#include "idem/reference/count_handler.hpp"
 #include "idem/http/idempotent_client.hpp"
-#include "idem/reference/payment_provider.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/billing.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
@@ -65,7 +65,8 @@ double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
 std::vector<std::pair<std::string, std::string>> group_props() {
   std::vector<std::pair<std::string, std::string>> props = {
       {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-  if (const char* wait = std::getenv("IDEM_BENCH_FETCH_WAIT_MS")) props.emplace_back("fetch.wait.max.ms", wait);
+  if (const char* wait = std::getenv("IDEM_BENCH_FETCH_WAIT_MS"))
+    props.emplace_back("fetch.wait.max.ms", wait);
   return props;
 }
 
@@ -164,8 +165,8 @@ idem::ConsumerConfig consumer_config(const std::string& bootstrap, const std::st
 /// One consumer pass over the `expected` records already in the topic, with the handler
 /// `route` installs; events/s from the first polled batch to the offset commit after
 /// which `expected` events were processed (as bench_consumer times it).
-double timed_pass(const idem::ConsumerConfig& config, const std::string& url, std::uint64_t expected,
-                  const std::function<void(idem::Consumer&)>& route) {
+double timed_pass(const idem::ConsumerConfig& config, const std::string& url,
+                  std::uint64_t expected, const std::function<void(idem::Consumer&)>& route) {
   idem::Consumer* self = nullptr;
   SteadyClock::time_point t0;
   SteadyClock::time_point t1;
@@ -189,39 +190,42 @@ double timed_pass(const idem::ConsumerConfig& config, const std::string& url, st
 }
 
 /// The consumer with count_handler (dedup mark + one count row per event).
-double count_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
-                      std::size_t batch, std::uint64_t expected, int seq) {
-  return timed_pass(consumer_config(bootstrap, topic, fmt::format("count-e2e-{}", seq), batch), url, expected,
-                    [&](idem::Consumer& c) {
-                      c.on<idem::OrderConfirmed>(topic, idem::count_handler<idem::OrderConfirmed>());
+double count_baseline(const std::string& bootstrap, const std::string& topic,
+                      const std::string& url, std::size_t batch, std::uint64_t expected, int seq) {
+  return timed_pass(consumer_config(bootstrap, topic, fmt::format("count-e2e-{}", seq), batch), url,
+                    expected, [&](idem::Consumer& c) {
+                      c.on<idem::OrderConfirmed>(topic,
+                                                 idem::count_handler<idem::OrderConfirmed>());
                     });
 }
 
 /// The billing consumer alone: billing_handler over the same records, charging a second
 /// provider with an empty store (so the charges are new, not replays), with nothing
 /// else running.
-double billing_baseline(const std::string& bootstrap, const std::string& topic, const std::string& url,
-                        const std::string& provider_store, std::size_t batch, std::uint64_t expected,
-                        int seq) {
+double billing_baseline(const std::string& bootstrap, const std::string& topic,
+                        const std::string& url, const std::string& provider_store,
+                        std::size_t batch, std::uint64_t expected, int seq) {
   idem::http::PaymentProvider provider(idem::open_store(provider_store));
   provider.start("127.0.0.1", 0);
   idem::BillingConfig bc;
   bc.provider_url = provider.base_url();
-  return timed_pass(consumer_config(bootstrap, topic, fmt::format("billing-alone-e2e-{}", seq), batch), url,
-                    expected, [&](idem::Consumer& c) {
-                      c.on<idem::OrderConfirmed>(topic, idem::billing_handler(bc));
-                    });
+  return timed_pass(
+      consumer_config(bootstrap, topic, fmt::format("billing-alone-e2e-{}", seq), batch), url,
+      expected,
+      [&](idem::Consumer& c) { c.on<idem::OrderConfirmed>(topic, idem::billing_handler(bc)); });
 }
 
 /// The billing handler's client alone: `n` new charges (fresh keys) in a loop.
-double provider_baseline(const std::string& provider_url, std::int64_t n, std::int64_t first_order) {
+double provider_baseline(const std::string& provider_url, std::int64_t n,
+                         std::int64_t first_order) {
   idem::http::IdempotentClient client;
   const std::string url = provider_url + "/payments/charge";
   const auto t0 = SteadyClock::now();
   for (std::int64_t i = 0; i < n; ++i) {
     const std::string body = fmt::format(R"({{"order_id":{},"amount":"10.50"}})", first_order + i);
     const auto r = client.post_json(url, body, idem::new_uuid_v7().to_string());
-    if (!r.ok()) std::fprintf(stderr, "provider baseline: HTTP %ld %s\n", r.http_status, r.error.c_str());
+    if (!r.ok())
+      std::fprintf(stderr, "provider baseline: HTTP %ld %s\n", r.http_status, r.error.c_str());
   }
   return static_cast<double>(n) / seconds_between(t0, SteadyClock::now());
 }
@@ -237,8 +241,8 @@ idem::RelayConfig relay_config(const std::string& url, const std::string& bootst
   return c;
 }
 
-RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t batch, std::int64_t n,
-                   int seq) {
+RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t batch,
+                   std::int64_t n, int seq) {
   RunResult r;
   r.batch = batch;
   r.events = n;
@@ -255,9 +259,10 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   for (std::int64_t id = 0; id < total;) {
     auto tx = store->begin();
     for (int k = 0; k < 1000 && id < total; ++k, ++id) {
-      tx->execute("INSERT INTO orders(id, customer_id, total_amount, status, created_at) "
-                  "VALUES ($1, $2, $3, 'created', '2026-11-30T00:00:00Z')",
-                  id + 1, 1 + id % 1000, "10.50");
+      tx->execute(
+          "INSERT INTO orders(id, customer_id, total_amount, status, created_at) "
+          "VALUES ($1, $2, $3, 'created', '2026-11-30T00:00:00Z')",
+          id + 1, 1 + id % 1000, "10.50");
     }
     tx->commit();
   }
@@ -272,8 +277,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   auto relay = std::make_unique<idem::Relay>(relay_config(dbs.app, broker.bootstrap_servers()));
   std::thread relay_thread([&] { relay->run(); });
 
-  const idem::ConsumerConfig cc = consumer_config(broker.bootstrap_servers(), topic,
-                                                  fmt::format("{}-e2e-{}", idem::kBillingGroup, seq), batch);
+  const idem::ConsumerConfig cc = consumer_config(
+      broker.bootstrap_servers(), topic, fmt::format("{}-e2e-{}", idem::kBillingGroup, seq), batch);
   idem::BillingConfig bc;
   bc.provider_url = provider.base_url();
   auto billing = idem::billing_handler(bc);
@@ -294,7 +299,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   idem::Consumer consumer(cc, idem::open_store(dbs.app), hooks);
   consumer_ptr = &consumer;
   consumer.on<idem::OrderConfirmed>(
-      topic, [&](const idem::OrderConfirmed& e, const idem::RecordInfo& info, idem::Transaction& tx) {
+      topic,
+      [&](const idem::OrderConfirmed& e, const idem::RecordInfo& info, idem::Transaction& tx) {
         const idem::Outcome o = billing(e, info, tx);
         if (o == idem::Outcome::Done) in_batch.push_back(e.order_id);
         return o;
@@ -307,7 +313,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
   idem::OrderService orders(outbox, oc);
   const auto wait_for = [&](std::int64_t count, std::chrono::seconds limit) {
     const auto deadline = SteadyClock::now() + limit;
-    while (committed.load() < count && SteadyClock::now() < deadline) std::this_thread::sleep_for(1ms);
+    while (committed.load() < count && SteadyClock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
     return committed.load() >= count;
   };
   // Warm-up: one event through the whole pipeline (group joined, producer connected,
@@ -352,20 +359,22 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
 
   // Every event charged once and recorded once.
   const std::int64_t ledger = scalar(*store, "SELECT count(*) FROM billing_ledger");
-  const std::int64_t ledger_orders = scalar(*store, "SELECT count(DISTINCT order_id) FROM billing_ledger");
+  const std::int64_t ledger_orders =
+      scalar(*store, "SELECT count(DISTINCT order_id) FROM billing_ledger");
   const auto summary = provider.summary();
   if (!drained || ledger != total || ledger_orders != total || summary.charges != total ||
       !summary.orders_charged_more_than_once.empty()) {
-    r.check += fmt::format("drained {} ledger {} orders {} charges {} (expected {})", drained, ledger,
-                           ledger_orders, summary.charges, total);
+    r.check += fmt::format("drained {} ledger {} orders {} charges {} (expected {})", drained,
+                           ledger, ledger_orders, summary.charges, total);
   }
   if (r.check.empty()) r.check = "ok";
 
   // Baselines, on the same databases, topic and provider.
   r.consumer_per_s = count_baseline(broker.bootstrap_servers(), topic, dbs.app, batch,
-                                       static_cast<std::uint64_t>(total), seq);
-  r.billing_per_s = billing_baseline(broker.bootstrap_servers(), topic, dbs.app, dbs.provider_for_baseline,
-                                     batch, static_cast<std::uint64_t>(total), seq);
+                                    static_cast<std::uint64_t>(total), seq);
+  r.billing_per_s =
+      billing_baseline(broker.bootstrap_servers(), topic, dbs.app, dbs.provider_for_baseline, batch,
+                       static_cast<std::uint64_t>(total), seq);
   {
     auto tx = store->begin();
     tx->execute("UPDATE outbox SET published_at = NULL");
@@ -373,7 +382,8 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
     idem::Relay alone(relay_config(dbs.app, broker.bootstrap_servers()));
     const auto t = SteadyClock::now();
     if (!alone.run_until_empty(600s)) r.check += "; relay baseline did not drain";
-    r.relay_per_s = static_cast<double>(alone.progress().published) / seconds_between(t, SteadyClock::now());
+    r.relay_per_s =
+        static_cast<double>(alone.progress().published) / seconds_between(t, SteadyClock::now());
   }
   r.provider_per_s = provider_baseline(provider.base_url(), n, 1'000'000'000);
 
@@ -389,10 +399,11 @@ void print(const std::string& backend, int round, const RunResult& r) {
       "latency saturated p50 %7.1f p99 %7.1f max %7.1f ms, paced p50 %6.1f p99 %6.1f ms | "
       "provider %6.0f/s billing-consumer %6.0f/s count-consumer %7.0f/s relay %7.0f/s | "
       "e2e/provider %.2f e2e/billing %.2f e2e/count %.3f e2e/relay %.3f | %s\n",
-      backend.c_str(), round, r.batch, static_cast<long long>(r.events), r.e2e_per_s(), r.e2e_s, r.enqueue_s,
-      r.p50_ms, r.p99_ms, r.max_ms, r.paced_p50_ms, r.paced_p99_ms, r.provider_per_s, r.billing_per_s,
-      r.consumer_per_s, r.relay_per_s, r.e2e_per_s() / r.provider_per_s, r.e2e_per_s() / r.billing_per_s,
-      r.e2e_per_s() / r.consumer_per_s, r.e2e_per_s() / r.relay_per_s, r.check.c_str());
+      backend.c_str(), round, r.batch, static_cast<long long>(r.events), r.e2e_per_s(), r.e2e_s,
+      r.enqueue_s, r.p50_ms, r.p99_ms, r.max_ms, r.paced_p50_ms, r.paced_p99_ms, r.provider_per_s,
+      r.billing_per_s, r.consumer_per_s, r.relay_per_s, r.e2e_per_s() / r.provider_per_s,
+      r.e2e_per_s() / r.billing_per_s, r.e2e_per_s() / r.consumer_per_s,
+      r.e2e_per_s() / r.relay_per_s, r.check.c_str());
   std::fflush(stdout);
 }
 
@@ -401,7 +412,8 @@ void print(const std::string& backend, int round, const RunResult& r) {
 int main(int argc, char** argv) {
   const std::int64_t n_batch1 = argc > 1 ? std::stoll(argv[1]) : 2000;
   const std::int64_t n_other = argc > 2 ? std::stoll(argv[2]) : 20000;
-  const int rounds = std::getenv("IDEM_BENCH_ROUNDS") ? std::atoi(std::getenv("IDEM_BENCH_ROUNDS")) : 2;
+  const int rounds =
+      std::getenv("IDEM_BENCH_ROUNDS") ? std::atoi(std::getenv("IDEM_BENCH_ROUNDS")) : 2;
   std::vector<Backend> backends = {sqlite_backend()};
   if (std::getenv("IDEM_TEST_PG_DSN") != nullptr) {
     backends.push_back(postgres_backend());
@@ -413,7 +425,8 @@ int main(int argc, char** argv) {
   for (int round = 1; round <= rounds; ++round) {
     for (const Backend& backend : backends) {
       for (const std::size_t batch : {std::size_t{1}, std::size_t{100}, std::size_t{1000}}) {
-        print(backend.name, round, run_once(broker, backend, batch, batch == 1 ? n_batch1 : n_other, ++seq));
+        print(backend.name, round,
+              run_once(broker, backend, batch, batch == 1 ? n_batch1 : n_other, ++seq));
       }
     }
   }

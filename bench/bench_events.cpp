@@ -96,7 +96,8 @@ bool parse_with_nlohmann(std::string_view payload, idem::OrderConfirmed& out) {
   const auto at = idem::parse_rfc3339(*occurred_at);
   const auto total = idem::Amount::parse(*amount);
   if (!at || !total) return false;
-  if (!id_field("order_id", out.order_id) || !id_field("customer_id", out.customer_id)) return false;
+  if (!id_field("order_id", out.order_id) || !id_field("customer_id", out.customer_id))
+    return false;
   out.event_id = *id;
   out.occurred_at = *at;
   out.total_amount = *total;
@@ -105,7 +106,8 @@ bool parse_with_nlohmann(std::string_view payload, idem::OrderConfirmed& out) {
 
 void BM_ParseNlohmann(benchmark::State& state) {
   idem::OrderConfirmed event;
-  if (!parse_with_nlohmann(kPayload, event) || event != idem::parse_order_confirmed(kPayload).value()) {
+  if (!parse_with_nlohmann(kPayload, event) ||
+      event != idem::parse_order_confirmed(kPayload).value()) {
     state.SkipWithError("nlohmann comparison disagrees with parse_order_confirmed");
     return;
   }

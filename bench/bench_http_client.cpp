@@ -97,7 +97,8 @@ Figure run_async(std::chrono::milliseconds latency, std::size_t in_flight, std::
   const auto elapsed = Clock::now() - started;
   stopping = true;
   Figure f;
-  f.calls_per_second = static_cast<double>(measured) / std::chrono::duration<double>(elapsed).count();
+  f.calls_per_second =
+      static_cast<double>(measured) / std::chrono::duration<double>(elapsed).count();
   f.failed = failed.load() - failed_before;
   f.connections = server->connections_accepted();
   return f;  // the client's destructor cancels the chains' last calls
@@ -122,7 +123,8 @@ Figure run_sync(std::chrono::milliseconds latency, Clock::duration length) {
   }
   const auto elapsed = Clock::now() - started;
   Figure f;
-  f.calls_per_second = static_cast<double>(completed) / std::chrono::duration<double>(elapsed).count();
+  f.calls_per_second =
+      static_cast<double>(completed) / std::chrono::duration<double>(elapsed).count();
   f.failed = failed;
   f.connections = server->connections_accepted();
   return f;
@@ -148,10 +150,11 @@ Figure run_easy_loop(std::chrono::milliseconds latency, Clock::duration length) 
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, with_key);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char* data, std::size_t size, std::size_t n, void* out) {
-      static_cast<std::string*>(out)->append(data, size * n);
-      return size * n;
-    });
+    curl_easy_setopt(
+        curl, CURLOPT_WRITEFUNCTION, +[](char* data, std::size_t size, std::size_t n, void* out) {
+          static_cast<std::string*>(out)->append(data, size * n);
+          return size * n;
+        });
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
     const CURLcode code = curl_easy_perform(curl);
     long status = 0;
@@ -174,7 +177,8 @@ Figure run_easy_loop(std::chrono::milliseconds latency, Clock::duration length) 
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
   Figure f;
-  f.calls_per_second = static_cast<double>(completed) / std::chrono::duration<double>(elapsed).count();
+  f.calls_per_second =
+      static_cast<double>(completed) / std::chrono::duration<double>(elapsed).count();
   f.failed = failed;
   f.connections = server->connections_accepted();
   return f;
@@ -188,7 +192,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [seconds per figure > 0]\n", argv[0]);
     return 2;
   }
-  const auto length = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto length =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   fmt::print("{:>8} {:>34} {:>10} {:>9} {:>12} {:>7}\n", "latency", "client", "calls/s", "vs sync",
              "connections", "failed");
   const auto row = [](std::chrono::milliseconds latency, const std::string& client, const Figure& f,
@@ -204,10 +209,12 @@ int main(int argc, char** argv) {
   for (const auto latency : {std::chrono::milliseconds(0), std::chrono::milliseconds(10)}) {
     const Figure sync = run_sync(latency, length);
     row(latency, "IdempotentClient (sync), 1 thread", sync, sync.calls_per_second);
-    row(latency, "libcurl easy loop, 1 thread", run_easy_loop(latency, length), sync.calls_per_second);
+    row(latency, "libcurl easy loop, 1 thread", run_easy_loop(latency, length),
+        sync.calls_per_second);
     for (const Shape shape : kShapes) {
       const Figure f = run_async(latency, shape.in_flight, shape.connections, length);
-      row(latency, fmt::format("AsyncClient, {} in flight", shape.in_flight), f, sync.calls_per_second);
+      row(latency, fmt::format("AsyncClient, {} in flight", shape.in_flight), f,
+          sync.calls_per_second);
     }
   }
   return 0;

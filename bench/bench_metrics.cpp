@@ -29,11 +29,11 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/metrics/metrics.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -55,11 +55,16 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
-    if (flag == "--events") o.events = std::stoul(value);
-    else if (flag == "--batch") o.batch = std::stoul(value);
-    else if (flag == "--rounds") o.rounds = std::stoi(value);
-    else if (flag == "--partitions") o.partitions = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--events")
+      o.events = std::stoul(value);
+    else if (flag == "--batch")
+      o.batch = std::stoul(value);
+    else if (flag == "--rounds")
+      o.rounds = std::stoi(value);
+    else if (flag == "--partitions")
+      o.partitions = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   return o;
 }
@@ -70,21 +75,24 @@ std::string store_url(int round, bool on) {
     const char* v = std::getenv(name);  // NOLINT: bench harness setting, not configuration
     if (v != nullptr && *v != '\0') return v;
   }
-  const auto path = std::filesystem::temp_directory_path() /
-                    fmt::format("idem-bench-metrics-{}-{}-{}.db", ::getpid(), round, on ? "on" : "off");
+  const auto path =
+      std::filesystem::temp_directory_path() /
+      fmt::format("idem-bench-metrics-{}-{}-{}.db", ::getpid(), round, on ? "on" : "off");
   return "sqlite://" + path.string();
 }
 
 // The handler of each mode. "on" is what a traced, metered service does per event.
-idem::Handler<idem::OrderConfirmed> make_handler(bool on, idem::Metrics& metrics, const std::string& group,
-                                                 const std::string& topic, std::atomic<std::size_t>& traced) {
+idem::Handler<idem::OrderConfirmed> make_handler(bool on, idem::Metrics& metrics,
+                                                 const std::string& group, const std::string& topic,
+                                                 std::atomic<std::size_t>& traced) {
   if (!on) {
     return [](const idem::OrderConfirmed&, const idem::RecordInfo&, idem::Transaction&) {
       return idem::Outcome::Done;
     };
   }
   return metrics.timed<idem::OrderConfirmed>(
-      group, topic, [&traced](const idem::OrderConfirmed&, const idem::RecordInfo& r, idem::Transaction&) {
+      group, topic,
+      [&traced](const idem::OrderConfirmed&, const idem::RecordInfo& r, idem::Transaction&) {
         if (const auto trace = idem::trace_context(r)) {
           const std::string outgoing = trace->child().traceparent();  // what the HTTP call carries
           traced.fetch_add(outgoing.size() == 55 ? 1 : 0, std::memory_order_relaxed);
@@ -120,8 +128,8 @@ double added_ns_per_event() {
     }
     ns[on ? 1 : 0] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kCalls;
   }
-  std::printf("per event: handler off %.1f ns, on %.1f ns: metrics+tracing add %.1f ns per event\n", ns[0],
-              ns[1], ns[1] - ns[0]);
+  std::printf("per event: handler off %.1f ns, on %.1f ns: metrics+tracing add %.1f ns per event\n",
+              ns[0], ns[1], ns[1] - ns[0]);
   return ns[1] - ns[0];
 }
 
@@ -186,7 +194,8 @@ double run(const std::string& bootstrap, const std::string& topic, const std::st
   const double rate = static_cast<double>(s.delivered) / seconds;
   std::printf("  round %d %-3s: %zu events in %.2f s = %.0f events/s (processed %llu dup %llu%s)\n",
               round, on ? "on" : "off", static_cast<std::size_t>(s.delivered), seconds, rate,
-              static_cast<unsigned long long>(s.processed), static_cast<unsigned long long>(s.duplicates),
+              static_cast<unsigned long long>(s.processed),
+              static_cast<unsigned long long>(s.duplicates),
               on ? fmt::format(", traced {}, scrapes {}", traced.load(), scrapes).c_str() : "");
   std::fflush(stdout);
   return rate;
@@ -211,13 +220,16 @@ int main(int argc, char** argv) {
         e = born[i % born.size()];
       } else {
         e.event_id = idem::new_uuid_v7();
-        e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+        e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
+            std::chrono::system_clock::now());
         e.order_id = static_cast<std::int64_t>(i + 1);
         e.customer_id = 7;
         e.total_amount = idem::Amount::from_hundredths(1999);
         born.push_back(e);
       }
-      producer.send({topic, std::to_string(e.order_id), idem::to_json(e),
+      producer.send({topic,
+                     std::to_string(e.order_id),
+                     idem::to_json(e),
                      {{"event_id", e.event_id.to_string()},
                       {"traceparent", idem::TraceContext::new_root().traceparent()}},
                      static_cast<std::int32_t>(e.order_id % o.partitions)});
@@ -225,8 +237,9 @@ int main(int argc, char** argv) {
     producer.flush(std::chrono::minutes(5));
   }
   const std::string backend = store_url(0, false).starts_with("sqlite") ? "SQLite" : "PostgreSQL";
-  std::printf("consumer throughput, metrics+tracing on vs off: %zu events, batch %zu, %d partitions, %s\n",
-              o.events, o.batch, o.partitions, backend.c_str());
+  std::printf(
+      "consumer throughput, metrics+tracing on vs off: %zu events, batch %zu, %d partitions, %s\n",
+      o.events, o.batch, o.partitions, backend.c_str());
 
   std::vector<double> ratios;
   double best_off = 0;
@@ -237,7 +250,8 @@ int main(int argc, char** argv) {
     double off = 0;
     double on = 0;
     for (const bool mode : {on_first, !on_first}) {
-      const double rate = run(broker.bootstrap_servers(), topic, store_url(round, mode), o.batch, o.events, mode, round);
+      const double rate = run(broker.bootstrap_servers(), topic, store_url(round, mode), o.batch,
+                              o.events, mode, round);
       (mode ? on : off) = rate;
     }
     ratios.push_back(on / off);
@@ -249,7 +263,10 @@ int main(int argc, char** argv) {
   const double added = added_ns_per_event();
   std::printf("at the best 'off' rate (%.0f ns per event) that is %.2f%% of an event's time\n",
               1e9 / best_off, 100.0 * added / (1e9 / best_off));
-  std::printf("best off %.0f events/s, best on %.0f events/s, best/best %.3f; per-round on/off: min %.3f median %.3f max %.3f\n",
-              best_off, best_on, best_on / best_off, ratios.front(), ratios[ratios.size() / 2], ratios.back());
+  std::printf(
+      "best off %.0f events/s, best on %.0f events/s, best/best %.3f; per-round on/off: min %.3f "
+      "median %.3f max %.3f\n",
+      best_off, best_on, best_on / best_off, ratios.front(), ratios[ratios.size() / 2],
+      ratios.back());
   return 0;
 }

@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+#include <libpq-fe.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -44,8 +46,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
-#include <libpq-fe.h>
 
 #include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
@@ -97,12 +97,14 @@ class LoadClient : public std::enable_shared_from_this<LoadClient> {
     request_.body() = fmt::format(R"({{"order_id":{},"amount":"1.00"}})",
                                   static_cast<std::int64_t>(id_) * 100'000'000 + sent_);
     request_.prepare_payload();
-    beast::http::async_write(stream_, request_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec) return self->reconnect();
-      self->response_ = {};
-      beast::http::async_read(self->stream_, self->buffer_, self->response_,
-                              [self](beast::error_code rec, std::size_t) { self->on_answer(rec); });
-    });
+    beast::http::async_write(
+        stream_, request_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (ec) return self->reconnect();
+          self->response_ = {};
+          beast::http::async_read(
+              self->stream_, self->buffer_, self->response_,
+              [self](beast::error_code rec, std::size_t) { self->on_answer(rec); });
+        });
   }
 
   void on_answer(beast::error_code ec) {
@@ -154,15 +156,17 @@ LoadResult run_load(int port, int clients, std::chrono::seconds seconds, const s
   Window window;
   window.begin = SteadyClock::now() + kWarmUp;
   window.end = window.begin + seconds;
-  const tcp::endpoint provider(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
+  const tcp::endpoint provider(asio::ip::make_address("127.0.0.1"),
+                               static_cast<unsigned short>(port));
   for (int i = 0; i < clients; ++i) {
     std::make_shared<LoadClient>(io, provider, i, run, window)->connect();
   }
   asio::steady_timer give_up(io, window.end + kGrace);
   give_up.async_wait([&](beast::error_code) { io.stop(); });
   io.run();
-  return {static_cast<double>(window.charged.load()) / std::chrono::duration<double>(seconds).count(),
-          window.failed.load()};
+  return {
+      static_cast<double>(window.charged.load()) / std::chrono::duration<double>(seconds).count(),
+      window.failed.load()};
 }
 
 // `PATH provider --db URL --listen 127.0.0.1:0 --latency-ms L`, until destroyed.
@@ -176,7 +180,8 @@ class OldProvider {
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
     const std::string latency = std::to_string(latency_ms);
-    std::vector<std::string> args{path, "provider", "--db", db, "--listen", "127.0.0.1:0", "--latency-ms", latency};
+    std::vector<std::string> args{path,       "provider",    "--db",         db,
+                                  "--listen", "127.0.0.1:0", "--latency-ms", latency};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -264,12 +269,18 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string name = argv[i];
     const std::string value = argv[i + 1];
-    if (name == "--seconds") o.seconds = std::chrono::seconds(std::stoi(value));
-    else if (name == "--clients") o.clients = int_list(value);
-    else if (name == "--latency") o.latencies_ms = int_list(value);
-    else if (name == "--baseline") o.baseline = value;
-    else if (name == "--dir") o.dir = value;
-    else throw std::runtime_error("unknown option " + name);
+    if (name == "--seconds")
+      o.seconds = std::chrono::seconds(std::stoi(value));
+    else if (name == "--clients")
+      o.clients = int_list(value);
+    else if (name == "--latency")
+      o.latencies_ms = int_list(value);
+    else if (name == "--baseline")
+      o.baseline = value;
+    else if (name == "--dir")
+      o.dir = value;
+    else
+      throw std::runtime_error("unknown option " + name);
   }
   return o;
 }
@@ -291,15 +302,16 @@ void bench_backend(const std::string& backend, const Options& o,
         const LoadResult r = run_load(port, clients, o.seconds, fmt::format("n{}", run));
         const auto after = provider.stats();
         const auto commits = after.transactions - before.transactions;
-        std::printf("%-8s | %4d ms | %5d clients | new      | %8.0f charges/s | ideal %6s | "
-                    "%7lld commits, %6.1f charges/commit | peak %5lld open | %lld failed\n",
-                    backend.c_str(), latency, clients, r.charges_per_second, ideal.c_str(),
-                    static_cast<long long>(commits),
-                    commits ? static_cast<double>(after.charges_committed - before.charges_committed) /
-                                  static_cast<double>(commits)
-                            : 0.0,
-                    static_cast<long long>(after.peak_requests_in_progress),
-                    static_cast<long long>(r.failed));
+        std::printf(
+            "%-8s | %4d ms | %5d clients | new      | %8.0f charges/s | ideal %6s | "
+            "%7lld commits, %6.1f charges/commit | peak %5lld open | %lld failed\n",
+            backend.c_str(), latency, clients, r.charges_per_second, ideal.c_str(),
+            static_cast<long long>(commits),
+            commits ? static_cast<double>(after.charges_committed - before.charges_committed) /
+                          static_cast<double>(commits)
+                    : 0.0,
+            static_cast<long long>(after.peak_requests_in_progress),
+            static_cast<long long>(r.failed));
         std::fflush(stdout);
       }
       ++run;
@@ -307,10 +319,11 @@ void bench_backend(const std::string& backend, const Options& o,
         const std::string db = fresh_db(fmt::format("old-{}", run));
         const OldProvider old(o.baseline, db, latency);
         const LoadResult r = run_load(old.port(), clients, o.seconds, fmt::format("o{}", run));
-        std::printf("%-8s | %4d ms | %5d clients | baseline | %8.0f charges/s | ideal %6s | "
-                    "a commit per charge | %lld failed\n",
-                    backend.c_str(), latency, clients, r.charges_per_second, ideal.c_str(),
-                    static_cast<long long>(r.failed));
+        std::printf(
+            "%-8s | %4d ms | %5d clients | baseline | %8.0f charges/s | ideal %6s | "
+            "a commit per charge | %lld failed\n",
+            backend.c_str(), latency, clients, r.charges_per_second, ideal.c_str(),
+            static_cast<long long>(r.failed));
         std::fflush(stdout);
       }
       ++run;
@@ -334,7 +347,8 @@ int main(int argc, char** argv) {
   const char* dsn = std::getenv("IDEM_BENCH_PG_DSN");
   if (dsn == nullptr) dsn = std::getenv("IDEM_TEST_PG_DSN");
   if (dsn == nullptr || *dsn == '\0') {
-    std::printf("postgres: skipped (set IDEM_BENCH_PG_DSN or run under scripts/with-postgres.sh)\n");
+    std::printf(
+        "postgres: skipped (set IDEM_BENCH_PG_DSN or run under scripts/with-postgres.sh)\n");
     return 0;
   }
   postgres_durable(dsn);

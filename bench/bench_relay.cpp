@@ -22,24 +22,24 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/relay.hpp"
-#include "stores/postgres/pg_outbox_sql.hpp"
-#include "stores/sqlite/sqlite_outbox_sql.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/postgres.hpp"
+#include "stores/postgres/pg_outbox_sql.hpp"
+#include "stores/sqlite/sqlite_outbox_sql.hpp"
 
 namespace {
 
@@ -116,10 +116,9 @@ long postmaster_of(idem::Store& store) {
 
 /// "bench us/ev, postgres us/ev" of CPU between two readings, for `n` events.
 std::string cpu_per_event(const CpuReading& a, const CpuReading& b, std::int64_t n) {
-
   const auto dn = static_cast<double>(n);
-  return fmt::format("cpu/event: bench {:.1f} us, postgres {:.1f} us", (b.self_s - a.self_s) / dn * 1e6,
-                     (b.postgres_s - a.postgres_s) / dn * 1e6);
+  return fmt::format("cpu/event: bench {:.1f} us, postgres {:.1f} us",
+                     (b.self_s - a.self_s) / dn * 1e6, (b.postgres_s - a.postgres_s) / dn * 1e6);
 }
 
 // The relay's statements, from the stores' own source (what the relay issues).
@@ -129,7 +128,8 @@ constexpr std::string_view kMarkPostgres = idem::detail::pg::kMarkOutboxSql;
 constexpr std::string_view kMarkSqlite = idem::detail::sqlite::kMarkOutboxSql;
 
 // Rows per claim (relay and raw loop alike); IDEM_BENCH_BATCH overrides.
-const std::size_t kBatch = std::getenv("IDEM_BENCH_BATCH") ? std::stoul(std::getenv("IDEM_BENCH_BATCH")) : 1000;
+const std::size_t kBatch =
+    std::getenv("IDEM_BENCH_BATCH") ? std::stoul(std::getenv("IDEM_BENCH_BATCH")) : 1000;
 constexpr int kPartitions = 32;
 
 std::string all_shards() {
@@ -172,16 +172,20 @@ void reset_outbox(idem::Store& store, bool postgres) {
 /// Leaves only the first `rows` rows (in id order) unpublished, then vacuums: the warm-up
 /// of a relay before its timed run.
 void reset_outbox_to_first(idem::Store& store, bool postgres, std::int64_t rows) {
-  exec(store, fmt::format("UPDATE outbox SET published_at = CASE WHEN id < (SELECT min(id) FROM outbox) + {} "
-                          "THEN NULL ELSE {} END",
-                          rows, postgres ? "now()" : "0"));
+  exec(store,
+       fmt::format(
+           "UPDATE outbox SET published_at = CASE WHEN id < (SELECT min(id) FROM outbox) + {} "
+           "THEN NULL ELSE {} END",
+           rows, postgres ? "now()" : "0"));
   vacuum_outbox(store, postgres);
 }
 
 /// Sets every row after the first `rows` (in id order) back to unpublished, then vacuums.
 void unpublish_after_first(idem::Store& store, bool postgres, std::int64_t rows) {
-  exec(store, fmt::format("UPDATE outbox SET published_at = NULL WHERE id >= (SELECT min(id) FROM outbox) + {}",
-                          rows));
+  exec(store,
+       fmt::format(
+           "UPDATE outbox SET published_at = NULL WHERE id >= (SELECT min(id) FROM outbox) + {}",
+           rows));
   vacuum_outbox(store, postgres);
 }
 
@@ -210,14 +214,16 @@ void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, st
 constexpr std::int64_t kWarmUpRows = 1000;
 
 /// Builds a relay for the benchmark's store and broker.
-idem::RelayConfig relay_config(const std::string& url, const std::string& bootstrap, std::size_t mark_connections) {
+idem::RelayConfig relay_config(const std::string& url, const std::string& bootstrap,
+                               std::size_t mark_connections) {
   idem::RelayConfig c;
   c.store_url = url;
   c.producer.bootstrap_servers = bootstrap;
   c.producer.kafka = {{"log_level", "2"}};
   c.batch_size = kBatch;
   if (const char* v = std::getenv("IDEM_BENCH_IN_FLIGHT")) c.max_batches_in_flight = std::stoul(v);
-  if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS")) c.producer.linger = std::chrono::milliseconds(std::stol(v));
+  if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS"))
+    c.producer.linger = std::chrono::milliseconds(std::stol(v));
   c.progress_interval = 0ms;
   c.cleanup_interval = 0ms;
   c.mark_connections = mark_connections;
@@ -236,8 +242,8 @@ double timed_drain(idem::Relay& relay, std::int64_t n, long postmaster, const st
               cpu_per_event(cpu, CpuReading::now(postmaster), n).c_str());
   const std::uint64_t published = relay.progress().published - before;
   if (published != static_cast<std::uint64_t>(n)) {
-    std::fprintf(stderr, "relay published %llu of %lld\n", static_cast<unsigned long long>(published),
-                 static_cast<long long>(n));
+    std::fprintf(stderr, "relay published %llu of %lld\n",
+                 static_cast<unsigned long long>(published), static_cast<long long>(n));
   }
   return static_cast<double>(n) / s;
 }
@@ -246,8 +252,8 @@ double timed_drain(idem::Relay& relay, std::int64_t n, long postmaster, const st
 /// librdkafka's start-up (broker connection, metadata, and the idempotent producer's
 /// InitProducerId, which librdkafka 2.0.2 retries on a 500 ms timer when no broker
 /// connection is up yet: about 1 s before the first acknowledgement).
-double relay_cold_run(idem::Store& store, bool postgres, const std::string& url, const std::string& bootstrap,
-                      std::int64_t n, long postmaster) {
+double relay_cold_run(idem::Store& store, bool postgres, const std::string& url,
+                      const std::string& bootstrap, std::int64_t n, long postmaster) {
   reset_outbox(store, postgres);
   idem::Relay relay(relay_config(url, bootstrap, idem::RelayConfig{}.mark_connections));
   return timed_drain(relay, n, postmaster, "cold start");
@@ -256,8 +262,9 @@ double relay_cold_run(idem::Store& store, bool postgres, const std::string& url,
 /// A running relay: it first publishes kWarmUpRows rows (so its producer is connected
 /// and has its producer id, as in a relay that has been up for a while), then the rest
 /// of the table is set back to unpublished and the clock starts.
-double relay_warm_run(idem::Store& store, bool postgres, const std::string& url, const std::string& bootstrap,
-                      std::int64_t n, long postmaster, std::size_t mark_connections) {
+double relay_warm_run(idem::Store& store, bool postgres, const std::string& url,
+                      const std::string& bootstrap, std::int64_t n, long postmaster,
+                      std::size_t mark_connections) {
   reset_outbox_to_first(store, postgres, kWarmUpRows);
   idem::Relay relay(relay_config(url, bootstrap, mark_connections));
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain the warm-up rows\n");
@@ -276,8 +283,9 @@ double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postm
     idem::Rows rows;
     {
       auto tx = store.begin_read();  // as the relay claims
-      rows = postgres ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(kBatch))
-                      : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(kBatch));
+      rows = postgres
+                 ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(kBatch))
+                 : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(kBatch));
       tx->commit();
     }
     if (rows.empty()) break;
@@ -296,8 +304,9 @@ double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postm
   const double s = seconds_since(t);
   std::printf("  raw claim+mark loop: %.0f events/s, %s\n", static_cast<double>(done) / s,
               cpu_per_event(cpu, CpuReading::now(postmaster), done).c_str());
-  if (done != n) std::fprintf(stderr, "raw loop marked %lld of %lld\n", static_cast<long long>(done),
-                              static_cast<long long>(n));
+  if (done != n)
+    std::fprintf(stderr, "raw loop marked %lld of %lld\n", static_cast<long long>(done),
+                 static_cast<long long>(n));
   return static_cast<double>(done) / s;
 }
 
@@ -311,9 +320,13 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
                           const std::vector<Payload>& payloads, long postmaster) {
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  const std::array<std::pair<const char*, const char*>, 6> props = {{
-      {"bootstrap.servers", bootstrap.c_str()}, {"enable.idempotence", "true"}, {"acks", "all"},
-      {"linger.ms", "5"}, {"queue.buffering.max.messages", "200000"}, {"log_level", "2"}}};
+  const std::array<std::pair<const char*, const char*>, 6> props = {
+      {{"bootstrap.servers", bootstrap.c_str()},
+       {"enable.idempotence", "true"},
+       {"acks", "all"},
+       {"linger.ms", "5"},
+       {"queue.buffering.max.messages", "200000"},
+       {"log_level", "2"}}};
   for (const auto& [k, v] : props) rd_kafka_conf_set(conf, k, v, err, sizeof err);
   std::size_t acked = 0;
   rd_kafka_conf_set_opaque(conf, &acked);
@@ -324,7 +337,8 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
   const auto produce = [&](const Payload& p) {
     while (true) {
       rd_kafka_headers_t* h = rd_kafka_headers_new(1);
-      rd_kafka_header_add(h, "event_id", -1, p.event_id.data(), static_cast<ssize_t>(p.event_id.size()));
+      rd_kafka_header_add(h, "event_id", -1, p.event_id.data(),
+                          static_cast<ssize_t>(p.event_id.size()));
       std::array<rd_kafka_vu_t, 5> vus{};
       vus[0].vtype = RD_KAFKA_VTYPE_TOPIC;
       vus[0].u.cstr = topic.c_str();
@@ -356,10 +370,12 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
   }
   rd_kafka_flush(rk, 60'000);
   const double s = seconds_since(t);
-  std::printf("  plain producer: %.0f events/s, %s\n", static_cast<double>(acked) / s,
-              cpu_per_event(cpu, CpuReading::now(postmaster), static_cast<std::int64_t>(acked)).c_str());
+  std::printf(
+      "  plain producer: %.0f events/s, %s\n", static_cast<double>(acked) / s,
+      cpu_per_event(cpu, CpuReading::now(postmaster), static_cast<std::int64_t>(acked)).c_str());
   rd_kafka_destroy(rk);
-  if (acked != payloads.size()) std::fprintf(stderr, "plain producer: %zu of %zu acked\n", acked, payloads.size());
+  if (acked != payloads.size())
+    std::fprintf(stderr, "plain producer: %zu of %zu acked\n", acked, payloads.size());
   return static_cast<double>(acked) / s;
 }
 
@@ -384,10 +400,12 @@ std::pair<double, double> enqueue_cost(idem::Store& store, int n) {
     for (int i = 0; i < kBlock; ++i) {  // the same UPDATE as confirm(), no event
       const std::int64_t id = base + 2 * (b * kBlock + i);
       auto tx = store.begin();
-      tx->execute("UPDATE orders SET status = 'confirmed', confirmed_at = $2 "
-                  "WHERE id = $1 AND status = 'created' RETURNING customer_id, total_amount",
-                  id, std::chrono::time_point_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now()));
+      tx->execute(
+          "UPDATE orders SET status = 'confirmed', confirmed_at = $2 "
+          "WHERE id = $1 AND status = 'created' RETURNING customer_id, total_amount",
+          id,
+          std::chrono::time_point_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now()));
       tx->commit();
     }
     without += seconds_since(t);
@@ -408,17 +426,21 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   const bool postgres = store->backend() == idem::Backend::Postgres;
   // IDEM_BENCH_SKIP_ENQUEUE=1: relay figures only (quicker runs while tuning).
   const bool skip_enqueue = std::getenv("IDEM_BENCH_SKIP_ENQUEUE") != nullptr;
-  const auto [without_us, with_us] = skip_enqueue ? std::pair{0.0, 0.0} : enqueue_cost(*store, 5000);
-  if (!skip_enqueue) std::printf("%s enqueue: confirm tx without enqueue %.1f us, with enqueue %.1f us (+%.1f us, %.0f%%)\n",
-              name.c_str(), without_us, with_us, with_us - without_us,
-              (with_us / without_us - 1.0) * 100.0);
+  const auto [without_us, with_us] =
+      skip_enqueue ? std::pair{0.0, 0.0} : enqueue_cost(*store, 5000);
+  if (!skip_enqueue)
+    std::printf(
+        "%s enqueue: confirm tx without enqueue %.1f us, with enqueue %.1f us (+%.1f us, %.0f%%)\n",
+        name.c_str(), without_us, with_us, with_us - without_us,
+        (with_us / without_us - 1.0) * 100.0);
   if (postgres && !skip_enqueue) {
     // What the NOTIFY trigger costs: the same measurement with it disabled.
     exec(*store, "ALTER TABLE outbox DISABLE TRIGGER outbox_notify");
     const auto [wo, wi] = enqueue_cost(*store, 5000);
     exec(*store, "ALTER TABLE outbox ENABLE TRIGGER outbox_notify");
-    std::printf("%s enqueue without the NOTIFY trigger: without enqueue %.1f us, with %.1f us (+%.1f us)\n",
-                name.c_str(), wo, wi, wi - wo);
+    std::printf(
+        "%s enqueue without the NOTIFY trigger: without enqueue %.1f us, with %.1f us (+%.1f us)\n",
+        name.c_str(), wo, wi, wi - wo);
   }
   exec(*store, "DELETE FROM outbox");
 
@@ -434,10 +456,12 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   std::vector<Payload> payloads;
   {
     auto tx = store->begin();
-    const idem::Rows rows = tx->execute("SELECT message_key, payload, event_id FROM outbox ORDER BY id");
+    const idem::Rows rows =
+        tx->execute("SELECT message_key, payload, event_id FROM outbox ORDER BY id");
     tx->commit();
     for (const auto row : rows) {
-      payloads.push_back({std::string(row.text(0)), std::string(row.text(1)), row.uuid(2).to_string()});
+      payloads.push_back(
+          {std::string(row.text(0)), std::string(row.text(1)), row.uuid(2).to_string()});
     }
   }
 
@@ -468,12 +492,14 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
     idem::Producer producer(pc);
     std::vector<idem::Delivery> out;
     const Payload& w = payloads.front();  // warm-up, not counted
-    static_cast<void>(producer.send({itopic, w.key, w.value, *idem::Uuid::parse(w.event_id), {}, {}}));
+    static_cast<void>(
+        producer.send({itopic, w.key, w.value, *idem::Uuid::parse(w.event_id), {}, {}}));
     producer.flush(60s, out);
     out.clear();
     const auto t0 = SteadyClock::now();
     for (const Payload& p : payloads) {
-      static_cast<void>(producer.send({itopic, p.key, p.value, *idem::Uuid::parse(p.event_id), {}, {}}));
+      static_cast<void>(
+          producer.send({itopic, p.key, p.value, *idem::Uuid::parse(p.event_id), {}, {}}));
       producer.poll(0ms, out);
     }
     producer.flush(60s, out);
@@ -481,16 +507,16 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
                 static_cast<double>(out.size()) / seconds_since(t0));
   }
   const double relay = std::max(relay1, relay2);
-  std::printf("%s relay: %.0f events/s (warm runs: %.0f, %.0f; cold start: %.0f)\n", name.c_str(), relay,
-              relay1, relay2, cold);
-  std::printf("%s relay with two mark connections: %.0f events/s -> %.0f%% of raw\n", name.c_str(), relay_two,
-              relay_two / raw * 100.0);
+  std::printf("%s relay: %.0f events/s (warm runs: %.0f, %.0f; cold start: %.0f)\n", name.c_str(),
+              relay, relay1, relay2, cold);
+  std::printf("%s relay with two mark connections: %.0f events/s -> %.0f%% of raw\n", name.c_str(),
+              relay_two, relay_two / raw * 100.0);
   std::printf("%s relay with inline marks (mark_connections=0): %.0f events/s -> %.0f%% of raw\n",
               name.c_str(), relay_inline, relay_inline / raw * 100.0);
   std::printf("%s raw claim+mark SQL loop: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
               raw, relay / raw * 100.0);
-  std::printf("%s plain idempotent producer: %.0f events/s -> relay at %.0f%% of it\n", name.c_str(),
-              plain, relay / plain * 100.0);
+  std::printf("%s plain idempotent producer: %.0f events/s -> relay at %.0f%% of it\n",
+              name.c_str(), plain, relay / plain * 100.0);
   std::fflush(stdout);
 }
 
@@ -503,7 +529,8 @@ int main(int argc, char** argv) {
   const std::string sqlite_path = fmt::format("/tmp/idem-bench-relay-{}.sqlite", ::getpid());
   // IDEM_BENCH_SKIP_SQLITE=1: PostgreSQL only (quicker runs while tuning).
   if (std::getenv("IDEM_BENCH_SKIP_SQLITE") == nullptr) {
-    bench_backend("sqlite", "sqlite://" + sqlite_path, broker.bootstrap_servers(), broker, n, &topic_seq);
+    bench_backend("sqlite", "sqlite://" + sqlite_path, broker.bootstrap_servers(), broker, n,
+                  &topic_seq);
   }
   for (const char* suffix : {"", "-wal", "-shm", "-relay.lock"}) {
     std::filesystem::remove(sqlite_path + suffix);
@@ -513,7 +540,8 @@ int main(int argc, char** argv) {
   if (dsn != nullptr && *dsn != '\0') {
     bench_backend("postgres", dsn, broker.bootstrap_servers(), broker, n, &topic_seq);
   } else {
-    std::printf("postgres: skipped (set IDEM_BENCH_PG_DSN or run under scripts/with-postgres.sh)\n");
+    std::printf(
+        "postgres: skipped (set IDEM_BENCH_PG_DSN or run under scripts/with-postgres.sh)\n");
   }
   return 0;
 }

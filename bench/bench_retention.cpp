@@ -32,8 +32,8 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/clock.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
@@ -69,13 +69,15 @@ void exec(PGconn* c, const std::string& sql) {
   const auto status = PQresultStatus(r);
   const std::string err = PQresultErrorMessage(r);
   PQclear(r);
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) throw std::runtime_error(sql + ": " + err);
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK)
+    throw std::runtime_error(sql + ": " + err);
 }
 
 std::string with_dbname(const std::string& dsn, const std::string& db) {
   // URI form only (what with-postgres.sh exports): replace the path.
   const auto scheme = dsn.find("://");
-  if (scheme == std::string::npos) throw std::runtime_error("IDEM_BENCH_PG_DSN must be a postgresql:// URI");
+  if (scheme == std::string::npos)
+    throw std::runtime_error("IDEM_BENCH_PG_DSN must be a postgresql:// URI");
   const auto slash = dsn.find('/', scheme + 3);
   const auto query = dsn.find('?', scheme + 3);
   const std::string base = dsn.substr(0, slash == std::string::npos ? query : slash);
@@ -215,7 +217,9 @@ std::pair<milliseconds, LoadFigures> under_load(const std::string& url, Op op,
 }
 
 LoadFigures baseline_load(const std::string& url, milliseconds duration) {
-  return under_load(url, [] {}, duration).second;
+  return under_load(
+             url, [] {}, duration)
+      .second;
 }
 
 struct Spread {
@@ -244,7 +248,8 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
   policy.outbox_retention = 0ms;
   policy.batch_size = 5000;
 
-  Spread drop_ms, delete_ms, vacuum_ms, drop_load, delete_load, base_load, drop_stall, delete_stall, base_stall;
+  Spread drop_ms, delete_ms, vacuum_ms, drop_load, delete_load, base_load, drop_stall, delete_stall,
+      base_stall;
   for (int r = 0; r < repeat; ++r) {
     // DROP: partitioned, the expired day's partition holds the rows.
     {
@@ -266,7 +271,8 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
       base_stall.add(static_cast<double>(base.slowest_tx.count()));
       auto store = idem::open_store(db.url());
       idem::MaintenanceReport report;
-      const auto [wall, load] = under_load(db.url(), [&] { report = idem::run_maintenance(*store, policy); });
+      const auto [wall, load] =
+          under_load(db.url(), [&] { report = idem::run_maintenance(*store, policy); });
       if (report.partitions_dropped.size() != 1 || !report.partitions_created.empty()) {
         throw std::runtime_error("expected exactly one partition dropped: " + report.summary());
       }
@@ -283,30 +289,38 @@ void bench_drop_vs_delete(const std::string& dsn, std::int64_t rows, int repeat)
       exec(c.get(), "VACUUM ANALYZE processed_event");
       auto store = idem::open_store(db.url());
       idem::MaintenanceReport report;
-      const auto [wall, load] = under_load(db.url(), [&] { report = idem::run_maintenance(*store, policy); });
+      const auto [wall, load] =
+          under_load(db.url(), [&] { report = idem::run_maintenance(*store, policy); });
       if (report.dedup_rows_deleted != rows) throw std::runtime_error("the DELETE missed rows");
       delete_ms.add(static_cast<double>(wall.count()));
       delete_load.add(load.marks_per_s);
       delete_stall.add(static_cast<double>(load.slowest_tx.count()));
       const auto v0 = Clock::now();
       exec(c.get(), "VACUUM processed_event");
-      vacuum_ms.add(static_cast<double>(std::chrono::duration_cast<milliseconds>(Clock::now() - v0).count()));
+      vacuum_ms.add(
+          static_cast<double>(std::chrono::duration_cast<milliseconds>(Clock::now() - v0).count()));
     }
-    std::printf("  run %d: drop %.0f ms, delete %.0f ms + vacuum %.0f ms\n", r + 1, drop_ms.values.back(),
-                delete_ms.values.back(), vacuum_ms.values.back());
+    std::printf("  run %d: drop %.0f ms, delete %.0f ms + vacuum %.0f ms\n", r + 1,
+                drop_ms.values.back(), delete_ms.values.back(), vacuum_ms.values.back());
   }
   std::printf("  %-44s %10s %12s\n", "", "best", "range");
-  std::printf("  %-44s %7.0f ms %12s\n", "DROP partition (run_maintenance)", drop_ms.best_low(), drop_ms.range().c_str());
-  std::printf("  %-44s %7.0f ms %12s\n", "batched DELETE, 5000/tx (run_maintenance)", delete_ms.best_low(),
-              delete_ms.range().c_str());
-  std::printf("  %-44s %7.0f ms %12s\n", "VACUUM after the DELETE", vacuum_ms.best_low(), vacuum_ms.range().c_str());
-  std::printf("  DELETE / DROP: %.0fx (best vs best)\n", delete_ms.best_low() / std::max(1.0, drop_ms.best_low()));
-  std::printf("  consumer mark loop (1000 marks/tx; DROP window: 1 s from its start), marks/s: no cleanup %s, "
-              "during DROP %s, during DELETE %s\n",
-              base_load.range().c_str(), drop_load.range().c_str(), delete_load.range().c_str());
-  std::printf("  ... best during DROP / no cleanup = %.0f%%, best during DELETE / no cleanup = %.0f%%\n",
-              100.0 * drop_load.best_high() / base_load.best_high(),
-              100.0 * delete_load.best_high() / base_load.best_high());
+  std::printf("  %-44s %7.0f ms %12s\n", "DROP partition (run_maintenance)", drop_ms.best_low(),
+              drop_ms.range().c_str());
+  std::printf("  %-44s %7.0f ms %12s\n", "batched DELETE, 5000/tx (run_maintenance)",
+              delete_ms.best_low(), delete_ms.range().c_str());
+  std::printf("  %-44s %7.0f ms %12s\n", "VACUUM after the DELETE", vacuum_ms.best_low(),
+              vacuum_ms.range().c_str());
+  std::printf("  DELETE / DROP: %.0fx (best vs best)\n",
+              delete_ms.best_low() / std::max(1.0, drop_ms.best_low()));
+  std::printf(
+      "  consumer mark loop (1000 marks/tx; DROP window: 1 s from its start), marks/s: no cleanup "
+      "%s, "
+      "during DROP %s, during DELETE %s\n",
+      base_load.range().c_str(), drop_load.range().c_str(), delete_load.range().c_str());
+  std::printf(
+      "  ... best during DROP / no cleanup = %.0f%%, best during DELETE / no cleanup = %.0f%%\n",
+      100.0 * drop_load.best_high() / base_load.best_high(),
+      100.0 * delete_load.best_high() / base_load.best_high());
   std::printf("  slowest mark transaction (ms): no cleanup %s, during DROP %s, during DELETE %s\n",
               base_stall.range().c_str(), drop_stall.range().c_str(), delete_stall.range().c_str());
 }
@@ -356,23 +370,29 @@ void bench_v7_vs_v4(const std::string& dsn, std::int64_t prefill, std::int64_t m
     const std::int64_t week = 7LL * 86'400'000;
     for (std::int64_t done = 0; done < prefill; done += 1'000'000) {
       const std::int64_t n = std::min<std::int64_t>(1'000'000, prefill - done);
-      exec(c.get(), db == &v7db ? v7_rows_sql(n, now_ms - week + week * done / prefill, week * n / prefill)
-                                : v4_rows_sql(n));
+      exec(c.get(), db == &v7db
+                        ? v7_rows_sql(n, now_ms - week + week * done / prefill, week * n / prefill)
+                        : v4_rows_sql(n));
     }
     exec(c.get(), "VACUUM ANALYZE processed_event");
-    (db == &v7db ? fill_v7_s : fill_v4_s) = std::chrono::duration<double>(Clock::now() - t0).count();
+    (db == &v7db ? fill_v7_s : fill_v4_s) =
+        std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  std::printf("  pre-fill (server-side INSERT ... SELECT, + VACUUM ANALYZE): v7 %.0f s, v4 %.0f s\n", fill_v7_s,
-              fill_v4_s);
+  std::printf(
+      "  pre-fill (server-side INSERT ... SELECT, + VACUUM ANALYZE): v7 %.0f s, v4 %.0f s\n",
+      fill_v7_s, fill_v4_s);
   Spread v7, v4;
   for (int r = 0; r < repeat; ++r) {  // alternate, so machine noise hits both alike
     v7.add(measure_marks(v7db.url(), true, marks));
     v4.add(measure_marks(v4db.url(), false, marks));
-    std::printf("  run %d: v7 %.0f marks/s, v4 %.0f marks/s\n", r + 1, v7.values.back(), v4.values.back());
+    std::printf("  run %d: v7 %.0f marks/s, v4 %.0f marks/s\n", r + 1, v7.values.back(),
+                v4.values.back());
   }
-  std::printf("  %lld marks per run, 1000 per transaction. best (range): v7 %.0f (%s), v4 %.0f (%s); v4 / v7 = %.0f%%\n",
-              static_cast<long long>(marks), v7.best_high(), v7.range().c_str(), v4.best_high(), v4.range().c_str(),
-              100.0 * v4.best_high() / v7.best_high());
+  std::printf(
+      "  %lld marks per run, 1000 per transaction. best (range): v7 %.0f (%s), v4 %.0f (%s); v4 / "
+      "v7 = %.0f%%\n",
+      static_cast<long long>(marks), v7.best_high(), v7.range().c_str(), v4.best_high(),
+      v4.range().c_str(), 100.0 * v4.best_high() / v7.best_high());
 }
 
 }  // namespace
@@ -381,7 +401,8 @@ int main(int argc, char** argv) {
   std::string dsn = env_or_empty("IDEM_BENCH_PG_DSN");
   if (dsn.empty()) dsn = env_or_empty("IDEM_TEST_PG_DSN");
   if (dsn.empty()) {
-    std::fprintf(stderr, "set IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN (scripts/with-postgres.sh does)\n");
+    std::fprintf(stderr,
+                 "set IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN (scripts/with-postgres.sh does)\n");
     return 2;
   }
   std::int64_t rows_a = 1'000'000;
@@ -396,12 +417,18 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error(arg + " needs a value");
       return std::atoll(argv[++i]);
     };
-    if (arg == "--rows-a") rows_a = next();
-    else if (arg == "--prefill-b") prefill_b = next();
-    else if (arg == "--marks-b") marks_b = next();
-    else if (arg == "--repeat") repeat = static_cast<int>(next());
-    else if (arg == "--only-a") only_a = true;
-    else if (arg == "--only-b") only_b = true;
+    if (arg == "--rows-a")
+      rows_a = next();
+    else if (arg == "--prefill-b")
+      prefill_b = next();
+    else if (arg == "--marks-b")
+      marks_b = next();
+    else if (arg == "--repeat")
+      repeat = static_cast<int>(next());
+    else if (arg == "--only-a")
+      only_a = true;
+    else if (arg == "--only-b")
+      only_b = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
       return 2;

@@ -127,7 +127,9 @@ void run_idem(benchmark::State& state, const std::string& url) {
   state.SetItemsProcessed(marked);
 }
 
-void BM_IdemSqlite(benchmark::State& state) { run_idem(state, "sqlite://" + fresh_sqlite_path()); }
+void BM_IdemSqlite(benchmark::State& state) {
+  run_idem(state, "sqlite://" + fresh_sqlite_path());
+}
 
 void BM_IdemPostgres(benchmark::State& state) {
   if (pg_dsn().empty()) {
@@ -212,10 +214,12 @@ void BM_RawPostgres(benchmark::State& state) {
     idem::migrate_reference_system(*store);
   }
   PGconn* c = pg_connect(url);
-  const char* sql = batch == 1
-      ? "INSERT INTO processed_event (event_id, consumer_group) VALUES ($1::uuid, $2) ON CONFLICT DO NOTHING"
-      : "INSERT INTO processed_event (event_id, consumer_group) SELECT unnest($1::uuid[]), $2 "
-        "ON CONFLICT DO NOTHING RETURNING event_id";
+  const char* sql =
+      batch == 1
+          ? "INSERT INTO processed_event (event_id, consumer_group) VALUES ($1::uuid, $2) ON "
+            "CONFLICT DO NOTHING"
+          : "INSERT INTO processed_event (event_id, consumer_group) SELECT unnest($1::uuid[]), $2 "
+            "ON CONFLICT DO NOTHING RETURNING event_id";
   PGresult* p = PQprepare(c, "mark", sql, 0, nullptr);
   PQclear(p);
   idem::UuidV7Generator gen;

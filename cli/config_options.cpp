@@ -19,9 +19,8 @@ bool split(const std::string& kv, std::string& key, std::string& value) {
 }
 
 bool is_bare_number(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return (c >= '0' && c <= '9') || c == '.';
-  });
+  return !text.empty() && std::all_of(text.begin(), text.end(),
+                                      [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
 }
 
 ConfigProblem malformed_flag(const std::string& flag, std::string message) {
@@ -37,7 +36,8 @@ ConfigProblem malformed_flag(const std::string& flag, std::string message) {
 
 ConfigOptions::ConfigOptions(CLI::App* cmd) {
   cmd->add_option("--config", file_, "TOML configuration file (default: $IDEM_CONFIG)");
-  cmd->add_option("--set", sets_, "Configuration KEY=VALUE, e.g. consumer.batch_size=1000 (repeatable)");
+  cmd->add_option("--set", sets_,
+                  "Configuration KEY=VALUE, e.g. consumer.batch_size=1000 (repeatable)");
   cmd->add_option("--kafka", kafka_,
                   "librdkafka property KEY=VALUE, passed through (TLS, SASL; repeatable)");
   cmd->add_flag("--print-config", print_config_,

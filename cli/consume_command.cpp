@@ -15,20 +15,20 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "stop_signals.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
 #include "idem/logging.hpp"
 #include "idem/metrics/metrics.hpp"
-#include "idem/reference/order_confirmed.hpp"
-#include "idem/reference/count_handler.hpp"
-#include "idem/reference/payment_provider.hpp"
-#include "idem/retention.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/retention.hpp"
 #include "idem/store.hpp"
+#include "stop_signals.hpp"
 
 namespace idem::cli {
 
@@ -193,7 +193,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     if (settings.maintenance.interval.count() > 0) {
       maintenance.emplace(
           settings.store_url, settings.retention_policy(), settings.maintenance.interval,
-          [](const MaintenanceReport& r) { std::cerr << "idem maintenance: " << r.summary() << '\n'; },
+          [](const MaintenanceReport& r) {
+            std::cerr << "idem maintenance: " << r.summary() << '\n';
+          },
           [](std::string_view line) { std::cerr << line << '\n'; });
     }
 
@@ -211,7 +213,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // handler), unless retry topics are on: those need the Handler shape, which charges
     // inside the transaction, one event at a time.
     if (handler_kind == HandlerKind::Billing && !config.retry_topics.enabled()) {
-      const auto billing = billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
+      const auto billing =
+          billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
       for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
     } else {
       const Handler<OrderConfirmed> handler =

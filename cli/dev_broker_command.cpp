@@ -24,9 +24,9 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "stop_signals.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
+#include "stop_signals.hpp"
 
 namespace idem::cli {
 namespace {

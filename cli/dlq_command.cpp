@@ -61,8 +61,9 @@ struct CommonOptions {
     config->bind(cmd->add_option("--brokers", brokers,
                                  "Kafka bootstrap servers host:port,... (kafka.bootstrap.servers)"),
                  "kafka.bootstrap.servers");
-    config->bind(cmd->add_option("--topic", topic, "The dead-letter topic, e.g. orders.dlq (dlq.topic)"),
-                 "dlq.topic");
+    config->bind(
+        cmd->add_option("--topic", topic, "The dead-letter topic, e.g. orders.dlq (dlq.topic)"),
+        "dlq.topic");
     config->bind(cmd->add_option("--timeout-s", timeout_s,
                                  "Deadline of each broker step (dlq.timeout, default 30s)"),
                  "dlq.timeout", "s");
@@ -110,8 +111,9 @@ struct CommonOptions {
  private:
   static milliseconds age(std::string_view flag, const std::string& text) {
     if (const auto d = parse_duration(text)) return *d;
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                fmt::format("{} expects a duration such as 90s, 15m, 2h or 7d, got '{}'", flag, text));
+    throw Error(
+        ErrorCode::InvalidArgument, ErrorSource::Config,
+        fmt::format("{} expects a duration such as 90s, 15m, 2h or 7d, got '{}'", flag, text));
   }
 };
 
@@ -120,11 +122,12 @@ void print_line(const DeadLetterRecord& r, std::chrono::system_clock::time_point
       "{}/{}  age={}  reason={}  group={}  key={}  event_id={}  event_age={}  from={}[{}]@{}  "
       "attempts={}  {}\n",
       r.partition, r.offset,
-      human_age(r.dead_lettered_at
-                    ? std::optional(std::chrono::duration_cast<milliseconds>(now - *r.dead_lettered_at))
-                    : std::nullopt),
-      r.error_class.empty() ? "-" : r.error_class, r.consumer_group.empty() ? "-" : r.consumer_group,
-      r.key.empty() ? "-" : r.key, r.event_id ? r.event_id->to_string() : "-", human_age(r.event_age(now)),
+      human_age(r.dead_lettered_at ? std::optional(std::chrono::duration_cast<milliseconds>(
+                                         now - *r.dead_lettered_at))
+                                   : std::nullopt),
+      r.error_class.empty() ? "-" : r.error_class,
+      r.consumer_group.empty() ? "-" : r.consumer_group, r.key.empty() ? "-" : r.key,
+      r.event_id ? r.event_id->to_string() : "-", human_age(r.event_age(now)),
       r.original_topic.empty() ? "-" : r.original_topic,
       r.original_partition ? std::to_string(*r.original_partition) : "-",
       r.original_offset ? std::to_string(*r.original_offset) : "-",
@@ -140,14 +143,16 @@ void print_full(const DeadLetterRecord& r, std::chrono::system_clock::time_point
   std::cout << fmt::format("  original           {} [{}] offset {}\n", r.original_topic,
                            r.original_partition ? std::to_string(*r.original_partition) : "?",
                            r.original_offset ? std::to_string(*r.original_offset) : "?");
-  std::cout << fmt::format("  attempts           {}\n", r.attempts ? std::to_string(*r.attempts) : "?");
+  std::cout << fmt::format("  attempts           {}\n",
+                           r.attempts ? std::to_string(*r.attempts) : "?");
   if (r.event_id) {
     std::cout << fmt::format("  event id           {}", r.event_id->to_string());
     if (r.event_id->is_v7()) {
-      std::cout << fmt::format(" (born {}, {} ago)",
-                               format_rfc3339(std::chrono::time_point_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::time_point(r.event_id->timestamp()))),
-                               human_age(r.event_age(now)));
+      std::cout << fmt::format(
+          " (born {}, {} ago)",
+          format_rfc3339(std::chrono::time_point_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::time_point(r.event_id->timestamp()))),
+          human_age(r.event_age(now)));
     }
     std::cout << '\n';
   } else {
@@ -221,25 +226,30 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
   };
   auto replay_opts = std::make_shared<ReplayFlags>();
   CLI::App* replay = dlq->add_subcommand(
-      "replay", "Send selected dead letters back to their original topic (or --to), keeping event ids");
+      "replay",
+      "Send selected dead letters back to their original topic (or --to), keeping event ids");
   replay_opts->common.add_to(replay);
   // --to, --dry-run and --force decide what this one replay does: flags only (a --force
   // left in a file would replay events past the dedup horizon without anyone asking).
-  replay->add_option("--to", replay_opts->to, "Target topic instead of each record's original topic");
+  replay->add_option("--to", replay_opts->to,
+                     "Target topic instead of each record's original topic");
   replay->add_flag("--dry-run", replay_opts->dry_run, "Say what would be replayed; send nothing");
   replay->add_flag("--force", replay_opts->force,
                    "Also replay events past the dedup horizon (they may be applied twice)");
   ConfigOptions& replay_config = *replay_opts->common.config;
-  replay_config.bind(replay->add_option("--rate", replay_opts->rate,
-                                 "At most this many records per second, 0: no limit (dlq.replay_rate)"),
-              "dlq.replay_rate");
-  replay_config.bind(replay->add_option("--retention-hours", replay_opts->retention_hours,
-                                 "Dedup retention of the consumers, event time (dedup.retention, "
-                                 "default 7d; a bare number is hours)"),
-              "dedup.retention", "h");
-  replay_config.bind(replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours,
-                                 "Horizon = retention - margin (dedup.safety_margin, default 1h)"),
-              "dedup.safety_margin", "h");
+  replay_config.bind(
+      replay->add_option("--rate", replay_opts->rate,
+                         "At most this many records per second, 0: no limit (dlq.replay_rate)"),
+      "dlq.replay_rate");
+  replay_config.bind(
+      replay->add_option("--retention-hours", replay_opts->retention_hours,
+                         "Dedup retention of the consumers, event time (dedup.retention, "
+                         "default 7d; a bare number is hours)"),
+      "dedup.retention", "h");
+  replay_config.bind(
+      replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours,
+                         "Horizon = retention - margin (dedup.safety_margin, default 1h)"),
+      "dedup.safety_margin", "h");
   replay->callback([replay_opts, &exit_code] {
     const ReplayFlags& f = *replay_opts;
     const Config config = f.common.load();
@@ -262,8 +272,8 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
       switch (item.action) {
         case ReplayAction::Replayed:
           if (f.dry_run) {
-            std::cout << fmt::format("would replay {}/{} event_id={} reason={} -> {}\n", r.partition,
-                                     r.offset, id, r.error_class, item.target_topic);
+            std::cout << fmt::format("would replay {}/{} event_id={} reason={} -> {}\n",
+                                     r.partition, r.offset, id, r.error_class, item.target_topic);
           }
           break;
         case ReplayAction::RefusedStale:
@@ -287,9 +297,12 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
                              f.dry_run ? "dry run: " : "", report.items.size(), report.replayed,
                              report.refused_stale, report.no_target, report.failed)
               << std::flush;
-    if (report.failed > 0) exit_code.value = 1;
-    else if (report.refused_stale + report.no_target > 0) exit_code.value = 3;
-    else exit_code.value = 0;
+    if (report.failed > 0)
+      exit_code.value = 1;
+    else if (report.refused_stale + report.no_target > 0)
+      exit_code.value = 3;
+    else
+      exit_code.value = 0;
   });
 }
 

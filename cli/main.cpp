@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const idem::Error& e) {
-    std::cerr << fmt::format("idem: error ({}/{}): {}\n", to_string(e.source()), to_string(e.code()),
-                             e.what());
+    std::cerr << fmt::format("idem: error ({}/{}): {}\n", to_string(e.source()),
+                             to_string(e.code()), e.what());
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "idem: error: " << e.what() << "\n";

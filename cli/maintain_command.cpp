@@ -27,7 +27,8 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
-      "maintain", "Retention pass: create partitions ahead, drop expired ones, delete expired rows in batches");
+      "maintain",
+      "Retention pass: create partitions ahead, drop expired ones, delete expired rows in batches");
   auto cfg = std::make_shared<ConfigOptions>(cmd);
   cfg->bind(cmd->add_option("--db", opts->db,
                             "Store URL: postgresql://... or sqlite:///path.db (store.url)"),
@@ -44,9 +45,10 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
                             "Delete published outbox rows older than this, 0: keep "
                             "(maintenance.outbox_retention, default 24h)"),
             "maintenance.outbox_retention", "h");
-  cfg->bind(cmd->add_option("--batch-size", opts->batch_size,
-                            "Rows per DELETE and transaction (maintenance.batch_size, default 5000)"),
-            "maintenance.batch_size");
+  cfg->bind(
+      cmd->add_option("--batch-size", opts->batch_size,
+                      "Rows per DELETE and transaction (maintenance.batch_size, default 5000)"),
+      "maintenance.batch_size");
   cfg->bind(cmd->add_option("--batch-pause-ms", opts->batch_pause_ms,
                             "Pause between batches (maintenance.batch_pause, default 0ms)"),
             "maintenance.batch_pause", "ms");

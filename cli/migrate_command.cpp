@@ -59,8 +59,8 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     const MigrationReport report =
         opts->reference ? migrate_reference_system(*store, mo) : store->migrate(mo);
     if (report.applied.empty()) {
-      std::cout << fmt::format("{}: schema is up to date at version {}\n", to_string(store->backend()),
-                               report.to_version);
+      std::cout << fmt::format("{}: schema is up to date at version {}\n",
+                               to_string(store->backend()), report.to_version);
     } else {
       for (const auto& name : report.applied) std::cout << "applied " << name << "\n";
       std::cout << fmt::format("{}: schema version {} -> {}\n", to_string(store->backend()),

@@ -11,10 +11,10 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/amount.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
@@ -38,9 +38,11 @@ void register_orders(CLI::App& app, ExitCode& exit_code) {
                                "Store URL: postgresql://... or sqlite:///path.db (store.url)"),
             "store.url");
   create->add_option("--count", opts->count, "Orders to create and confirm")
-      ->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{100'000'000}));
+      ->required()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100'000'000}));
   create->add_option("--customers", opts->customers, "Customer ids are drawn from 1..M")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}))->capture_default_str();
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000'000}))
+      ->capture_default_str();
   create->add_option("--topic", opts->topic, "Topic of the events")->capture_default_str();
   create->add_flag("--migrate", opts->migrate, "Apply pending migrations first");
   create->callback([opts, cfg, &exit_code] {

@@ -1,8 +1,8 @@
 // `idem provider`: the reference system's payment provider as an HTTP server, until
 // SIGTERM/SIGINT. Prints exactly one stdout line, `listening http://HOST:PORT`, once
 // connections are accepted. Settings: store.url and provider.* (the loader checks them).
-#include <csignal>
 #include <charconv>
+#include <csignal>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -63,17 +63,19 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(cmd->add_option("--unavailable", opts->unavailable,
                             "Share of charge requests answered 503 (provider.unavailable)"),
             "provider.unavailable");
-  cfg->bind(cmd->add_option("--latency-ms", opts->latency_ms,
-                            "Added to every new charge, as a timer: thousands of requests may wait at "
-                            "once (provider.latency)"),
-            "provider.latency", "ms");
+  cfg->bind(
+      cmd->add_option("--latency-ms", opts->latency_ms,
+                      "Added to every new charge, as a timer: thousands of requests may wait at "
+                      "once (provider.latency)"),
+      "provider.latency", "ms");
   cfg->bind(cmd->add_option("--decline", opts->decline,
                             "Share of orders declined with 402 card_declined, by hash of order_id "
                             "and seed (provider.decline)"),
             "provider.decline");
-  cfg->bind(cmd->add_option("--seed", opts->seed,
-                            "Seed of the fault draws and the decline hash (provider.seed, default 42)"),
-            "provider.seed");
+  cfg->bind(
+      cmd->add_option("--seed", opts->seed,
+                      "Seed of the fault draws and the decline hash (provider.seed, default 42)"),
+      "provider.seed");
 
   // `opts` is captured so the strings the bound flags write into outlive this function.
   cmd->callback([opts, cfg, &exit_code] {
@@ -89,7 +91,7 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                      .latency = p.latency,
                      .decline = p.decline};
 
-    StopSignals signals;  // before the server starts its threads
+    StopSignals signals;         // before the server starts its threads
     ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
     http::PaymentProvider provider(open_store(settings.store_url, settings.store_options), config);
     provider.start(host, port);

@@ -12,10 +12,10 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "stop_signals.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
+#include "stop_signals.hpp"
 
 namespace idem::cli {
 
@@ -41,15 +41,18 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
   // Settings with a configuration key come from the loader (file, environment, flags).
   auto cfg = std::make_shared<ConfigOptions>(cmd);
   cfg->bind(cmd->add_option("--db", opts->db, "Store URL (store.url)"), "store.url");
-  cfg->bind(cmd->add_option("--brokers", opts->bootstrap, "Kafka bootstrap servers (kafka.bootstrap.servers)"),
+  cfg->bind(cmd->add_option("--brokers", opts->bootstrap,
+                            "Kafka bootstrap servers (kafka.bootstrap.servers)"),
             "kafka.bootstrap.servers");
   cfg->bind(cmd->add_option("--batch-size", opts->batch_size, "Rows per claim (relay.batch_size)"),
             "relay.batch_size");
-  cfg->bind(cmd->add_option("--in-flight", opts->in_flight, "Batches produced but not yet marked (relay.in_flight)"),
+  cfg->bind(cmd->add_option("--in-flight", opts->in_flight,
+                            "Batches produced but not yet marked (relay.in_flight)"),
             "relay.in_flight");
-  cfg->bind(cmd->add_option("--mark-connections", opts->mark_connections,
-                            "Connections marking rows published, 0: inline (relay.mark_connections)"),
-            "relay.mark_connections");
+  cfg->bind(
+      cmd->add_option("--mark-connections", opts->mark_connections,
+                      "Connections marking rows published, 0: inline (relay.mark_connections)"),
+      "relay.mark_connections");
   cfg->bind(cmd->add_option("--poll-interval-ms", opts->poll_interval_ms, "Idle polling interval"),
             "relay.poll_interval_ms");
   cfg->bind(cmd->add_option("--retention-hours", opts->retention_hours,

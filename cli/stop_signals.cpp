@@ -40,7 +40,9 @@ StopSignals::StopSignals() {
   if (signal_fd_ < 0) fail("signalfd", errno);
 }
 
-StopSignals::~StopSignals() { ::close(signal_fd_); }
+StopSignals::~StopSignals() {
+  ::close(signal_fd_);
+}
 
 bool StopSignals::take() {
   signalfd_siginfo info{};

@@ -13,7 +13,8 @@ void apply_effect(idem::Transaction& tx, std::int64_t amount) {
 }
 
 // Processes one delivery of an event; returns true if the effect ran.
-bool process(idem::Store& store, const idem::Uuid& event_id, std::int64_t amount, bool fail = false) {
+bool process(idem::Store& store, const idem::Uuid& event_id, std::int64_t amount,
+             bool fail = false) {
   auto tx = store.begin();
   if (!tx->mark_processed(event_id, "example-group")) return false;  // a duplicate: skip
   apply_effect(*tx, amount);

@@ -46,8 +46,8 @@ int main() {
       message.aggregate_type = "account";
       message.aggregate_id = "7";
       message.topic = "accounts.deposit";
-      message.payload = "{\"event_id\":\"" + event_id.to_string() + "\",\"amount\":" +
-                        std::to_string(amount) + "}";
+      message.payload = "{\"event_id\":\"" + event_id.to_string() +
+                        "\",\"amount\":" + std::to_string(amount) + "}";
       return message;
     });
     tx->commit();  // the balance and its event, or neither
@@ -59,8 +59,7 @@ int main() {
   idem::Relay relay(config);
   const bool drained = relay.run_until_empty(std::chrono::seconds(60));
   const auto progress = relay.progress();
-  std::cout << "published " << progress.published << " events, outbox drained: " << drained
-            << "\n";
+  std::cout << "published " << progress.published << " events, outbox drained: " << drained << "\n";
   std::filesystem::remove(db);
   std::filesystem::remove(db + "-wal");
   std::filesystem::remove(db + "-shm");

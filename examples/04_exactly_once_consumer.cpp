@@ -31,19 +31,19 @@ struct idem::EventCodec<Deposit> {
     const auto colon = payload.find(':');
     if (colon == std::string_view::npos) {
       return idem::ValidationError{"payload", idem::ValidationReason::InvalidJson,
-                                 "expected <uuid>:<amount>"};
+                                   "expected <uuid>:<amount>"};
     }
     const auto id = idem::Uuid::parse(payload.substr(0, colon));
     if (!id || id->version() != 7) {
       return idem::ValidationError{"event_id", idem::ValidationReason::NotUuidV7,
-                                 "event_id must be a UUIDv7"};
+                                   "event_id must be a UUIDv7"};
     }
     Deposit d{*id, 0};
     const auto amount = payload.substr(colon + 1);
     const auto [end, ec] = std::from_chars(amount.data(), amount.data() + amount.size(), d.amount);
     if (ec != std::errc{} || end != amount.data() + amount.size()) {
       return idem::ValidationError{"amount", idem::ValidationReason::WrongType,
-                                 "amount must be an integer"};
+                                   "amount must be an integer"};
     }
     return d;
   }

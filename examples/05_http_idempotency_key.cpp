@@ -23,10 +23,9 @@ int main() {
   int charged = 0;
   for (int order_id = 1; order_id <= 3; ++order_id) {
     const idem::Uuid event_id = idem::new_uuid_v7();  // the event's id: the key
-    const std::string body =
-        "{\"order_id\":" + std::to_string(order_id) + ",\"amount\":\"12.30\"}";
-    const idem::http::CallResult result = client.post_json(
-        provider.base_url() + "/payments/charge", body, event_id.to_string());
+    const std::string body = "{\"order_id\":" + std::to_string(order_id) + ",\"amount\":\"12.30\"}";
+    const idem::http::CallResult result =
+        client.post_json(provider.base_url() + "/payments/charge", body, event_id.to_string());
     std::cout << "order " << order_id << ": HTTP " << result.http_status << " after "
               << result.attempts << " attempts\n";
     if (result.ok()) ++charged;

@@ -5,13 +5,17 @@
 #  2. clang-tidy with the repo's .clang-tidy on the C++ sources changed since
 #     IDEM_TIDY_BASE (default: the previous commit), using BUILD_DIR's
 #     compile_commands.json. Its findings are printed; IDEM_TIDY_STRICT=1 makes them fail.
-#   scripts/check-style.sh [--fix] [BUILD_DIR]
+#   scripts/check-style.sh [--fix | --format-only] [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 fix=0
+format_only=0
 if [ "${1:-}" = "--fix" ]; then fix=1; shift; fi
+if [ "${1:-}" = "--format-only" ]; then format_only=1; shift; fi
 build="${1:-${IDEM_BUILD_DIR:-$root/build-test}}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 mapfile -t files < <(git ls-files '*.cpp' '*.hpp')
 if [ "$fix" = 1 ]; then
@@ -19,12 +23,13 @@ if [ "$fix" = 1 ]; then
   echo "check-style: formatted ${#files[@]} files"
   exit 0
 fi
-if ! clang-format --dry-run -Werror "${files[@]}" 2>"$build/clang-format.log"; then
+if ! clang-format --dry-run -Werror "${files[@]}" 2>"$log"; then
   echo "check-style: clang-format drift (run scripts/check-style.sh --fix):"
-  grep -o '^[^:]*:[0-9]*:[0-9]*: error' "$build/clang-format.log" | cut -d: -f1 | sort -u | sed 's/^/  /'
+  grep -o '^[^:]*:[0-9]*:[0-9]*: error' "$log" | cut -d: -f1 | sort -u | sed 's/^/  /'
   exit 1
 fi
 echo "check-style: clang-format: ${#files[@]} files formatted"
+[ "$format_only" = 1 ] && exit 0
 
 base="${IDEM_TIDY_BASE:-HEAD~1}"
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then

@@ -7,8 +7,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${IDEM_BUILD_DIR:-$root/build-test}"
 jobs="${IDEM_JOBS:-2}"
 
+"$root/scripts/check-style.sh" --format-only  # clang-format drift fails before anything is built
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON
 cmake --build "$build" -j"$jobs"
+"$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
 "$root/scripts/with-postgres.sh" \
   ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs" "$@"
 "$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute (clang, own build dir)

@@ -38,14 +38,17 @@ std::int64_t sum(const std::vector<std::int64_t>& end, const std::vector<std::in
 void row(std::string_view name, const std::string& billing, const std::string& analytics = {}) {
   std::cout << fmt::format("  {:<58}{:>10}{:>11}\n", name, billing, analytics);
 }
-void row(std::string_view name, std::int64_t billing) { row(name, std::to_string(billing)); }
+void row(std::string_view name, std::int64_t billing) {
+  row(name, std::to_string(billing));
+}
 void row(std::string_view name, std::int64_t billing, std::int64_t analytics) {
   row(name, std::to_string(billing), std::to_string(analytics));
 }
 
 std::string examples(const std::vector<std::int64_t>& ids) {
   std::string out;
-  for (std::size_t i = 0; i < ids.size() && i < 5; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size() && i < 5; ++i)
+    out += (i ? ", " : "") + std::to_string(ids[i]);
   if (ids.size() > 5) out += ", ...";
   return out;
 }
@@ -55,7 +58,8 @@ std::string examples(const std::vector<std::int64_t>& ids) {
 Counts read_counts(Store& store, const RunScope& s) {
   Counts c;
   c.events = scalar(store, "SELECT count(*) FROM outbox WHERE id > $1", s);
-  c.unpublished = scalar(store, "SELECT count(*) FROM outbox WHERE id > $1 AND published_at IS NULL", s);
+  c.unpublished =
+      scalar(store, "SELECT count(*) FROM outbox WHERE id > $1 AND published_at IS NULL", s);
   c.billing = effects(store, s, kBilling);
   c.analytics = effects(store, s, kAnalytics);
   return c;
@@ -75,7 +79,8 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   {
     auto tx = store.begin();
     const Rows rows = tx->execute(
-        "SELECT o.id, o.payment_status, (SELECT count(*) FROM billing_ledger l WHERE l.order_id = o.id) "
+        "SELECT o.id, o.payment_status, (SELECT count(*) FROM billing_ledger l WHERE l.order_id = "
+        "o.id) "
         "FROM orders o WHERE o.id >= $1 AND o.id < $2 ORDER BY o.id",
         s.first_order, last_order);
     tx->rollback();
@@ -84,12 +89,14 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
       if (r.int64(2) != 1 || r.text(1) != "charged") bad_ledger.push_back(r.int64(0));
     }
     if (static_cast<std::int64_t>(rows.size()) != s.orders) {
-      violation(fmt::format("{} orders of the run are in the database, expected {}", rows.size(), s.orders));
+      violation(fmt::format("{} orders of the run are in the database, expected {}", rows.size(),
+                            s.orders));
     }
   }
   if (!bad_ledger.empty()) {
-    violation(fmt::format("{} orders without exactly one ledger row and payment_status 'charged' ({})",
-                          bad_ledger.size(), examples(bad_ledger)));
+    violation(
+        fmt::format("{} orders without exactly one ledger row and payment_status 'charged' ({})",
+                    bad_ledger.size(), examples(bad_ledger)));
   }
 
   // Analytics: revenue and order count per customer equal to the confirmed orders.
@@ -102,7 +109,8 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
     const Rows actual = tx->execute(
         "SELECT customer_id, revenue_hundredths, order_count FROM analytics_customer_revenue");
     tx->rollback();
-    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> want;  // customer -> (hundredths, n)
+    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>>
+        want;  // customer -> (hundredths, n)
     for (const RowView r : expected) {
       const auto amount = Amount::parse(r.text(1));
       auto& w = want[r.int64(0)];
@@ -129,13 +137,16 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   }
 
   // Nothing lost: every event of the run has a dedup row in each group.
-  for (const auto& [group, applied] : {std::pair{kBilling, counts.billing}, std::pair{kAnalytics, counts.analytics}}) {
+  for (const auto& [group, applied] :
+       {std::pair{kBilling, counts.billing}, std::pair{kAnalytics, counts.analytics}}) {
     if (applied != counts.events) {
-      violation(fmt::format("{} valid events have no effect in group {}", counts.events - applied, group));
+      violation(fmt::format("{} valid events have no effect in group {}", counts.events - applied,
+                            group));
     }
   }
   if (counts.events != s.orders) {
-    violation(fmt::format("{} events in the outbox for {} confirmed orders", counts.events, s.orders));
+    violation(
+        fmt::format("{} events in the outbox for {} confirmed orders", counts.events, s.orders));
   }
 
   // The provider: one charge per order.
@@ -146,10 +157,12 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
                             examples(provider->orders_charged_more_than_once)));
     }
     if (provider->orders != s.orders) {
-      violation(fmt::format("the provider charged {} distinct orders, expected {}", provider->orders, s.orders));
+      violation(fmt::format("the provider charged {} distinct orders, expected {}",
+                            provider->orders, s.orders));
     }
     if (provider->charges != provider->orders) {
-      violation(fmt::format("the provider made {} charges for {} orders", provider->charges, provider->orders));
+      violation(fmt::format("the provider made {} charges for {} orders", provider->charges,
+                            provider->orders));
     }
   } else {
     violation("the provider's audit could not be read");
@@ -167,20 +180,24 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   std::map<std::string, std::map<std::string, std::int64_t>> dlq;  // reason -> group -> n
   std::int64_t dlq_read = 0;
   const auto dlq_all = static_cast<std::size_t>(sum(dlq_end, {}));  // earlier runs' entries too
-  for (const KafkaRecord& r : read_topic(s.brokers, s.dlq_topic, s.dlq_partitions, dlq_all,
-                                         std::chrono::seconds(30))) {
+  for (const KafkaRecord& r :
+       read_topic(s.brokers, s.dlq_topic, s.dlq_partitions, dlq_all, std::chrono::seconds(30))) {
     const auto p = static_cast<std::size_t>(r.partition);
     if (p < s.dlq_start.size() && r.offset < s.dlq_start[p]) continue;  // an earlier run's
     ++dlq_read;
-    ++dlq[r.header("idem.error.class").value_or("?")][r.header("idem.consumer.group").value_or("?")];
+    ++dlq[r.header("idem.error.class").value_or("?")]
+         [r.header("idem.consumer.group").value_or("?")];
   }
-  if (dlq_read != in_dlq) violation(fmt::format("read {} of the {} DLQ entries back", dlq_read, in_dlq));
+  if (dlq_read != in_dlq)
+    violation(fmt::format("read {} of the {} DLQ entries back", dlq_read, in_dlq));
   for (const auto& [cls, n] : injected.malformed_by_class) {
     for (const auto group : {kBilling, kAnalytics}) {
       const std::int64_t got = dlq[cls][std::string(group)];
       // At least: a consumer SIGKILLed after the dead letter's acknowledgement but before
       // its offset commit, or a rewound group, dead-letters the same message again.
-      if (got < n) violation(fmt::format("{}: {} of {} malformed messages in the DLQ for {}", cls, got, n, group));
+      if (got < n)
+        violation(
+            fmt::format("{}: {} of {} malformed messages in the DLQ for {}", cls, got, n, group));
     }
   }
 
@@ -193,12 +210,15 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   row("  of which extra copies of valid events", on_topic - malformed - counts.events);
   row("outbox rows published again (producer resend)", injected.resent_rows);
   row("effects applied (dedup rows of the run's events)", counts.billing, counts.analytics);
-  row("valid events without an effect (lost)", counts.events - counts.billing, counts.events - counts.analytics);
+  row("valid events without an effect (lost)", counts.events - counts.billing,
+      counts.events - counts.analytics);
   row("ledger rows / orders counted by analytics", ledger_rows, analytics_orders);
   std::map<std::string, std::uint64_t> delivered;
   std::map<std::string, std::uint64_t> skipped;
   for (const ManagedChild* c : children) {
-    const std::string group = c->name().starts_with("billing") ? "billing" : c->name().starts_with("analytics") ? "analytics" : "";
+    const std::string group = c->name().starts_with("billing")     ? "billing"
+                              : c->name().starts_with("analytics") ? "analytics"
+                                                                   : "";
     if (group.empty()) continue;
     const auto& rc = c->reported_counters();
     if (auto it = rc.find("delivered"); it != rc.end()) delivered[group] += it->second;
@@ -216,7 +236,8 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
     };
     row("  " + cls, get(kBilling), get(kAnalytics));
   }
-  if (injected.dlq_replayed >= 0) row("DLQ entries replayed after the cause was fixed", injected.dlq_replayed);
+  if (injected.dlq_replayed >= 0)
+    row("DLQ entries replayed after the cause was fixed", injected.dlq_replayed);
   if (provider) {
     row("provider: charges", provider->charges);
     row("provider: distinct orders charged", provider->orders);
@@ -232,7 +253,8 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
         fmt::format("{} / {}", c->generations(), c->kills()));
   }
   row("violations", static_cast<std::int64_t>(result.violations.size()));
-  std::cout << "  * a SIGKILLed process cannot report what it did; its work shows in the rows above.\n";
+  std::cout
+      << "  * a SIGKILLed process cannot report what it did; its work shows in the rows above.\n";
   for (const auto& v : result.violations) std::cout << "  VIOLATION: " << v << "\n";
   return result;
 }

@@ -18,7 +18,7 @@ inline constexpr std::string_view kAnalytics = "analytics-order-confirmed";
 
 /// This run's slice of the database and the topics.
 struct RunScope {
-  std::int64_t first_order = 0;   // orders [first_order, first_order + orders)
+  std::int64_t first_order = 0;  // orders [first_order, first_order + orders)
   std::int64_t orders = 0;
   std::int64_t outbox_after = 0;  // this run's outbox rows have id > outbox_after
   std::string brokers;

@@ -49,7 +49,8 @@ bool has_subcommand(const std::vector<std::string>& words) {
   // `idem a b --help` prints the help of the deepest known subcommand and exits 0 even
   // when b is unknown, so the exit status does not tell: look for b in a's list.
   for (std::size_t depth = 0; depth < words.size(); ++depth) {
-    const auto names = listed_subcommands({words.begin(), words.begin() + static_cast<std::ptrdiff_t>(depth)});
+    const auto names =
+        listed_subcommands({words.begin(), words.begin() + static_cast<std::ptrdiff_t>(depth)});
     if (std::find(names.begin(), names.end(), words[depth]) == names.end()) return false;
   }
   return true;
@@ -88,11 +89,11 @@ std::string ManagedChild::start() {
     process_.emplace(ChildProcess::spawn(self_program(), args_, {}, log_.string()));
     if (auto line = read_line_starting_with(*process_, ready_prefix_, 30s)) return *line;
     const bool exited = process_->stdout_closed();
-    process_.reset();  // SIGKILLs and reaps
+    process_.reset();    // SIGKILLs and reaps
     if (!exited) break;  // silent for 30 s: starting again will not help
   }
-  throw std::runtime_error(fmt::format("{} did not start (no '{}' line); see {}", name_,
-                                       ready_prefix_, log_.string()));
+  throw std::runtime_error(
+      fmt::format("{} did not start (no '{}' line); see {}", name_, ready_prefix_, log_.string()));
 }
 
 void ManagedChild::kill() {
@@ -107,7 +108,8 @@ std::map<std::string, std::uint64_t> ManagedChild::stop() {
   std::map<std::string, std::uint64_t> counters;
   if (!process_) return counters;
   process_->kill(SIGTERM);
-  if (auto line = read_line_starting_with(*process_, "stopped", 30s)) counters = parse_counters(*line);
+  if (auto line = read_line_starting_with(*process_, "stopped", 30s))
+    counters = parse_counters(*line);
   const int status = process_->wait(30s);
   process_.reset();
   if (status == 0) {

@@ -8,14 +8,14 @@ namespace idem::cli::demo {
 
 /// Which fault phases run (all by default; `--faults` picks a subset).
 struct FaultMix {
-  bool relay_kills = true;      // SIGKILL the relay at random points, restart it
-  bool consumer_kills = true;   // SIGKILL consumers at random points, restart them
-  bool rebalance = true;        // SIGKILL one of the two billing consumers for good
-  bool provider = true;         // provider: connection reset after commit, 503s
-  bool resend = true;           // producer resend: outbox rows published again
-  bool malformed = true;        // malformed messages -> DLQ with their reason
-  bool dlq_replay = true;       // declines -> DLQ; cause fixed; `idem dlq replay`
-  bool offset_reset = true;     // billing group rewound to the earliest offset
+  bool relay_kills = true;     // SIGKILL the relay at random points, restart it
+  bool consumer_kills = true;  // SIGKILL consumers at random points, restart them
+  bool rebalance = true;       // SIGKILL one of the two billing consumers for good
+  bool provider = true;        // provider: connection reset after commit, 503s
+  bool resend = true;          // producer resend: outbox rows published again
+  bool malformed = true;       // malformed messages -> DLQ with their reason
+  bool dlq_replay = true;      // declines -> DLQ; cause fixed; `idem dlq replay`
+  bool offset_reset = true;    // billing group rewound to the earliest offset
 
   /// Parses "all", "none" or a comma list of relay-kill, consumer-kill, rebalance,
   /// provider, resend, malformed, dlq-replay, offset-reset. Throws idem::Error
@@ -27,19 +27,19 @@ struct DemoOptions {
   std::string db;       // empty: a fresh SQLite file in a temp dir
   std::string brokers;  // empty: the embedded dev broker, in this process
   int orders = 300;
-  int partitions = 6;   // of the topic, when the demo creates it (embedded broker)
+  int partitions = 6;  // of the topic, when the demo creates it (embedded broker)
   std::size_t batch = 20;
   std::uint64_t seed = 42;
   int timeout_s = 120;
   std::string faults = "all";
   int relay_kills = 3;
   int consumer_kills = 2;
-  double resend_share = 0.10;       // share of published outbox rows published again
-  double reset_after_commit = 0.05; // provider faults while the kills run
+  double resend_share = 0.10;        // share of published outbox rows published again
+  double reset_after_commit = 0.05;  // provider faults while the kills run
   double unavailable = 0.05;
-  double decline = 0.20;            // provider declines in the DLQ phase
-  int provider_latency_ms = 20;     // every new charge waits this long: calls overlap
-  bool keep = false;                // keep the temp dir (logs, SQLite files)
+  double decline = 0.20;         // provider declines in the DLQ phase
+  int provider_latency_ms = 20;  // every new charge waits this long: calls overlap
+  bool keep = false;             // keep the temp dir (logs, SQLite files)
 };
 
 /// Runs the demo; returns the process exit code (0: the invariant holds).

@@ -28,9 +28,9 @@ void set_provider_faults(const std::string& base_url, const ProviderFaults& f) {
   auto c = client(base_url);
   const auto res = c.Post("/admin/faults", body.dump(), "application/json");
   if (!res || res->status / 100 != 2) {
-    throw std::runtime_error(fmt::format("POST {}/admin/faults: {}", base_url,
-                                         res ? fmt::format("HTTP {} {}", res->status, res->body)
-                                             : httplib::to_string(res.error())));
+    throw std::runtime_error(fmt::format(
+        "POST {}/admin/faults: {}", base_url,
+        res ? fmt::format("HTTP {} {}", res->status, res->body) : httplib::to_string(res.error())));
   }
 }
 
@@ -38,15 +38,16 @@ ProviderSummary provider_summary(const std::string& base_url) {
   auto c = client(base_url);
   const auto res = c.Get("/payments/summary");
   if (!res || res->status != 200) {
-    throw std::runtime_error(fmt::format("GET {}/payments/summary: {}", base_url,
-                                         res ? fmt::format("HTTP {} {}", res->status, res->body)
-                                             : httplib::to_string(res.error())));
+    throw std::runtime_error(fmt::format(
+        "GET {}/payments/summary: {}", base_url,
+        res ? fmt::format("HTTP {} {}", res->status, res->body) : httplib::to_string(res.error())));
   }
   const auto j = nlohmann::json::parse(res->body);
   ProviderSummary s;
   s.charges = j.at("charges").get<std::int64_t>();
   s.orders = j.at("orders").get<std::int64_t>();
-  s.orders_charged_more_than_once = j.at("orders_charged_more_than_once").get<std::vector<std::int64_t>>();
+  s.orders_charged_more_than_once =
+      j.at("orders_charged_more_than_once").get<std::vector<std::int64_t>>();
   s.replays = j.value("replays", std::int64_t{0});
   s.conflicts = j.value("conflicts", std::int64_t{0});
   s.resets_after_commit = j.value("resets_after_commit", std::int64_t{0});

@@ -41,14 +41,14 @@
 #include "demo/children.hpp"
 #include "demo/demo.hpp"
 #include "demo/provider_admin.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/amount.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/error.hpp"
 #include "idem/devtools/kafka_admin.hpp"
+#include "idem/error.hpp"
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -65,14 +65,22 @@ FaultMix FaultMix::parse(const std::string& list) {
   std::istringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    if (item == "relay-kill") m.relay_kills = true;
-    else if (item == "consumer-kill") m.consumer_kills = true;
-    else if (item == "rebalance") m.rebalance = true;
-    else if (item == "provider") m.provider = true;
-    else if (item == "resend") m.resend = true;
-    else if (item == "malformed") m.malformed = true;
-    else if (item == "dlq-replay") m.dlq_replay = true;
-    else if (item == "offset-reset") m.offset_reset = true;
+    if (item == "relay-kill")
+      m.relay_kills = true;
+    else if (item == "consumer-kill")
+      m.consumer_kills = true;
+    else if (item == "rebalance")
+      m.rebalance = true;
+    else if (item == "provider")
+      m.provider = true;
+    else if (item == "resend")
+      m.resend = true;
+    else if (item == "malformed")
+      m.malformed = true;
+    else if (item == "dlq-replay")
+      m.dlq_replay = true;
+    else if (item == "offset-reset")
+      m.offset_reset = true;
     else
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                   fmt::format("--faults: unknown fault '{}' (known: relay-kill, consumer-kill, "
@@ -96,18 +104,23 @@ std::vector<std::pair<std::string, std::string>> malformed_messages() {
       {"{not json", "validation.invalid_json"},
       {head + "\"x\":\"\xff\"," + tail, "validation.invalid_utf8"},
       {R"({"event_type":"order.confirmed.v1",)" + tail, "validation.missing"},
-      {R"({"event_id":"not-a-uuid","event_type":"order.confirmed.v1",)" + tail, "validation.not_uuid"},
-      {R"({"event_id":"6ba7b810-9dad-41d1-80b4-00c04fd430c8","event_type":"order.confirmed.v1",)" + tail,
+      {R"({"event_id":"not-a-uuid","event_type":"order.confirmed.v1",)" + tail,
+       "validation.not_uuid"},
+      {R"({"event_id":"6ba7b810-9dad-41d1-80b4-00c04fd430c8","event_type":"order.confirmed.v1",)" +
+           tail,
        "validation.not_uuid_v7"},
       {"{\"event_id\":\"" + id + R"(","event_type":"order.cancelled.v1",)" + tail,
        "validation.unknown_event_type"},
       {head + R"("occurred_at":"yesterday","order_id":1,"customer_id":1,"total_amount":"1.00"})",
        "validation.not_rfc3339"},
-      {head + R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":12.5})",
+      {head +
+           R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":12.5})",
        "validation.wrong_type"},
-      {head + R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":"-3.00"})",
+      {head +
+           R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":"-3.00"})",
        "validation.negative_amount"},
-      {head + R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":"1.005"})",
+      {head +
+           R"("occurred_at":"2026-11-29T10:00:00Z","order_id":1,"customer_id":1,"total_amount":"1.005"})",
        "validation.too_many_fraction_digits"},
   };
 }
@@ -115,7 +128,8 @@ std::vector<std::pair<std::string, std::string>> malformed_messages() {
 /// Kafka properties every demo client gets: the mock cluster's first group join waits
 /// 3 s (session.timeout.ms must be above that), and a SIGKILLed member's partitions
 /// move after session.timeout.ms, so it is as short as the mock allows.
-const std::vector<std::string> kClientProperties = {"session.timeout.ms=4000", "heartbeat.interval.ms=1000",
+const std::vector<std::string> kClientProperties = {"session.timeout.ms=4000",
+                                                    "heartbeat.interval.ms=1000",
                                                     "reconnect.backoff.max.ms=1000", "log_level=3"};
 
 class Demo {
@@ -160,8 +174,8 @@ class Demo {
     scope_.topic = std::string(kOrderConfirmedTopic);
     scope_.dlq_topic = scope_.topic + ".dlq";
     if (o_.brokers.empty()) {
-      broker_.emplace(DevBrokerOptions{.brokers = 1,
-                                       .topics = {{scope_.topic, o_.partitions}, {scope_.dlq_topic, 3}}});
+      broker_.emplace(DevBrokerOptions{
+          .brokers = 1, .topics = {{scope_.topic, o_.partitions}, {scope_.dlq_topic, 3}}});
       scope_.brokers = broker_->bootstrap_servers();
     } else {
       scope_.brokers = o_.brokers;
@@ -185,8 +199,8 @@ class Demo {
         "idem demo: {} orders, store {} ({}), Kafka {} ({}, topic {} with {} partitions), seed {}\n"
         "  child processes log to {}\n",
         o_.orders, to_string(store_->backend()), o_.db.empty() ? "fresh SQLite file" : "--db",
-        scope_.brokers, broker_ ? "embedded dev broker" : "--brokers", scope_.topic, scope_.partitions,
-        o_.seed, (dir_ / "logs").string());
+        scope_.brokers, broker_ ? "embedded dev broker" : "--brokers", scope_.topic,
+        scope_.partitions, o_.seed, (dir_ / "logs").string());
 
     // Create every order up front (status 'created'); the phases confirm them.
     orders_ = std::make_unique<OrderService>(outbox_);
@@ -198,7 +212,9 @@ class Demo {
     tx->commit();
   }
 
-  std::filesystem::path log(const std::string& name) const { return dir_ / "logs" / (name + ".log"); }
+  std::filesystem::path log(const std::string& name) const {
+    return dir_ / "logs" / (name + ".log");
+  }
 
   std::vector<std::string> with_kafka(std::vector<std::string> args) const {
     for (const auto& kv : kClientProperties) {
@@ -209,12 +225,14 @@ class Demo {
   }
 
   void start_children() {
-    step("starting the payment provider, the relay, two billing consumers and an analytics consumer");
+    step(
+        "starting the payment provider, the relay, two billing consumers and an analytics "
+        "consumer");
     provider_ = std::make_unique<ManagedChild>(
         "provider",
-        std::vector<std::string>{"provider", "--db", "sqlite://" + (dir_ / "provider.db").string(), "--listen",
-                                 "127.0.0.1:0", "--seed", std::to_string(o_.seed), "--latency-ms",
-                                 std::to_string(o_.provider_latency_ms)},
+        std::vector<std::string>{"provider", "--db", "sqlite://" + (dir_ / "provider.db").string(),
+                                 "--listen", "127.0.0.1:0", "--seed", std::to_string(o_.seed),
+                                 "--latency-ms", std::to_string(o_.provider_latency_ms)},
         "listening ", log("provider"));
     const std::string line = provider_->start();
     provider_url_ = line.substr(std::string_view("listening ").size());
@@ -226,15 +244,19 @@ class Demo {
         "ready", log("relay"));
     relay_->start();
 
-    const auto consumer = [&](const std::string& name, std::string_view group, std::vector<std::string> handler) {
-      std::vector<std::string> args{"consume", "--brokers", scope_.brokers, "--topic", scope_.topic,
-                                    "--group", std::string(group), "--db", url_,
-                                    "--batch", std::to_string(o_.batch)};
+    const auto consumer = [&](const std::string& name, std::string_view group,
+                              std::vector<std::string> handler) {
+      std::vector<std::string> args{"consume",    "--brokers", scope_.brokers,          "--topic",
+                                    scope_.topic, "--group",   std::string(group),      "--db",
+                                    url_,         "--batch",   std::to_string(o_.batch)};
       args.insert(args.end(), handler.begin(), handler.end());
-      return std::make_unique<ManagedChild>(name, with_kafka(std::move(args)), "consuming", log(name));
+      return std::make_unique<ManagedChild>(name, with_kafka(std::move(args)), "consuming",
+                                            log(name));
     };
-    consumers_[kBilling1] = consumer("billing-1", kBilling, {"--handler", "billing", "--provider-url", provider_url_});
-    consumers_[kBilling2] = consumer("billing-2", kBilling, {"--handler", "billing", "--provider-url", provider_url_});
+    consumers_[kBilling1] =
+        consumer("billing-1", kBilling, {"--handler", "billing", "--provider-url", provider_url_});
+    consumers_[kBilling2] =
+        consumer("billing-2", kBilling, {"--handler", "billing", "--provider-url", provider_url_});
     consumers_[kAnalyticsConsumer] = consumer("analytics", kAnalytics, {"--handler", "analytics"});
     for (auto& c : consumers_) c->start();
   }
@@ -261,9 +283,10 @@ class Demo {
   void progress_line(std::string_view phase) {
     const Counts c = counts();
     const double t = std::chrono::duration<double>(Clock::now() - started_).count();
-    std::cout << fmt::format("[{:5.1f}s]   {:<14} confirmed {}/{}  published {}  billed {}  analytics {}\n", t,
-                             phase, confirmed_, scope_.orders, c.events - c.unpublished, c.billing,
-                             c.analytics)
+    std::cout << fmt::format(
+                     "[{:5.1f}s]   {:<14} confirmed {}/{}  published {}  billed {}  analytics {}\n",
+                     t, phase, confirmed_, scope_.orders, c.events - c.unpublished, c.billing,
+                     c.analytics)
               << std::flush;
   }
 
@@ -276,11 +299,12 @@ class Demo {
       if (Clock::now() >= deadline_) {
         progress_line(phase);
         print_offsets();
-        throw std::runtime_error(fmt::format("phase '{}' did not finish before --timeout {} s", phase,
-                                             o_.timeout_s));
+        throw std::runtime_error(
+            fmt::format("phase '{}' did not finish before --timeout {} s", phase, o_.timeout_s));
       }
       if (tick) tick();
-      std::this_thread::sleep_for(100ms);  // polling interval of the condition, not a synchronisation
+      std::this_thread::sleep_for(
+          100ms);  // polling interval of the condition, not a synchronisation
       if (Clock::now() >= next_print) {
         next_print = Clock::now() + 1s;
         progress_line(phase);
@@ -295,8 +319,8 @@ class Demo {
       std::cout << fmt::format("  end offsets        {}\n", fmt::join(end, " "));
       for (const auto group : {kBilling, kAnalytics}) {
         std::cout << fmt::format("  committed {:<9}{}\n", group.substr(0, group.find('-')),
-                                 fmt::join(committed_offsets(scope_.brokers, std::string(group), scope_.topic,
-                                                             scope_.partitions, 5s),
+                                 fmt::join(committed_offsets(scope_.brokers, std::string(group),
+                                                             scope_.topic, scope_.partitions, 5s),
                                            " "));
       }
     } catch (const std::exception& e) {
@@ -374,7 +398,8 @@ class Demo {
     const std::int64_t n = scope_.orders / 2;
     if (mix_.provider) {
       set_provider_faults(provider_url_, {.reset_after_commit = o_.reset_after_commit,
-                                          .unavailable = o_.unavailable, .decline = 0,
+                                          .unavailable = o_.unavailable,
+                                          .decline = 0,
                                           .latency_ms = o_.provider_latency_ms});
       step(fmt::format("provider faults on: connection reset after a stored charge p={}, 503 p={}",
                        o_.reset_after_commit, o_.unavailable));
@@ -398,10 +423,11 @@ class Demo {
         kills.emplace(early(rng_), i % 2 == 0 ? Victim::Billing1 : Victim::Analytics);
     }
     if (mix_.rebalance) kills.emplace(early(rng_), Victim::Billing2ForGood);
-    step(fmt::format("phase 1: {} orders over {} s; {} SIGKILLs at random points", n, kPhaseOneSeconds,
-                     kills.size()));
+    step(fmt::format("phase 1: {} orders over {} s; {} SIGKILLs at random points", n,
+                     kPhaseOneSeconds, kills.size()));
     // The pace of the order stream (not a synchronisation: nothing waits on it).
-    const auto pause = std::chrono::microseconds(kPhaseOneSeconds * 1'000'000 / std::max<std::int64_t>(1, n));
+    const auto pause =
+        std::chrono::microseconds(kPhaseOneSeconds * 1'000'000 / std::max<std::int64_t>(1, n));
     std::int64_t done_in_phase = 0;
     confirm(n, [&](std::int64_t) {
       ++done_in_phase;
@@ -438,15 +464,18 @@ class Demo {
     const Counts c = counts();
     const auto count = static_cast<std::int64_t>(static_cast<double>(c.events) * o_.resend_share);
     if (count <= 0) return;
-    const std::int64_t first = scope_.outbox_after + 1 +
-                               std::uniform_int_distribution<std::int64_t>(0, c.events - count)(rng_);
+    const std::int64_t first =
+        scope_.outbox_after + 1 +
+        std::uniform_int_distribution<std::int64_t>(0, c.events - count)(rng_);
     auto tx = store_->begin();
-    injected_.resent_rows = tx->execute("UPDATE outbox SET published_at = NULL WHERE id >= $1 AND id < $2",
-                                        first, first + count)
-                                .affected();
+    injected_.resent_rows =
+        tx->execute("UPDATE outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
+                    first + count)
+            .affected();
     tx->commit();
-    step(fmt::format("phase 2: producer resend: {} outbox rows published again with the same event_id",
-                     injected_.resent_rows));
+    step(fmt::format(
+        "phase 2: producer resend: {} outbox rows published again with the same event_id",
+        injected_.resent_rows));
   }
 
   void inject_malformed() {
@@ -456,27 +485,38 @@ class Demo {
     Producer producer(pc);
     const auto bad = malformed_messages();
     for (const auto& [payload, reason] : bad) {
-      (void)producer.send(ProducerMessage{.topic = scope_.topic, .key = "malformed", .payload = payload,
-                                          .event_id = Uuid(), .traceparent = {}, .headers = {}});
+      (void)producer.send(ProducerMessage{.topic = scope_.topic,
+                                          .key = "malformed",
+                                          .payload = payload,
+                                          .event_id = Uuid(),
+                                          .traceparent = {},
+                                          .headers = {}});
       ++injected_.malformed_by_class[reason];
     }
     std::vector<Delivery> deliveries;
-    if (!producer.flush(30s, deliveries)) throw std::runtime_error("the broker did not acknowledge the malformed messages");
-    step(fmt::format("phase 3: {} malformed messages, one of each kind the boundary rejects", bad.size()));
+    if (!producer.flush(30s, deliveries))
+      throw std::runtime_error("the broker did not acknowledge the malformed messages");
+    step(fmt::format("phase 3: {} malformed messages, one of each kind the boundary rejects",
+                     bad.size()));
   }
 
   /// Phases 4 and 5 overlap, because each costs the mock cluster's slow group joins:
   /// billing meets declines (DLQ) while the analytics group is rewound to offset 0.
   void phase_dlq_and_offset_reset() {
     const bool replay = mix_.dlq_replay && has_subcommand({"dlq", "replay"});
-    if (mix_.dlq_replay && !replay) step("phase 4: DLQ replay SKIPPED: this build has no `idem dlq replay`");
+    if (mix_.dlq_replay && !replay)
+      step("phase 4: DLQ replay SKIPPED: this build has no `idem dlq replay`");
     if (replay) {
-      set_provider_faults(provider_url_, {.decline = o_.decline, .latency_ms = o_.provider_latency_ms});
-      step(fmt::format("phase 4: the provider declines p={}; declined charges go to the DLQ with their reason",
-                       o_.decline));
+      set_provider_faults(provider_url_,
+                          {.decline = o_.decline, .latency_ms = o_.provider_latency_ms});
+      step(fmt::format(
+          "phase 4: the provider declines p={}; declined charges go to the DLQ with their reason",
+          o_.decline));
     }
     if (mix_.offset_reset) {
-      step("phase 5: offset reset to earliest: analytics stops, its group is rewound to offset 0, it restarts");
+      step(
+          "phase 5: offset reset to earliest: analytics stops, its group is rewound to offset 0, "
+          "it restarts");
       consumers_[kAnalyticsConsumer]->stop();
     }
     const std::int64_t rest = scope_.orders - confirmed_;
@@ -487,7 +527,8 @@ class Demo {
       for (const auto& kv : kClientProperties) {
         props.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
       }
-      rewind_group(scope_.brokers, std::string(kAnalytics), scope_.topic, scope_.partitions, 60s, props);
+      rewind_group(scope_.brokers, std::string(kAnalytics), scope_.topic, scope_.partitions, 60s,
+                   props);
       injected_.offset_reset = true;
       consumers_[kAnalyticsConsumer]->start();
       step("phase 5: analytics re-reads the whole topic from offset 0");
@@ -498,11 +539,13 @@ class Demo {
     }
     wait_or_throw("declines", [&] { return drained(); });
     set_provider_faults(provider_url_, {.latency_ms = o_.provider_latency_ms});
-    step("phase 4: the cause is fixed (declines off); `idem dlq replay` sends the billing DLQ entries back");
+    step(
+        "phase 4: the cause is fixed (declines off); `idem dlq replay` sends the billing DLQ "
+        "entries back");
     ChildProcess replayer = ChildProcess::spawn(
         self_program(),
-        {"dlq", "replay", "--brokers", scope_.brokers, "--topic", scope_.dlq_topic, "--to", scope_.topic,
-         "--reason", "handler.dead_letter", "--group", std::string(kBilling)},
+        {"dlq", "replay", "--brokers", scope_.brokers, "--topic", scope_.dlq_topic, "--to",
+         scope_.topic, "--reason", "handler.dead_letter", "--group", std::string(kBilling)},
         {}, log("dlq-replay").string());
     std::string last;
     while (auto line = replayer.read_line(60s)) {
@@ -510,8 +553,8 @@ class Demo {
       last = *line;
     }
     if (const int status = replayer.wait(60s); status != 0) {
-      throw std::runtime_error(
-          fmt::format("idem dlq replay exited with {}; see {}", status, log("dlq-replay").string()));
+      throw std::runtime_error(fmt::format("idem dlq replay exited with {}; see {}", status,
+                                           log("dlq-replay").string()));
     }
     const auto counters = parse_counters(last);
     const auto it = counters.find("replayed");
@@ -532,19 +575,21 @@ class Demo {
     relay_->stop();
     for (auto& c : consumers_) c->stop();
     provider_->stop();
-    const std::vector<const ManagedChild*> children{relay_.get(), consumers_[kBilling1].get(),
-                                                    consumers_[kBilling2].get(),
-                                                    consumers_[kAnalyticsConsumer].get(), provider_.get()};
+    const std::vector<const ManagedChild*> children{
+        relay_.get(), consumers_[kBilling1].get(), consumers_[kBilling2].get(),
+        consumers_[kAnalyticsConsumer].get(), provider_.get()};
     const AuditResult result = audit(*store_, scope_, injected_, summary, children);
     const double secs = std::chrono::duration<double>(Clock::now() - started_).count();
     std::cout << fmt::format("\nfinished in {:.1f} s\n", secs);
     if (!result.violations.empty()) {
       failed_ = true;
-      std::cout << "FAILED: the exactly-once invariant does not hold (logs kept in " << dir_.string() << ")\n";
+      std::cout << "FAILED: the exactly-once invariant does not hold (logs kept in "
+                << dir_.string() << ")\n";
       return 1;
     }
-    std::cout << "OK: every order charged exactly once with one ledger row, analytics totals exact, "
-                 "no valid event lost, every malformed message in the DLQ with its reason\n";
+    std::cout
+        << "OK: every order charged exactly once with one ledger row, analytics totals exact, "
+           "no valid event lost, every malformed message in the DLQ with its reason\n";
     return 0;
   }
 

@@ -27,7 +27,8 @@ class Amount {
   /// Parses `digits[.digits]` with 1 or 2 fraction digits, e.g. "0", "12.3", "12.30".
   /// Rejects signs other than a leading '-' (reported as Negative), exponents,
   /// leading '+', leading/trailing spaces, "1.", ".5", and values above INT64_MAX hundredths.
-  [[nodiscard]] static std::optional<Amount> parse(std::string_view text, ParseError* why = nullptr) noexcept;
+  [[nodiscard]] static std::optional<Amount> parse(std::string_view text,
+                                                   ParseError* why = nullptr) noexcept;
 
   [[nodiscard]] constexpr std::int64_t hundredths() const noexcept { return hundredths_; }
   /// Canonical text with exactly two fraction digits: "12.30".

@@ -136,7 +136,8 @@ struct ConsumerSettings {
   std::vector<std::string> topics;
   std::size_t batch_size = 500;
   std::chrono::milliseconds batch_window{50};
-  std::size_t max_in_flight = 256;  ///< effect calls in flight at most (ConsumerConfig::max_in_flight)
+  std::size_t max_in_flight =
+      256;  ///< effect calls in flight at most (ConsumerConfig::max_in_flight)
   std::string dlq_suffix = ".dlq";
   RetryPolicy retry;
   std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)
@@ -152,7 +153,7 @@ struct ConsumerSettings {
 /// consume (the stale guard), maintain (what to delete), migrate (the partitions) and
 /// `dlq replay` (what it refuses), so they cannot disagree.
 struct DedupSettings {
-  DedupHorizon horizon;  ///< `dedup.retention`, `dedup.safety_margin`
+  DedupHorizon horizon;      ///< `dedup.retention`, `dedup.safety_margin`
   bool partitioned = false;  ///< PostgreSQL: RANGE-partition processed_event (migrate)
   std::chrono::hours partition_period{24};
   int partitions_behind = 7;
@@ -170,9 +171,9 @@ struct MaintenanceSettings {
 
 /// `dlq.*`: `idem dlq list|show|replay`.
 struct DlqSettings {
-  std::string topic;  ///< the dead-letter topic
+  std::string topic;                          ///< the dead-letter topic
   std::chrono::milliseconds timeout{30'000};  ///< deadline of each broker step
-  double replay_rate = 0;  ///< records per second; 0 = no limit
+  double replay_rate = 0;                     ///< records per second; 0 = no limit
 };
 
 /// `provider.*`: the reference payment provider (`idem provider`).

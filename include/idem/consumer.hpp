@@ -12,10 +12,10 @@
 ///
 /// This header does not include librdkafka (pimpl); librdkafka is linked privately.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -112,15 +112,15 @@ enum class StaleEventPolicy {
 
 /// How to run a Consumer. Plain data; validated by the Consumer constructor.
 struct ConsumerConfig {
-  std::string bootstrap_servers;     ///< librdkafka `bootstrap.servers`; required
-  std::string group_id;              ///< consumer group, also the dedup rows' group; required
-  std::vector<std::string> topics;   ///< subscription; at least one
-  std::size_t batch_size = 500;      ///< records per transaction, at most; 1 = per message
+  std::string bootstrap_servers;    ///< librdkafka `bootstrap.servers`; required
+  std::string group_id;             ///< consumer group, also the dedup rows' group; required
+  std::vector<std::string> topics;  ///< subscription; at least one
+  std::size_t batch_size = 500;     ///< records per transaction, at most; 1 = per message
   /// After the first record of a batch arrives, wait at most this long for more.
   std::chrono::milliseconds batch_window{50};
-  std::string dlq_suffix = ".dlq";   ///< dead letters of topic T go to T + dlq_suffix
+  std::string dlq_suffix = ".dlq";  ///< dead letters of topic T go to T + dlq_suffix
   RetryPolicy retry;
-  RetryTopics retry_topics;          ///< non-blocking retries; off by default (see RetryTopics)
+  RetryTopics retry_topics;  ///< non-blocking retries; off by default (see RetryTopics)
   ParseLimits limits;
   /// librdkafka properties passed through unchanged (TLS, SASL, auto.offset.reset,
   /// session.timeout.ms, ...), applied after idem's defaults. `enable.auto.commit` and
@@ -163,8 +163,8 @@ enum class HookPoint {
 
 /// What one processed batch looked like; for metrics (ConsumerHooks::on_batch).
 struct BatchReport {
-  std::size_t records = 0;   ///< records delivered in the batch
-  bool committed = false;    ///< its database transaction committed
+  std::size_t records = 0;  ///< records delivered in the batch
+  bool committed = false;   ///< its database transaction committed
   /// From the start of processing (validation) to the database commit returning:
   /// the transaction's latency as the consumer sees it.
   std::chrono::nanoseconds duration{0};
@@ -206,13 +206,14 @@ struct ConsumerStats {
   std::uint64_t duplicates = 0;     ///< records skipped because their event was already marked
   std::uint64_t dead_lettered = 0;  ///< records the broker acknowledged on a DLQ topic
   std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
-  std::uint64_t retries = 0;        ///< partition pauses for a retry (per partition and attempt)
+  std::uint64_t retries = 0;  ///< partition pauses for a retry (per partition and attempt)
   std::uint64_t retry_topic_sends = 0;  ///< records the broker acknowledged on a retry topic
-  std::uint64_t transactions = 0;   ///< database transactions committed
-  std::uint64_t offset_commits = 0; ///< offset commits issued (async per batch, sync on revoke/close)
-  std::uint64_t stale = 0;          ///< events seen past the dedup horizon (handled per StaleEventPolicy)
-  std::uint64_t calls = 0;          ///< effect call phases started (Consumer::on_effect)
-  std::uint64_t call_retries = 0;   ///< call phases that completed with Outcome::Retry
+  std::uint64_t transactions = 0;       ///< database transactions committed
+  std::uint64_t offset_commits =
+      0;                    ///< offset commits issued (async per batch, sync on revoke/close)
+  std::uint64_t stale = 0;  ///< events seen past the dedup horizon (handled per StaleEventPolicy)
+  std::uint64_t calls = 0;  ///< effect call phases started (Consumer::on_effect)
+  std::uint64_t call_retries = 0;  ///< call phases that completed with Outcome::Retry
   /// The oldest event seen (age from its UUIDv7 at the time it was seen), to compare with
   /// dedup_horizon: when it comes close, consumers are reading events whose dedup rows expire.
   std::chrono::milliseconds oldest_event_age{0};
@@ -311,7 +312,8 @@ struct CallTicket {
       port->complete(ticket, Outcome::Retry, nullptr, "the call phase dropped its completion");
   }
   void complete(Outcome outcome, std::shared_ptr<void> result, std::string reason) noexcept {
-    if (!completed.exchange(true)) port->complete(ticket, outcome, std::move(result), std::move(reason));
+    if (!completed.exchange(true))
+      port->complete(ticket, outcome, std::move(result), std::move(reason));
   }
 
   std::shared_ptr<CompletionPort> port;
@@ -328,7 +330,8 @@ struct CallTicket {
 template <class Result>
 class CallCompletion {
  public:
-  explicit CallCompletion(std::shared_ptr<detail::CallTicket> ticket) : ticket_(std::move(ticket)) {}
+  explicit CallCompletion(std::shared_ptr<detail::CallTicket> ticket)
+      : ticket_(std::move(ticket)) {}
 
   /// The call succeeded: `result` goes to the apply phase, in the batch transaction.
   void done(Result result) const {
@@ -337,7 +340,9 @@ class CallCompletion {
   /// Transient failure: this event's key waits (capped exponential backoff, RetryPolicy)
   /// and the call runs again with the same event (so the same idempotency key). Later
   /// events of the key wait; other keys go on.
-  void retry(std::string why = {}) const { ticket_->complete(Outcome::Retry, nullptr, std::move(why)); }
+  void retry(std::string why = {}) const {
+    ticket_->complete(Outcome::Retry, nullptr, std::move(why));
+  }
   /// The event can never succeed: it goes to the DLQ with `reason`; no apply phase runs.
   void dead_letter(std::string reason) const {
     ticket_->complete(Outcome::DeadLetter, nullptr, std::move(reason));
@@ -383,8 +388,8 @@ struct StagedCall {
   Outcome outcome = Outcome::Retry;
   std::string_view reason;
 };
-using StagedLookup =
-    std::function<const StagedCall*(std::string_view topic, std::int32_t partition, std::int64_t offset)>;
+using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
+                                                     std::int64_t offset)>;
 
 /// A topic's effect route. As a Route it is what the batch processor runs inside the
 /// transaction: invoke() is the apply phase of the staged call of that record.
@@ -423,7 +428,8 @@ class TypedEffectRoute final : public EffectRoute {
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
   }
   Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
-    const StagedCall* staged = staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
+    const StagedCall* staged =
+        staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
     // No finished call for this record (the mark found it new although the check before
     // the call did not): make the call first.
     if (staged == nullptr || staged->outcome == Outcome::Retry) return Outcome::Retry;
@@ -447,7 +453,8 @@ class TypedEffectRoute final : public EffectRoute {
   }
   void start_call(const void* event, const RecordInfo& record,
                   std::shared_ptr<CallTicket> ticket) override {
-    handler_.call(*static_cast<const Event*>(event), record, CallCompletion<Result>(std::move(ticket)));
+    handler_.call(*static_cast<const Event*>(event), record,
+                  CallCompletion<Result>(std::move(ticket)));
   }
 
  private:
@@ -524,7 +531,8 @@ class Consumer {
 
  private:
   void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
-  void add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route, bool complete);
+  void add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
+                        bool complete);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

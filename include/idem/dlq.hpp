@@ -135,10 +135,10 @@ struct ReplayOptions {
 
 /// What happened to one selected dead letter.
 enum class ReplayAction {
-  Replayed,       ///< acknowledged on the target topic (or would be, in a dry run)
-  RefusedStale,   ///< event past the dedup horizon and not forced
-  NoTarget,       ///< no --to and no idem.original.topic header
-  Failed,         ///< the broker did not acknowledge it (see ReplayItem::error)
+  Replayed,      ///< acknowledged on the target topic (or would be, in a dry run)
+  RefusedStale,  ///< event past the dedup horizon and not forced
+  NoTarget,      ///< no --to and no idem.original.topic header
+  Failed,        ///< the broker did not acknowledge it (see ReplayItem::error)
 };
 [[nodiscard]] std::string_view to_string(ReplayAction action) noexcept;
 

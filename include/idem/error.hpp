@@ -14,15 +14,15 @@ enum class ErrorSource { Config, Kafka, Postgres, Sqlite, Http, Event, Internal 
 
 /// What kind of error it is. The consumer loop maps these to an action.
 enum class ErrorCode {
-  InvalidArgument,    ///< a caller passed something that can never work (bad URL, bad name)
-  Connection,         ///< the connection is broken or could not be made: reconnect, then redo
-  TransactionAborted, ///< serialization failure, deadlock, SQLITE_BUSY: redo the transaction
-  Constraint,         ///< a constraint was violated: redoing will not help
-  Query,              ///< the SQL itself failed (syntax, missing table, type mismatch)
-  InDoubt,            ///< the connection dropped during COMMIT: outcome unknown, never guess
-  Timeout,            ///< a deadline passed
-  Schema,             ///< the schema is missing or at an unexpected version
-  Internal,           ///< a bug or an impossible state
+  InvalidArgument,     ///< a caller passed something that can never work (bad URL, bad name)
+  Connection,          ///< the connection is broken or could not be made: reconnect, then redo
+  TransactionAborted,  ///< serialization failure, deadlock, SQLITE_BUSY: redo the transaction
+  Constraint,          ///< a constraint was violated: redoing will not help
+  Query,               ///< the SQL itself failed (syntax, missing table, type mismatch)
+  InDoubt,             ///< the connection dropped during COMMIT: outcome unknown, never guess
+  Timeout,             ///< a deadline passed
+  Schema,              ///< the schema is missing or at an unexpected version
+  Internal,            ///< a bug or an impossible state
 };
 
 /// The exception thrown by idem. Carries a code, a source and optional native

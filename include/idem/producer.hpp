@@ -56,11 +56,11 @@ struct ProducerMessage {
 
 /// The outcome of one send(), as reported by poll().
 struct Delivery {
-  std::uint64_t ticket = 0;   ///< what send() returned
-  bool ok = false;            ///< acknowledged by the broker (acks=all)
+  std::uint64_t ticket = 0;  ///< what send() returned
+  bool ok = false;           ///< acknowledged by the broker (acks=all)
   std::int32_t partition = -1;
   std::int64_t offset = -1;
-  std::string error;          ///< librdkafka's reason when !ok
+  std::string error;  ///< librdkafka's reason when !ok
 };
 
 /// An idempotent producer: `enable.idempotence=true`, `acks=all`.

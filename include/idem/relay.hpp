@@ -31,11 +31,11 @@ namespace idem {
 
 /// How to run a relay. Defaults are the production ones.
 struct RelayConfig {
-  std::string store_url;        ///< open_store() URL (postgresql://... or sqlite://...)
-  StoreOptions store_options;   ///< for the relay's own connections
-  ProducerConfig producer;      ///< bootstrap servers, kafka pass-through, ...
-  std::size_t batch_size = 1000;            ///< rows per claim
-  std::size_t max_batches_in_flight = 8;    ///< claims produced but not yet acknowledged
+  std::string store_url;                  ///< open_store() URL (postgresql://... or sqlite://...)
+  StoreOptions store_options;             ///< for the relay's own connections
+  ProducerConfig producer;                ///< bootstrap servers, kafka pass-through, ...
+  std::size_t batch_size = 1000;          ///< rows per claim
+  std::size_t max_batches_in_flight = 8;  ///< claims produced but not yet acknowledged
   /// Connections (each with its own thread) that mark acknowledged batches published,
   /// so marks overlap with claims, produces and acks. 0: marks run inline on the relay's
   /// thread (the first design; kept for benchmarks and as a fallback). More than one
@@ -73,13 +73,13 @@ enum class RelayStep {
 
 /// Progress, as reported to the observer and by progress().
 struct RelayProgress {
-  std::uint64_t published = 0;   ///< rows marked published by this relay
-  std::uint64_t batches = 0;     ///< batches marked
-  std::uint64_t resent = 0;      ///< rows sent again after a failure (same event_id)
-  std::uint64_t cleaned = 0;     ///< published rows deleted by retention
+  std::uint64_t published = 0;  ///< rows marked published by this relay
+  std::uint64_t batches = 0;    ///< batches marked
+  std::uint64_t resent = 0;     ///< rows sent again after a failure (same event_id)
+  std::uint64_t cleaned = 0;    ///< published rows deleted by retention
   std::uint64_t producer_rebuilds = 0;
-  int owned_shards = 0;          ///< of kOutboxShards
-  std::int64_t backlog = -1;     ///< unpublished rows (all shards); -1 = not measured yet
+  int owned_shards = 0;       ///< of kOutboxShards
+  std::int64_t backlog = -1;  ///< unpublished rows (all shards); -1 = not measured yet
   /// Age of the oldest unpublished row (the lag); nullopt when there is none.
   std::optional<std::chrono::milliseconds> oldest_unpublished_age;
 };

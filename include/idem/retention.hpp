@@ -56,14 +56,14 @@ struct RetentionPolicy {
 
 /// What one maintenance run did.
 struct MaintenanceReport {
-  bool ran = false;                 ///< false when another instance held the lock
-  bool partitioned = false;         ///< processed_event is RANGE-partitioned
+  bool ran = false;          ///< false when another instance held the lock
+  bool partitioned = false;  ///< processed_event is RANGE-partitioned
   std::vector<std::string> partitions_created;
   std::vector<std::string> partitions_dropped;
   std::int64_t rows_moved_from_default = 0;  ///< rows moved into a newly created partition
   std::int64_t dedup_rows_deleted = 0;       ///< batched DELETE (table or default partition)
   std::int64_t outbox_rows_deleted = 0;
-  std::size_t batches = 0;                   ///< DELETE statements issued
+  std::size_t batches = 0;  ///< DELETE statements issued
   std::chrono::milliseconds elapsed{0};
 
   /// One line, `key=value ...`, for logs and `idem maintain`.

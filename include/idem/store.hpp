@@ -33,17 +33,17 @@ class Param {
  public:
   using Value = std::variant<std::monostate, std::int64_t, double, bool, std::string, Uuid>;
 
-  Param(std::nullptr_t) noexcept {}                                         // NOLINT
-  Param(std::int64_t v) noexcept : value_(v) {}                             // NOLINT
-  Param(int v) noexcept : value_(static_cast<std::int64_t>(v)) {}          // NOLINT
-  Param(double v) noexcept : value_(v) {}                                   // NOLINT
-  Param(bool v) noexcept : value_(v) {}                                     // NOLINT
-  Param(std::string_view v) : value_(std::string(v)) {}                     // NOLINT
-  Param(const std::string& v) : value_(v) {}                                // NOLINT
-  Param(const char* v) : value_(std::string(v)) {}                          // NOLINT
-  Param(const Uuid& v) noexcept : value_(v) {}                              // NOLINT
-  Param(const Amount& v) : value_(v.to_string()) {}                         // NOLINT
-  Param(Timestamp v);                                                       // NOLINT
+  Param(std::nullptr_t) noexcept {}                                // NOLINT
+  Param(std::int64_t v) noexcept : value_(v) {}                    // NOLINT
+  Param(int v) noexcept : value_(static_cast<std::int64_t>(v)) {}  // NOLINT
+  Param(double v) noexcept : value_(v) {}                          // NOLINT
+  Param(bool v) noexcept : value_(v) {}                            // NOLINT
+  Param(std::string_view v) : value_(std::string(v)) {}            // NOLINT
+  Param(const std::string& v) : value_(v) {}                       // NOLINT
+  Param(const char* v) : value_(std::string(v)) {}                 // NOLINT
+  Param(const Uuid& v) noexcept : value_(v) {}                     // NOLINT
+  Param(const Amount& v) : value_(v.to_string()) {}                // NOLINT
+  Param(Timestamp v);                                              // NOLINT
   template <class T>
   Param(const std::optional<T>& v) : Param(v ? Param(*v) : Param(nullptr)) {}  // NOLINT
 
@@ -64,11 +64,11 @@ class RowView {
   /// The raw cell: PostgreSQL text format, or SQLite's value as text (BLOBs as raw bytes).
   /// Throws Error(Query) for a NULL cell or a column out of range.
   [[nodiscard]] std::string_view text(std::size_t col) const;
-  [[nodiscard]] std::int64_t int64(std::size_t col) const;    ///< throws if not an integer
-  [[nodiscard]] double real(std::size_t col) const;           ///< throws if not a number
-  [[nodiscard]] Uuid uuid(std::size_t col) const;             ///< accepts text or 16-byte blob
-  [[nodiscard]] Amount amount(std::size_t col) const;         ///< exact decimal text
-  [[nodiscard]] bool boolean(std::size_t col) const;          ///< t/f, true/false, 1/0
+  [[nodiscard]] std::int64_t int64(std::size_t col) const;  ///< throws if not an integer
+  [[nodiscard]] double real(std::size_t col) const;         ///< throws if not a number
+  [[nodiscard]] Uuid uuid(std::size_t col) const;           ///< accepts text or 16-byte blob
+  [[nodiscard]] Amount amount(std::size_t col) const;       ///< exact decimal text
+  [[nodiscard]] bool boolean(std::size_t col) const;        ///< t/f, true/false, 1/0
 
  private:
   const class Rows* rows_;
@@ -82,7 +82,9 @@ class Rows {
   Rows(std::size_t columns, std::vector<std::optional<std::string>> cells, std::int64_t affected)
       : columns_(columns), cells_(std::move(cells)), affected_(affected) {}
 
-  [[nodiscard]] std::size_t size() const noexcept { return columns_ ? cells_.size() / columns_ : 0; }
+  [[nodiscard]] std::size_t size() const noexcept {
+    return columns_ ? cells_.size() / columns_ : 0;
+  }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] std::size_t columns() const noexcept { return columns_; }
   /// Rows inserted, updated or deleted by the statement.
@@ -94,8 +96,12 @@ class Rows {
    public:
     Iterator(const Rows& rows, std::size_t i) noexcept : rows_(&rows), i_(i) {}
     RowView operator*() const noexcept { return (*rows_)[i_]; }
-    Iterator& operator++() noexcept { ++i_; return *this; }
+    Iterator& operator++() noexcept {
+      ++i_;
+      return *this;
+    }
     bool operator!=(const Iterator& o) const noexcept { return i_ != o.i_; }
+
    private:
     const Rows* rows_;
     std::size_t i_;
@@ -159,7 +165,8 @@ class Transaction {
   /// Marks `event_id` processed for `consumer_group` with INSERT ... ON CONFLICT DO NOTHING.
   /// Returns true when this is the first time (the row was inserted by this call).
   /// The mark is part of this transaction: it disappears if the transaction rolls back.
-  [[nodiscard]] virtual bool mark_processed(const Uuid& event_id, std::string_view consumer_group) = 0;
+  [[nodiscard]] virtual bool mark_processed(const Uuid& event_id,
+                                            std::string_view consumer_group) = 0;
 
   /// The batch form: one statement for the whole span. Element i of the result is true
   /// when event_ids[i] was not processed before and does not occur earlier in the span;
@@ -256,10 +263,10 @@ struct MigrationReport {
 
 /// Options for opening a store.
 struct StoreOptions {
-  std::chrono::milliseconds busy_timeout{5000};     ///< SQLite: wait this long for a lock
-  std::chrono::seconds connect_timeout{10};         ///< PostgreSQL: connect deadline
-  std::chrono::milliseconds statement_timeout{0};   ///< PostgreSQL: 0 = server default
-  std::string application_name = "idem";            ///< PostgreSQL: shown in pg_stat_activity
+  std::chrono::milliseconds busy_timeout{5000};    ///< SQLite: wait this long for a lock
+  std::chrono::seconds connect_timeout{10};        ///< PostgreSQL: connect deadline
+  std::chrono::milliseconds statement_timeout{0};  ///< PostgreSQL: 0 = server default
+  std::string application_name = "idem";           ///< PostgreSQL: shown in pg_stat_activity
 };
 
 /// A connection to a dedup store. A Store is one connection: it is not
@@ -302,6 +309,7 @@ class Store {
 ///   key=value string prefixed with `postgresql:`), handed to libpq unchanged;
 ///   `sqlite:///absolute/path.db`, `sqlite://relative/path.db`, `sqlite://:memory:`.
 /// Throws Error(InvalidArgument) for an unknown scheme, Error(Connection) if it cannot connect.
-[[nodiscard]] std::unique_ptr<Store> open_store(std::string_view url, const StoreOptions& options = {});
+[[nodiscard]] std::unique_ptr<Store> open_store(std::string_view url,
+                                                const StoreOptions& options = {});
 
 }  // namespace idem

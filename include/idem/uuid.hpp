@@ -44,7 +44,8 @@ class Uuid {
 
   /// The smallest UUID whose first 48 bits are `ms` (all other bits zero). Every
   /// UUIDv7 born at or after `ms` sorts at or above it: used for range partition bounds.
-  [[nodiscard]] static Uuid lower_bound_for(std::chrono::sys_time<std::chrono::milliseconds> ms) noexcept;
+  [[nodiscard]] static Uuid lower_bound_for(
+      std::chrono::sys_time<std::chrono::milliseconds> ms) noexcept;
 
   friend constexpr auto operator<=>(const Uuid&, const Uuid&) noexcept = default;
   friend constexpr bool operator==(const Uuid&, const Uuid&) noexcept = default;
@@ -57,8 +58,8 @@ class Uuid {
 /// also when many are made in the same millisecond and when the clock steps back.
 ///
 /// Layout (RFC 9562 section 6.2, method 1 "fixed bit-length dedicated counter"):
-/// 48-bit ms timestamp | ver 7 | 12-bit counter high | var 0b10 | 30-bit counter low | 32 random bits.
-/// The 42-bit counter is re-seeded randomly (top bit clear) on each new millisecond and
+/// 48-bit ms timestamp | ver 7 | 12-bit counter high | var 0b10 | 30-bit counter low | 32 random
+/// bits. The 42-bit counter is re-seeded randomly (top bit clear) on each new millisecond and
 /// incremented otherwise; on overflow, or when the clock steps back, the timestamp is
 /// carried forward from the last value, so ordering never breaks.
 ///

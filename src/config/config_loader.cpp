@@ -41,8 +41,9 @@ struct OwnedProperty {
   std::string_view why;
 };
 constexpr std::array<OwnedProperty, 5> kOwnedKafkaProperties = {{
-    {"enable.auto.commit", "owned by idem (always false: offsets are committed only after the "
-                           "database transaction)"},
+    {"enable.auto.commit",
+     "owned by idem (always false: offsets are committed only after the "
+     "database transaction)"},
     {"enable.auto.offset.store", "owned by idem (always false)"},
     {"group.id", "set the consumer group with consumer.group"},
     {"enable.idempotence", "owned by idem (always true for the relay's producer)"},
@@ -88,8 +89,8 @@ std::string scalar_text(const toml::node& node, bool& ok) {
 void flatten(const toml::table& table, const std::string& prefix, const std::string& path,
              Settings& out, Problems& problems) {
   for (const auto& [name, node] : table) {
-    const std::string key = prefix.empty() ? std::string(name.str())
-                                           : prefix + "." + std::string(name.str());
+    const std::string key =
+        prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
     const ConfigOrigin origin{ConfigLayer::File,
                               fmt::format("{}:{}", path, node.source().begin.line)};
     if (const auto* sub = node.as_table()) {
@@ -160,8 +161,9 @@ void apply_file(const std::string& path, Settings& out, Problems& problems,
   } catch (const toml::parse_error& e) {
     const auto line = e.source().begin.line;
     problems.add(path, named_by,
-                 line > 0 ? fmt::format("cannot parse TOML file (line {}): {}", line, e.description())
-                          : fmt::format("cannot read TOML file: {}", e.description()));
+                 line > 0
+                     ? fmt::format("cannot parse TOML file (line {}): {}", line, e.description())
+                     : fmt::format("cannot read TOML file: {}", e.description()));
   }
 }
 
@@ -252,7 +254,8 @@ class Validator {
                                                                      std::string_view text) const {
     const KeySpec& spec = *detail::find_key(key);
     const auto d = parse_duration(text, spec.unit_of_bare_number);
-    if (!d || static_cast<double>(d->count()) < spec.min || static_cast<double>(d->count()) > spec.max) {
+    if (!d || static_cast<double>(d->count()) < spec.min ||
+        static_cast<double>(d->count()) > spec.max) {
       const auto bound = [](double ms) {
         return format_duration(std::chrono::milliseconds(static_cast<std::int64_t>(ms)));
       };
@@ -301,8 +304,8 @@ class Validator {
     const char* end = v->value.data() + v->value.size();
     const auto [ptr, ec] = std::from_chars(v->value.data(), end, d);
     if (ec != std::errc() || ptr != end || !std::isfinite(d) || d < spec.min || d > spec.max) {
-      fail(key, fmt::format("expected a number from {} to {}, got {}", spec.min, spec.max,
-                            shown(key)));
+      fail(key,
+           fmt::format("expected a number from {} to {}, got {}", spec.min, spec.max, shown(key)));
       return;
     }
     target = d;
@@ -554,8 +557,9 @@ void validate_tools(const Validator& v, Config& c) {
   v.integer("demo.seed", d.seed);
   v.duration("demo.timeout", d.timeout);
   d.faults = v.list("demo.faults");
-  if (d.faults.size() > 1 && (std::find(d.faults.begin(), d.faults.end(), "all") != d.faults.end() ||
-                              std::find(d.faults.begin(), d.faults.end(), "none") != d.faults.end())) {
+  if (d.faults.size() > 1 &&
+      (std::find(d.faults.begin(), d.faults.end(), "all") != d.faults.end() ||
+       std::find(d.faults.begin(), d.faults.end(), "none") != d.faults.end())) {
     v.fail("demo.faults", "all and none stand alone, not in a list");
   }
   v.integer("demo.relay_kills", d.relay_kills);
@@ -601,7 +605,9 @@ Config validate(const Settings& settings, Problems& problems) {
   v.duration("consumer.batch_window_ms", cs.batch_window);
   v.integer("consumer.max_in_flight", cs.max_in_flight);
   cs.dlq_suffix = v.text("consumer.dlq_suffix");
-  if (cs.dlq_suffix.empty()) v.fail("consumer.dlq_suffix", "must not be empty (dead letters would loop into their own topic)");
+  if (cs.dlq_suffix.empty())
+    v.fail("consumer.dlq_suffix",
+           "must not be empty (dead letters would loop into their own topic)");
   v.duration("consumer.retry_initial_ms", cs.retry.initial_backoff);
   v.duration("consumer.retry_max_ms", cs.retry.max_backoff);
   v.number("consumer.retry_multiplier", cs.retry.multiplier);
@@ -615,11 +621,13 @@ Config validate(const Settings& settings, Problems& problems) {
   v.duration("consumer.dlq_ack_timeout_ms", cs.dlq_ack_timeout);
   std::set<std::string, std::less<>> seen;
   for (const auto& t : cs.topics) {
-    if (!seen.insert(t).second) v.fail("consumer.topics", fmt::format("topic '{}' is listed twice", t));
+    if (!seen.insert(t).second)
+      v.fail("consumer.topics", fmt::format("topic '{}' is listed twice", t));
   }
   for (const auto& t : cs.topics) {
     if (seen.contains(t + cs.dlq_suffix))
-      v.fail("consumer.topics", fmt::format("topic '{}{}' is also the DLQ of '{}'", t, cs.dlq_suffix, t));
+      v.fail("consumer.topics",
+             fmt::format("topic '{}{}' is also the DLQ of '{}'", t, cs.dlq_suffix, t));
   }
 
   // relay.*
@@ -641,7 +649,8 @@ Config validate(const Settings& settings, Problems& problems) {
   c.admin.listen = v.text("admin.listen");
   validate_listen(v, "admin.listen", c.admin.listen);
   v.duration("admin.stuck_after_ms", c.admin.stuck_after);
-  if (const int level = v.choice("log.level"); level >= 0) c.log.level = static_cast<LogLevel>(level);
+  if (const int level = v.choice("log.level"); level >= 0)
+    c.log.level = static_cast<LogLevel>(level);
   if (const int format = v.choice("log.format"); format >= 0)
     c.log.format = static_cast<LogFormat>(format);
   v.boolean("tracing.enabled", c.tracing.enabled);

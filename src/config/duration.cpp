@@ -19,8 +19,8 @@ struct Unit {
   std::int64_t ms;
 };
 // Longest suffix first is not needed: a unit is the whole non-numeric tail.
-constexpr std::array<Unit, 5> kUnits = {{
-    {"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
+constexpr std::array<Unit, 5> kUnits = {
+    {{"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
 
 std::optional<std::int64_t> unit_ms(std::string_view suffix) noexcept {
   for (const Unit& u : kUnits) {
@@ -31,8 +31,8 @@ std::optional<std::int64_t> unit_ms(std::string_view suffix) noexcept {
 
 }  // namespace
 
-std::optional<std::chrono::milliseconds> parse_duration(std::string_view text,
-                                                        std::string_view unit_of_bare_number) noexcept {
+std::optional<std::chrono::milliseconds> parse_duration(
+    std::string_view text, std::string_view unit_of_bare_number) noexcept {
   // std::from_chars for double accepts "inf", "nan" and exponents; only digits and one
   // point are a duration's number.
   std::size_t number_end = 0;

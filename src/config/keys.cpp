@@ -10,7 +10,7 @@ namespace {
 constexpr double kSecond = 1000;
 constexpr double kHour = 3600 * kSecond;
 constexpr double kDay = 24 * kHour;
-constexpr double kMaxMs = kDay;  // the `_ms` keys: none needs more than a day
+constexpr double kMaxMs = kDay;      // the `_ms` keys: none needs more than a day
 constexpr double kMaxSeed = 9.0e15;  // exactly representable as a double, so checkable
 
 // A duration key written with its unit, and one of the older `_ms` keys whose bare
@@ -32,9 +32,11 @@ KeySpec duration_ms(std::string_view name, std::string_view default_value, std::
 const std::vector<KeySpec>& table() {
   static const std::vector<KeySpec> keys = [] {
     std::vector<KeySpec> k = {
-        {"admin.listen", KeyType::String, "", "host:port of /metrics, /healthz, /readyz (empty: off)"},
+        {"admin.listen", KeyType::String, "",
+         "host:port of /metrics, /healthz, /readyz (empty: off)"},
         duration_ms("admin.stuck_after_ms", "60000",
-                    "/readyz fails when the consumer loop has not turned for this long", kSecond, kMaxMs),
+                    "/readyz fails when the consumer loop has not turned for this long", kSecond,
+                    kMaxMs),
         {"consumer.batch_size", KeyType::Integer, "500", "records per transaction", 1, 100000},
         duration_ms("consumer.batch_window_ms", "50", "wait for more records after a batch's first",
                     0, 60 * kSecond),
@@ -42,8 +44,12 @@ const std::vector<KeySpec>& table() {
                     kMaxMs),
         {"consumer.dlq_suffix", KeyType::String, ".dlq", "dead letters of T go to T + suffix"},
         {"consumer.group", KeyType::String, "", "consumer group; also the dedup rows' group"},
-        {"consumer.handler", KeyType::Choice, "count",
-         "built-in handler of idem consume: count, billing or analytics", 0, 0,
+        {"consumer.handler",
+         KeyType::Choice,
+         "count",
+         "built-in handler of idem consume: count, billing or analytics",
+         0,
+         0,
          {"count", "billing", "analytics"}},
         {"consumer.max_headers", KeyType::Integer, "64", "records with more headers are refused", 1,
          10000},
@@ -59,9 +65,14 @@ const std::vector<KeySpec>& table() {
         {"consumer.retry_multiplier", KeyType::Number, "2", "backoff growth", 1, 1000},
         {"consumer.retry_topics.delays", KeyType::DurationList, "",
          "non-blocking retry topics, one delay each, e.g. 1s,10s (empty: retries block the "
-         "partition, which keeps per-key order)", 1, 7 * kDay},
-        {"consumer.stale_events", KeyType::Choice, "quarantine",
-         "events past the dedup horizon: quarantine (DLQ), process or skip", 0, 0,
+         "partition, which keeps per-key order)",
+         1, 7 * kDay},
+        {"consumer.stale_events",
+         KeyType::Choice,
+         "quarantine",
+         "events past the dedup horizon: quarantine (DLQ), process or skip",
+         0,
+         0,
          {"quarantine", "process", "skip"}},
         {"consumer.topics", KeyType::List, "", "topics to consume (comma-separated)"},
         {"dedup.partition_period", KeyType::Duration, "24h",
@@ -73,18 +84,23 @@ const std::vector<KeySpec>& table() {
          "partitioned PostgreSQL: periods after now that must have a partition", 0, 3660},
         {"dedup.partitions_behind", KeyType::Integer, "7",
          "partitioned PostgreSQL: periods before now that migrate creates", 0, 3660},
-        duration("dedup.retention", "7d",
-                 "dedup rows are kept this long in event time; older events are stale (whole hours)",
-                 kHour, 3650 * kDay),
-        duration("dedup.safety_margin", "1h",
-                 "dedup horizon = retention - margin (whole hours)", 0, 3650 * kDay),
+        duration(
+            "dedup.retention", "7d",
+            "dedup rows are kept this long in event time; older events are stale (whole hours)",
+            kHour, 3650 * kDay),
+        duration("dedup.safety_margin", "1h", "dedup horizon = retention - margin (whole hours)", 0,
+                 3650 * kDay),
         {"demo.batch", KeyType::Integer, "20", "events per consumer transaction", 1, 100000},
         {"demo.consumer_kills", KeyType::Integer, "2", "consumer SIGKILLs (with restart)", 0, 100},
-        {"demo.decline", KeyType::Number, "0.2", "provider: share of orders declined in the DLQ phase",
-         0, 1},
-        {"demo.faults", KeyType::List, "all",
+        {"demo.decline", KeyType::Number, "0.2",
+         "provider: share of orders declined in the DLQ phase", 0, 1},
+        {"demo.faults",
+         KeyType::List,
+         "all",
          "fault phases: all, none, or a list of relay-kill, consumer-kill, rebalance, provider, "
-         "resend, malformed, dlq-replay, offset-reset", 0, 0,
+         "resend, malformed, dlq-replay, offset-reset",
+         0,
+         0,
          {"all", "none", "relay-kill", "consumer-kill", "rebalance", "provider", "resend",
           "malformed", "dlq-replay", "offset-reset"}},
         {"demo.keep", KeyType::Boolean, "false",
@@ -109,21 +125,27 @@ const std::vector<KeySpec>& table() {
          "read control commands from stdin (create-topic, broker-down, ...)"},
         {"dev_broker.topics", KeyType::List, "",
          "topics to create, NAME or NAME:PARTITIONS (3 partitions by default)"},
-        {"dlq.replay_rate", KeyType::Number, "0", "replay at most this many records per second (0: no limit)",
-         0, 1e9},
+        {"dlq.replay_rate", KeyType::Number, "0",
+         "replay at most this many records per second (0: no limit)", 0, 1e9},
         duration("dlq.timeout", "30s", "deadline of each broker step", kSecond, kHour),
         {"dlq.topic", KeyType::String, "", "the dead-letter topic, e.g. orders.dlq"},
         {"log.format", KeyType::Choice, "plain", "plain or json", 0, 0, {"plain", "json"}},
-        {"log.level", KeyType::Choice, "info", "least severe level written", 0, 0,
+        {"log.level",
+         KeyType::Choice,
+         "info",
+         "least severe level written",
+         0,
+         0,
          {"debug", "info", "warn", "error"}},
         duration("maintenance.batch_pause", "0ms", "pause between two DELETE batches", 0,
                  60 * kSecond),
         {"maintenance.batch_size", KeyType::Integer, "5000", "rows per DELETE (and transaction)", 1,
          1'000'000},
         duration("maintenance.interval", "0s",
-                 "idem consume: run a retention pass in the background this often (0: off)", 0, kDay),
-        {"maintenance.max_batches", KeyType::Integer, "0", "batches per table and pass (0: until done)",
-         0, 1e9},
+                 "idem consume: run a retention pass in the background this often (0: off)", 0,
+                 kDay),
+        {"maintenance.max_batches", KeyType::Integer, "0",
+         "batches per table and pass (0: until done)", 0, 1e9},
         duration("maintenance.outbox_retention", "24h",
                  "published outbox rows older than this are deleted (0: keep)", 0, 3650 * kDay),
         {"postgres.dbname", KeyType::String, "", "libpq dbname", 0, 0, {}, {"PGDATABASE"}},
@@ -132,9 +154,21 @@ const std::vector<KeySpec>& table() {
         {"postgres.port", KeyType::Integer, "", "libpq port", 1, 65535, {}, {"PGPORT"}},
         {"postgres.sslcert", KeyType::String, "", "libpq sslcert", 0, 0, {}, {"PGSSLCERT"}},
         {"postgres.sslkey", KeyType::String, "", "libpq sslkey", 0, 0, {}, {"PGSSLKEY"}},
-        {"postgres.sslmode", KeyType::Choice, "", "libpq sslmode", 0, 0,
-         {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}, {"PGSSLMODE"}},
-        {"postgres.sslrootcert", KeyType::String, "", "libpq sslrootcert", 0, 0, {},
+        {"postgres.sslmode",
+         KeyType::Choice,
+         "",
+         "libpq sslmode",
+         0,
+         0,
+         {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"},
+         {"PGSSLMODE"}},
+        {"postgres.sslrootcert",
+         KeyType::String,
+         "",
+         "libpq sslrootcert",
+         0,
+         0,
+         {},
          {"PGSSLROOTCERT"}},
         {"postgres.user", KeyType::String, "", "libpq user", 0, 0, {}, {"PGUSER"}},
         {"provider.decline", KeyType::Number, "0",
@@ -142,12 +176,14 @@ const std::vector<KeySpec>& table() {
         duration("provider.key_retention", "24h", "how long an Idempotency-Key is remembered", 0,
                  3650 * kDay),
         duration("provider.latency", "0ms", "added to every new charge", 0, 600 * kSecond),
-        {"provider.listen", KeyType::String, "127.0.0.1:0", "host:port to listen on (port 0: any free port)"},
+        {"provider.listen", KeyType::String, "127.0.0.1:0",
+         "host:port to listen on (port 0: any free port)"},
         {"provider.reset_after_commit", KeyType::Number, "0",
          "share of new charges committed and then answered with a dropped connection", 0, 1},
         {"provider.seed", KeyType::Integer, "42", "seed of the fault draws and the decline hash", 0,
          kMaxSeed},
-        {"provider.unavailable", KeyType::Number, "0", "share of charge requests answered 503", 0, 1},
+        {"provider.unavailable", KeyType::Number, "0", "share of charge requests answered 503", 0,
+         1},
         {"relay.batch_size", KeyType::Integer, "1000", "rows per claim", 1, 100000},
         {"relay.in_flight", KeyType::Integer, "8", "batches produced but not yet marked", 1, 64},
         {"relay.listen", KeyType::Boolean, "true", "PostgreSQL: LISTEN/NOTIFY besides polling"},
@@ -157,8 +193,11 @@ const std::vector<KeySpec>& table() {
         duration_ms("relay.progress_interval_ms", "5000", "progress interval (0: none)", 0, kMaxMs),
         duration("relay.rebalance_interval", "2s", "shard rebalance interval", 10, 600 * kSecond),
         [] {
-          KeySpec hours{"relay.retention_hours", KeyType::Duration, "24",
-                        "published rows older than this are deleted (a bare number is hours)", 0,
+          KeySpec hours{"relay.retention_hours",
+                        KeyType::Duration,
+                        "24",
+                        "published rows older than this are deleted (a bare number is hours)",
+                        0,
                         366 * kDay};
           hours.unit_of_bare_number = "h";
           return hours;
@@ -174,7 +213,8 @@ const std::vector<KeySpec>& table() {
         {"store.url", KeyType::String, "", "postgresql://... or sqlite://..."},
         {"tracing.enabled", KeyType::Boolean, "true", "create and forward W3C traceparent"},
     };
-    std::sort(k.begin(), k.end(), [](const KeySpec& a, const KeySpec& b) { return a.name < b.name; });
+    std::sort(k.begin(), k.end(),
+              [](const KeySpec& a, const KeySpec& b) { return a.name < b.name; });
     return k;
   }();
   return keys;
@@ -182,7 +222,9 @@ const std::vector<KeySpec>& table() {
 
 }  // namespace
 
-std::span<const KeySpec> key_specs() { return table(); }
+std::span<const KeySpec> key_specs() {
+  return table();
+}
 
 const KeySpec* find_key(std::string_view name) noexcept {
   const auto& keys = table();

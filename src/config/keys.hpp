@@ -18,7 +18,7 @@ struct KeySpec {
   KeyType type;
   std::string_view default_value;  ///< as text; empty = no default
   std::string_view help;
-  double min = 0;                  ///< Integer/Number/Duration(ms): inclusive bounds
+  double min = 0;  ///< Integer/Number/Duration(ms): inclusive bounds
   double max = 0;
   std::vector<std::string_view> choices = {};  ///< Choice: the allowed values
   /// Conventional environment variables read for this key (after IDEM_<KEY>, which wins).

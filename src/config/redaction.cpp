@@ -90,7 +90,8 @@ std::string redact_store_url(std::string_view url) {
 }
 
 std::string ConfigEntry::display_value() const {
-  if (secret) return value.empty() ? std::string() : std::string(kRedacted);  // unset: nothing to hide
+  if (secret)
+    return value.empty() ? std::string() : std::string(kRedacted);  // unset: nothing to hide
   if (key == "store.url") return redact_store_url(value);
   return value;
 }

@@ -89,10 +89,9 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     }
     if (const std::size_t headers = header_count(m); headers > config_.limits.max_headers) {
       item.valid = false;
-      item.error_class =
-          fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
-      item.error_message = fmt::format("record has {} headers, more than the limit of {}",
-                                       headers, config_.limits.max_headers);
+      item.error_class = fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
+      item.error_message = fmt::format("record has {} headers, more than the limit of {}", headers,
+                                       config_.limits.max_headers);
       continue;
     }
     if (auto problem = retry_topics_.header_problem(m)) {
@@ -101,8 +100,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
       item.error_message = std::move(*problem);
       continue;
     }
-    Validated<Uuid> parsed =
-        item.route->parse(i, as_view(m.payload, m.len), config_.limits);
+    Validated<Uuid> parsed = item.route->parse(i, as_view(m.payload, m.len), config_.limits);
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
@@ -209,9 +207,8 @@ bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedul
   return true;
 }
 
-bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
-                                   BatchResult& result, const RetrySchedule& schedule,
-                                   PartitionOutcome& out) {
+bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,
+                                   const RetrySchedule& schedule, PartitionOutcome& out) {
   // tx is only used for valid items, and a transaction exists whenever there is one.
   bool blocked = false;
   for (std::size_t i = g.begin; i < g.end; ++i) {
@@ -224,7 +221,8 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
       continue;
     }
     if (!item.valid) {
-      if (!item.skip) result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
+      if (!item.skip)
+        result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
       out.next_offset = offset + 1;
       continue;
     }
@@ -262,13 +260,15 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
       if (outcome == Outcome::Done) tx->sync();
       if (outcome == Outcome::DeadLetter) {
         error_class = "handler.dead_letter";
-        error_message = reason.empty() ? "the handler returned Outcome::DeadLetter" : std::move(reason);
+        error_message =
+            reason.empty() ? "the handler returned Outcome::DeadLetter" : std::move(reason);
       }
     } catch (const Error& e) {
       outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;
       database_error = e.source() == ErrorSource::Postgres || e.source() == ErrorSource::Sqlite;
       error_class = "handler.exception";
-      error_message = fmt::format("{} ({}/{})", e.what(), to_string(e.source()), to_string(e.code()));
+      error_message =
+          fmt::format("{} ({}/{})", e.what(), to_string(e.source()), to_string(e.code()));
     } catch (const std::exception& e) {
       outcome = Outcome::DeadLetter;
       error_class = "handler.exception";
@@ -288,9 +288,9 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
       case Outcome::DeadLetter:
         sp.rollback();
         unmark(*tx, item.event_id);
-        result.dead_letters.push_back({item.msg, std::move(error_class), std::move(error_message),
-                                       retry_topics_.previous_attempts(*item.msg) +
-                                           schedule.attempts(g.tp, offset) + 1});
+        result.dead_letters.push_back(
+            {item.msg, std::move(error_class), std::move(error_message),
+             retry_topics_.previous_attempts(*item.msg) + schedule.attempts(g.tp, offset) + 1});
         out.next_offset = offset + 1;
         break;
       case Outcome::Retry:
@@ -304,7 +304,8 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx,
             error_message = "the handler returned Outcome::Retry";
           }
           const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  config_.clock->now().time_since_epoch()).count();
+                                  config_.clock->now().time_since_epoch())
+                                  .count();
           result.dead_letters.push_back(retry_topics_.retry_letter(
               *item.msg, std::move(error_class), std::move(error_message), now_ms));
           out.next_offset = offset + 1;
@@ -335,7 +336,8 @@ RecordInfo BatchProcessor::record_info(const rd_kafka_message_t& m) {
     const void* value = nullptr;
     std::size_t size = 0;
     for (std::size_t i = 0;
-         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
       headers_.push_back({name, as_view(value, size)});
     }
   }

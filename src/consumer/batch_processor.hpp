@@ -24,11 +24,11 @@
 
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
-#include "kafka/kafka_handle.hpp"
 #include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 
@@ -59,8 +59,8 @@ struct BatchResult {
   std::vector<DeadLetter> dead_letters;  ///< in partition order; includes retry-topic sends
   std::uint64_t processed = 0;           ///< effects committed
   std::uint64_t duplicates = 0;
-  bool committed = false;                ///< a transaction committed
-  std::string failure;                   ///< why the whole transaction failed (empty if not)
+  bool committed = false;  ///< a transaction committed
+  std::string failure;     ///< why the whole transaction failed (empty if not)
 };
 
 class BatchProcessor {

@@ -14,7 +14,6 @@
 
 #include <fmt/format.h>
 
-#include "retry/backoff.hpp"
 #include "consumer/batch_processor.hpp"
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/effect_pipeline.hpp"
@@ -25,6 +24,7 @@
 #include "consumer/topic_retention_check.hpp"
 #include "idem/error.hpp"
 #include "idem/tracing.hpp"
+#include "retry/backoff.hpp"
 
 namespace idem {
 
@@ -61,19 +61,22 @@ void validate(const ConsumerConfig& c) {
   if (c.dlq_ack_timeout.count() <= 0) bad_config("dlq_ack_timeout must be positive");
   if (c.limits.max_payload_bytes == 0) bad_config("limits.max_payload_bytes must be positive");
   detail::Backoff::validate(c.retry);
-  if (c.dedup_horizon.retention <= std::chrono::hours(0) || c.dedup_horizon.safety_margin.count() < 0 ||
+  if (c.dedup_horizon.retention <= std::chrono::hours(0) ||
+      c.dedup_horizon.safety_margin.count() < 0 ||
       c.dedup_horizon.safety_margin >= c.dedup_horizon.retention) {
     bad_config("dedup_horizon: retention must be positive and the safety margin shorter than it");
   }
   if (c.clock == nullptr) bad_config("clock is null");
   if (c.max_in_flight == 0) bad_config("max_in_flight must be at least 1");
-  if (c.max_buffered_per_partition == 0) bad_config("max_buffered_per_partition must be at least 1");
+  if (c.max_buffered_per_partition == 0)
+    bad_config("max_buffered_per_partition must be at least 1");
   if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");
   for (const auto& [key, value] : c.kafka) {
     if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
-      bad_config(fmt::format("kafka property {} is owned by idem (always false: offsets are "
-                             "committed only after the database transaction)",
-                             key));
+      bad_config(
+          fmt::format("kafka property {} is owned by idem (always false: offsets are "
+                      "committed only after the database transaction)",
+                      key));
     }
     if (key == "group.id") bad_config("set the consumer group with group_id, not kafka group.id");
     if (key == "bootstrap.servers")
@@ -106,7 +109,8 @@ std::string record_location(const rd_kafka_message_t& m) {
   };
   if (const auto event_id = last("event_id")) out += fmt::format(" event_id={}", *event_id);
   if (const auto traceparent = last(kTraceparentHeader.data())) {
-    if (const auto trace = parse_traceparent(*traceparent)) out += " trace_id=" + trace->trace_id_hex();
+    if (const auto trace = parse_traceparent(*traceparent))
+      out += " trace_id=" + trace->trace_id_hex();
   }
   return out;
 }
@@ -203,7 +207,8 @@ std::vector<PartitionLag> Consumer::Impl::lag() const {
   // local (no broker round trip), so this runs on the caller's (scrape) thread.
   rd_kafka_t* rk = poll->handle();
   rd_kafka_topic_partition_list_t* assignment = nullptr;
-  if (rk == nullptr || rd_kafka_assignment(rk, &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+  if (rk == nullptr || rd_kafka_assignment(rk, &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR)
+    return {};
   const detail::PartitionList owned(assignment);
   rd_kafka_position(rk, owned.get());  // offset after the last record handed out
   std::vector<PartitionLag> out;
@@ -212,7 +217,8 @@ std::vector<PartitionLag> Consumer::Impl::lag() const {
     const auto& p = owned->elems[i];
     std::int64_t low = -1;
     if (rd_kafka_get_watermark_offsets(rk, p.topic, p.partition, &low,
-                                       &high[static_cast<std::size_t>(i)]) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                                       &high[static_cast<std::size_t>(i)]) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR)
       high[static_cast<std::size_t>(i)] = -1;
   }
   // No librdkafka call under the lock: the poll thread takes it from callbacks.
@@ -258,8 +264,9 @@ void Consumer::Impl::defer_early_retries() {
   // A retry-topic record before its not-before time: pause its partition there and come
   // back when it is due (the poll loop waits on the schedule, it never sleeps). Records
   // of that partition before it are processed now; it and those after it are refetched.
-  const auto wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            config.clock->now().time_since_epoch()).count();
+  const auto wall_now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(config.clock->now().time_since_epoch())
+          .count();
   const auto steady_now = std::chrono::steady_clock::now();
   std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> deferred_from;
   for (const auto& m : batch) {
@@ -383,7 +390,8 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
   stats.processed += delta.processed;
   stats.duplicates += delta.duplicates;
   stats.dead_lettered += delta.dead_lettered;
-  for (const auto& [reason, n] : delta.dead_lettered_by_reason) stats.dead_lettered_by_reason[reason] += n;
+  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
+    stats.dead_lettered_by_reason[reason] += n;
   stats.retries += delta.retries;
   stats.retry_topic_sends += delta.retry_topic_sends;
   stats.transactions += delta.transactions;
@@ -427,7 +435,8 @@ void Consumer::Impl::process_batch() {
   detail::BatchResult r = processor.process(batch, schedule);
   const auto processed_at = std::chrono::steady_clock::now();
   if (!r.failure.empty()) {
-    log(fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
+    log(
+        fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
                     "partitions after a backoff: {}",
                     batch.size(), r.failure));
   }
@@ -498,7 +507,8 @@ void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route
 
 void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
                                 bool complete) {
-  if (!complete) bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
+  if (!complete)
+    bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
   // A retry topic would let an event overtake earlier ones of its key, which is what the
   // effect path exists to prevent; effect topics retry per key instead.
   if (impl_->config.retry_topics.enabled())
@@ -516,7 +526,9 @@ void Consumer::stop() noexcept {
   impl_->poll->wake();
 }
 
-std::vector<PartitionLag> Consumer::lag() const { return impl_->lag(); }
+std::vector<PartitionLag> Consumer::lag() const {
+  return impl_->lag();
+}
 
 ConsumerStats Consumer::stats() const {
   std::lock_guard lock(impl_->stats_mutex);

@@ -20,13 +20,22 @@ constexpr rd_kafka_resp_err_t kPending = RD_KAFKA_RESP_ERR__IN_PROGRESS;
 // Properties that only mean something to a consumer. The pass-through list is meant for
 // both handles (TLS/SASL must reach the producer too), but consumer-only keys would make
 // librdkafka warn on every start.
-constexpr std::array<std::string_view, 16> kConsumerOnly = {
-    "group.id",           "group.instance.id",       "session.timeout.ms",
-    "heartbeat.interval.ms", "auto.offset.reset",    "max.poll.interval.ms",
-    "partition.assignment.strategy", "enable.auto.commit", "auto.commit.interval.ms",
-    "enable.auto.offset.store", "isolation.level",   "enable.partition.eof",
-    "fetch.wait.max.ms",  "fetch.min.bytes",         "fetch.max.bytes",
-    "queued.min.messages"};
+constexpr std::array<std::string_view, 16> kConsumerOnly = {"group.id",
+                                                            "group.instance.id",
+                                                            "session.timeout.ms",
+                                                            "heartbeat.interval.ms",
+                                                            "auto.offset.reset",
+                                                            "max.poll.interval.ms",
+                                                            "partition.assignment.strategy",
+                                                            "enable.auto.commit",
+                                                            "auto.commit.interval.ms",
+                                                            "enable.auto.offset.store",
+                                                            "isolation.level",
+                                                            "enable.partition.eof",
+                                                            "fetch.wait.max.ms",
+                                                            "fetch.min.bytes",
+                                                            "fetch.max.bytes",
+                                                            "queued.min.messages"};
 
 bool consumer_only(std::string_view key) {
   return std::find(kConsumerOnly.begin(), kConsumerOnly.end(), key) != kConsumerOnly.end();
@@ -57,17 +66,18 @@ bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept {
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
     case RD_KAFKA_RESP_ERR__INVALID_ARG:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-      return true;
-    default:
-      return false;
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT: return true;
+    default: return false;
   }
 }
 
 DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config,
                                        const RetryTopicMap& retry_topics, const LogFn* log,
                                        bool forward_kafka_logs)
-    : config_(config), retry_topics_(retry_topics), log_(log), forward_kafka_logs_(forward_kafka_logs) {
+    : config_(config),
+      retry_topics_(retry_topics),
+      log_(log),
+      forward_kafka_logs_(forward_kafka_logs) {
   build_handle();
 }
 
@@ -115,7 +125,8 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id,
   // A record read from a retry topic stands for its record on the source topic: its
   // retries and its dead letter belong to that topic and keep the first coordinates.
   const RetryTopicMap::Level* retry_level = retry_topics_.find(rd_kafka_topic_name(m.rkt));
-  const std::string source = retry_level != nullptr ? retry_level->source : rd_kafka_topic_name(m.rkt);
+  const std::string source =
+      retry_level != nullptr ? retry_level->source : rd_kafka_topic_name(m.rkt);
   std::string original_partition = std::to_string(m.partition);
   std::string original_offset = std::to_string(m.offset);
   if (retry_level != nullptr) {
@@ -132,8 +143,8 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id,
     const char* name = nullptr;
     const void* value = nullptr;
     std::size_t size = 0;
-    for (std::size_t i = 0; rd_kafka_header_get_all(original, i, &name, &value, &size) ==
-                            RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (std::size_t i = 0;
+         rd_kafka_header_get_all(original, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
          ++i) {
       // A record replayed from a DLQ carries the idem.* headers of its earlier failure;
       // the new ones below replace them instead of piling up beside them.
@@ -203,7 +214,8 @@ std::vector<rd_kafka_resp_err_t> DeadLetterProducer::produce_and_wait(
   base_id_ = next_id_;
   next_id_ += which.size();
   results_.assign(which.size(), kPending);
-  for (std::size_t i = 0; i < which.size(); ++i) produce_one(letters[which[i]], base_id_ + i, truncate);
+  for (std::size_t i = 0; i < which.size(); ++i)
+    produce_one(letters[which[i]], base_id_ + i, truncate);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::any_of(results_.begin(), results_.end(), [](auto e) { return e == kPending; })) {
@@ -230,7 +242,8 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
   if (letters.empty()) return ok;
   if (char reason[256]; rd_kafka_fatal_error(rk_.get(), reason, sizeof reason)) {
     // A fatal idempotent-producer error poisons the handle: rebuild it.
-    if (log_ != nullptr && *log_) (*log_)(fmt::format("idem dlq: producer rebuilt after fatal error: {}", reason));
+    if (log_ != nullptr && *log_)
+      (*log_)(fmt::format("idem dlq: producer rebuilt after fatal error: {}", reason));
     rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rk_.reset();
     build_handle();
@@ -276,12 +289,12 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
     if (ok[i]) {
       remember(source_of(letters[i]));
     } else if (log_ != nullptr && *log_) {
-      (*log_)(fmt::format("idem dlq: {} [{}] offset {} not acknowledged ({}): {}",
-                          rd_kafka_topic_name(letters[i].original->rkt),
-                          letters[i].original->partition, letters[i].original->offset,
-                          permanent_produce_error(errors[k]) ? "permanent" : "transient",
-                          errors[k] == RD_KAFKA_RESP_ERR__TIMED_OUT ? "timed out"
-                                                                    : rd_kafka_err2str(errors[k])));
+      (*log_)(fmt::format(
+          "idem dlq: {} [{}] offset {} not acknowledged ({}): {}",
+          rd_kafka_topic_name(letters[i].original->rkt), letters[i].original->partition,
+          letters[i].original->offset,
+          permanent_produce_error(errors[k]) ? "permanent" : "transient",
+          errors[k] == RD_KAFKA_RESP_ERR__TIMED_OUT ? "timed out" : rd_kafka_err2str(errors[k])));
     }
   }
   return ok;

@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

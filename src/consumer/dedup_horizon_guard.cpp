@@ -15,12 +15,9 @@ HorizonVerdict DedupHorizonGuard::check(const Uuid& event_id, std::string& why) 
   if (!config_.dedup_horizon.is_stale(event_id, now)) return HorizonVerdict::Fresh;
   stale_.fetch_add(1, std::memory_order_relaxed);
   switch (config_.stale_events) {
-    case StaleEventPolicy::Process:
-      return HorizonVerdict::Fresh;
-    case StaleEventPolicy::Skip:
-      return HorizonVerdict::Skip;
-    case StaleEventPolicy::Quarantine:
-      break;
+    case StaleEventPolicy::Process: return HorizonVerdict::Fresh;
+    case StaleEventPolicy::Skip: return HorizonVerdict::Skip;
+    case StaleEventPolicy::Quarantine: break;
   }
   why = fmt::format(
       "event {} was born {} h ago, past the dedup horizon of {} h (retention {} h minus a "
@@ -32,7 +29,8 @@ HorizonVerdict DedupHorizonGuard::check(const Uuid& event_id, std::string& why) 
 
 void DedupHorizonGuard::fill(ConsumerStats& stats) const noexcept {
   stats.stale = stale_.load(std::memory_order_relaxed);
-  stats.oldest_event_age = std::chrono::milliseconds(oldest_age_ms_.load(std::memory_order_relaxed));
+  stats.oldest_event_age =
+      std::chrono::milliseconds(oldest_age_ms_.load(std::memory_order_relaxed));
   stats.dedup_horizon = config_.dedup_horizon.stale_age();
 }
 

@@ -20,10 +20,11 @@ EffectPipeline::EffectPipeline(Deps deps, const RouteTable& routes)
     auto* effect = dynamic_cast<EffectRoute*>(route.get());
     if (effect == nullptr) continue;
     effect_routes_.emplace(topic, effect);
-    effect->set_staged([this](std::string_view t, std::int32_t p, std::int64_t o) -> const StagedCall* {
-      const auto it = staged_.find({t, p, o});
-      return it == staged_.end() ? nullptr : it->second;
-    });
+    effect->set_staged(
+        [this](std::string_view t, std::int32_t p, std::int64_t o) -> const StagedCall* {
+          const auto it = staged_.find({t, p, o});
+          return it == staged_.end() ? nullptr : it->second;
+        });
   }
   completions_->set_wake([&poll = deps_.poll] { poll.wake(); });
 }
@@ -98,7 +99,8 @@ void EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   }
   Entry& held = entries_.emplace(ticket, std::move(e)).first->second;
   // Staged after the move: the reason's view must point into the entry in the table.
-  if (!held.reason.empty()) held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
+  if (!held.reason.empty())
+    held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
 }
 
 std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool start) {
@@ -185,7 +187,8 @@ void EffectPipeline::start_call(std::uint64_t ticket, Entry& e) {
     call->complete(ex.transient() ? Outcome::Retry : Outcome::DeadLetter, nullptr,
                    fmt::format("the call phase threw: {}", ex.what()));
   } catch (const std::exception& ex) {
-    call->complete(Outcome::DeadLetter, nullptr, fmt::format("the call phase threw: {}", ex.what()));
+    call->complete(Outcome::DeadLetter, nullptr,
+                   fmt::format("the call phase threw: {}", ex.what()));
   } catch (...) {
     call->complete(Outcome::DeadLetter, nullptr, "the call phase threw an unknown exception");
   }
@@ -198,10 +201,11 @@ void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
   e.state = State::Queued;
   e.staged = {};
   e.result.reset();
-  deps_.log(fmt::format("idem consumer: retrying the call of topic={} partition={} offset={} "
-                        "event_id={} (attempt {}) in {} ms: {}",
-                        e.tp.topic, e.tp.partition, e.message->offset, e.event_id.to_string(),
-                        e.attempts + 1, delay.count(), why));
+  deps_.log(
+      fmt::format("idem consumer: retrying the call of topic={} partition={} offset={} "
+                  "event_id={} (attempt {}) in {} ms: {}",
+                  e.tp.topic, e.tp.partition, e.message->offset, e.event_id.to_string(),
+                  e.attempts + 1, delay.count(), why));
 }
 
 void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
@@ -214,7 +218,8 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
            std::tie(y.tp.topic, y.tp.partition, y.message->offset);
   });
   const std::size_t n = std::min(ready_.size(), deps_.config.batch_size);
-  const std::vector<std::uint64_t> tickets(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+  const std::vector<std::uint64_t> tickets(ready_.begin(),
+                                           ready_.begin() + static_cast<std::ptrdiff_t>(n));
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
   std::vector<const rd_kafka_message_t*> messages;
   messages.reserve(n);
@@ -291,7 +296,8 @@ std::optional<EffectPipeline::TimePoint> EffectPipeline::next_work(TimePoint now
 }
 
 void EffectPipeline::on_revoked(std::span<const TopicPartition> partitions) {
-  const std::unordered_set<TopicPartition, TopicPartitionHash> gone(partitions.begin(), partitions.end());
+  const std::unordered_set<TopicPartition, TopicPartitionHash> gone(partitions.begin(),
+                                                                    partitions.end());
   for (const auto& tp : partitions) {
     generation_[tp] = ++generation_counter_;
     touched_.erase(tp);

@@ -72,7 +72,9 @@ class EffectPipeline {
   std::vector<PartitionOffset> turn(ConsumerStats& delta, bool start_calls);
 
   /// Set while completions wait: the poll returns early.
-  [[nodiscard]] const std::atomic<bool>& wake_flag() const noexcept { return completions_->pending(); }
+  [[nodiscard]] const std::atomic<bool>& wake_flag() const noexcept {
+    return completions_->pending();
+  }
   /// When the next turn has work without a completion: now when calls can start or
   /// results wait to be applied; else the earliest key retry; nullopt when idle.
   [[nodiscard]] std::optional<TimePoint> next_work(TimePoint now) const;
@@ -90,12 +92,12 @@ class EffectPipeline {
     EffectRoute* route = nullptr;
     TopicPartition tp;
     std::uint64_t generation = 0;
-    std::string key;       // ordering key; empty when not scheduled (invalid or stale)
+    std::string key;  // ordering key; empty when not scheduled (invalid or stale)
     bool scheduled = false;
     Uuid event_id;
     State state = State::Queued;
     std::uint32_t attempts = 0;
-    StagedCall staged;     // outcome Retry (no call result) until a call completed
+    StagedCall staged;  // outcome Retry (no call result) until a call completed
     std::shared_ptr<void> result;
     std::string reason;
   };

@@ -3,9 +3,7 @@
 namespace idem::detail {
 
 EffectRecord::EffectRecord(const rd_kafka_message_t& m, std::string_view group)
-    : topic(rd_kafka_topic_name(m.rkt)),
-      has_key(m.key != nullptr),
-      consumer_group(group) {
+    : topic(rd_kafka_topic_name(m.rkt)), has_key(m.key != nullptr), consumer_group(group) {
   if (m.key != nullptr) key.assign(static_cast<const char*>(m.key), m.key_len);
   if (m.payload != nullptr) payload.assign(static_cast<const char*>(m.payload), m.len);
   rd_kafka_headers_t* hdrs = nullptr;  // owned by the message
@@ -16,9 +14,11 @@ EffectRecord::EffectRecord(const rd_kafka_message_t& m, std::string_view group)
     const void* value = nullptr;
     std::size_t size = 0;
     for (std::size_t i = 0;
-         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
-      header_values.emplace_back(name, value == nullptr ? std::string()
-                                                        : std::string(static_cast<const char*>(value), size));
+         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      header_values.emplace_back(name, value == nullptr
+                                           ? std::string()
+                                           : std::string(static_cast<const char*>(value), size));
     }
   }
   headers.reserve(header_values.size());

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 
@@ -27,8 +27,8 @@ struct EffectRecord {
   std::vector<std::pair<std::string, std::string>> header_values;
   std::vector<RecordHeader> headers;  // views into header_values
   std::string consumer_group;
-  RecordInfo info;                    // views into the members above
-  std::shared_ptr<void> event;        // the parsed event, when valid
+  RecordInfo info;              // views into the members above
+  std::shared_ptr<void> event;  // the parsed event, when valid
 };
 
 }  // namespace idem::detail

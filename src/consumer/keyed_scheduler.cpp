@@ -11,7 +11,8 @@ void KeyedScheduler::make_runnable(const std::string& key, Lane& lane) {
 
 void KeyedScheduler::erase_if_empty(const std::string& key) {
   const auto it = lanes_.find(key);
-  if (it != lanes_.end() && it->second.tickets.empty() && it->second.state == State::Idle) lanes_.erase(it);
+  if (it != lanes_.end() && it->second.tickets.empty() && it->second.state == State::Idle)
+    lanes_.erase(it);
 }
 
 void KeyedScheduler::push(const std::string& key, Ticket ticket) {
@@ -27,7 +28,8 @@ std::vector<KeyedScheduler::Ticket> KeyedScheduler::take_ready(TimePoint now) {
     waiting_.erase(waiting_.begin());
     const auto it = lanes_.find(key);
     // A stale entry: the lane was retried again (a later time) or emptied meanwhile.
-    if (it == lanes_.end() || it->second.state != State::Waiting || it->second.resume_at != at) continue;
+    if (it == lanes_.end() || it->second.state != State::Waiting || it->second.resume_at != at)
+      continue;
     make_runnable(key, it->second);
   }
   std::vector<Ticket> out;
@@ -35,7 +37,8 @@ std::vector<KeyedScheduler::Ticket> KeyedScheduler::take_ready(TimePoint now) {
     const std::string key = std::move(runnable_.front());
     runnable_.pop_front();
     const auto it = lanes_.find(key);
-    if (it == lanes_.end() || it->second.state != State::Idle || it->second.tickets.empty()) continue;
+    if (it == lanes_.end() || it->second.state != State::Idle || it->second.tickets.empty())
+      continue;
     it->second.state = State::InFlight;
     ++in_flight_;
     out.push_back(it->second.tickets.front());
@@ -82,7 +85,8 @@ void KeyedScheduler::remove_queued(const std::function<bool(Ticket)>& drop) {
 std::optional<KeyedScheduler::TimePoint> KeyedScheduler::next_retry() const {
   for (const auto& [at, key] : waiting_) {
     const auto it = lanes_.find(key);
-    if (it != lanes_.end() && it->second.state == State::Waiting && it->second.resume_at == at) return at;
+    if (it != lanes_.end() && it->second.state == State::Waiting && it->second.resume_at == at)
+      return at;
   }
   return std::nullopt;
 }

@@ -118,8 +118,8 @@ void PollLoop::poll_batch(std::vector<KafkaMessage>& out, std::size_t max,
   std::optional<SteadyClock::time_point> window_deadline;
   while (out.size() < max && !stop.load(std::memory_order_relaxed)) {
     const auto deadline = window_deadline ? *window_deadline : first_deadline;
-    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - SteadyClock::now());
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
     const bool woken = ready != nullptr && ready->load(std::memory_order_relaxed);
     // Woken: one poll that does not wait still serves callbacks (rebalances) and takes
     // what is already fetched.
@@ -150,8 +150,8 @@ void PollLoop::handle_message_error(const rd_kafka_message_t& m) {
                 fmt::format("fatal consumer error: {}", reason), rd_kafka_err2name(fatal));
   }
   const char* topic = m.rkt != nullptr ? rd_kafka_topic_name(m.rkt) : "-";
-  log_line(fmt::format("idem consumer: {} [{}]: {}", topic, m.partition,
-                       rd_kafka_message_errstr(&m)));
+  log_line(
+      fmt::format("idem consumer: {} [{}]: {}", topic, m.partition, rd_kafka_message_errstr(&m)));
 }
 
 void PollLoop::rethrow_pending() {
@@ -284,9 +284,10 @@ void PollLoop::commit_trampoline(rd_kafka_t* /*rk*/, rd_kafka_resp_err_t err,
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
   auto* self = static_cast<PollLoop*>(static_cast<CallbackContext*>(opaque));
   try {
-    self->log_line(fmt::format("idem consumer: offset commit failed: {} (records will be "
-                               "redelivered and deduplicated)",
-                               rd_kafka_err2str(err)));
+    self->log_line(
+        fmt::format("idem consumer: offset commit failed: {} (records will be "
+                    "redelivered and deduplicated)",
+                    rd_kafka_err2str(err)));
   } catch (...) {
   }
 }

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kafka/kafka_handle.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

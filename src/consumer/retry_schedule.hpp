@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "retry/backoff.hpp"
 #include "consumer/topic_partition.hpp"
+#include "retry/backoff.hpp"
 
 namespace idem::detail {
 

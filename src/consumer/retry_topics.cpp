@@ -112,7 +112,8 @@ std::optional<std::string_view> message_header(const rd_kafka_message_t& m, cons
   std::size_t size = 0;
   if (rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
     return std::nullopt;
-  return value == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(value), size);
+  return value == nullptr ? std::string_view()
+                          : std::string_view(static_cast<const char*>(value), size);
 }
 
 RetryTopicMap::RetryTopicMap(const ConsumerConfig& config) : config_(config) {

@@ -77,7 +77,8 @@ class RetryRoute final : public Route {
  public:
   explicit RetryRoute(Route& source) : source_(source) {}
   void reset(std::size_t /*n*/) override {}
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload, const ParseLimits& limits) override {
+  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+                        const ParseLimits& limits) override {
     return source_.parse(slot, payload, limits);
   }
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {

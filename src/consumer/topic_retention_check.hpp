@@ -8,8 +8,8 @@
 #include <atomic>
 #include <thread>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

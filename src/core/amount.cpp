@@ -5,7 +5,9 @@
 namespace idem {
 namespace {
 
-constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }  // ASCII only, never locale
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}  // ASCII only, never locale
 
 // Checks the grammar `digits [ '.' digits ]` over the whole text, without
 // limiting the number of fraction digits (that is a separate, more specific

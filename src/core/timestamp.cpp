@@ -19,7 +19,9 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
 
 // Reads exactly `n` ASCII digits at `pos`; false if any is not a digit.
 bool read_digits(std::string_view s, std::size_t pos, std::size_t n, int& out) noexcept {
@@ -48,15 +50,16 @@ std::optional<Timestamp> parse_rfc3339(std::string_view s) noexcept {
   // The separator must be 'T' or 't': RFC 3339 only *permits* a space as an
   // application choice, and accepting it would make two spellings valid.
   int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  if (s.size() < 20 || !read_digits(s, 0, 4, year) || s[4] != '-' ||
-      !read_digits(s, 5, 2, month) || s[7] != '-' || !read_digits(s, 8, 2, day) ||
-      (s[10] != 'T' && s[10] != 't') || !read_digits(s, 11, 2, hour) || s[13] != ':' ||
-      !read_digits(s, 14, 2, minute) || s[16] != ':' || !read_digits(s, 17, 2, second)) {
+  if (s.size() < 20 || !read_digits(s, 0, 4, year) || s[4] != '-' || !read_digits(s, 5, 2, month) ||
+      s[7] != '-' || !read_digits(s, 8, 2, day) || (s[10] != 'T' && s[10] != 't') ||
+      !read_digits(s, 11, 2, hour) || s[13] != ':' || !read_digits(s, 14, 2, minute) ||
+      s[16] != ':' || !read_digits(s, 17, 2, second)) {
     return std::nullopt;
   }
   if (hour > 23 || minute > 59 || second > 60) return std::nullopt;
 
-  const year_month_day ymd{std::chrono::year{year}, std::chrono::month{static_cast<unsigned>(month)},
+  const year_month_day ymd{std::chrono::year{year},
+                           std::chrono::month{static_cast<unsigned>(month)},
                            std::chrono::day{static_cast<unsigned>(day)}};
   if (!ymd.ok()) return std::nullopt;  // month 1-12, day within the month incl. Feb 29 rules
 

@@ -17,8 +17,8 @@ namespace {
 // path of every event (serialise, dedup key, log line), so they avoid both
 // branches per nibble and any allocation.
 struct HexTables {
-  char pair[256][2]{};           // byte -> two lower-case hex digits
-  std::uint8_t nibble[256]{};    // char -> 0..15, or kBad
+  char pair[256][2]{};         // byte -> two lower-case hex digits
+  std::uint8_t nibble[256]{};  // char -> 0..15, or kBad
 };
 constexpr std::uint8_t kBad = 0xFF;
 
@@ -69,7 +69,9 @@ constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
 // UUIDs. Checking a relaxed atomic per UUID costs next to nothing.
 std::atomic<std::uint32_t> g_fork_epoch{0};
 
-void on_fork_child() noexcept { g_fork_epoch.fetch_add(1, std::memory_order_relaxed); }
+void on_fork_child() noexcept {
+  g_fork_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 void register_fork_handler_once() {
   static const bool registered = [] {
@@ -119,7 +121,9 @@ std::string Uuid::to_string() const {
   return s;
 }
 
-bool Uuid::is_v7() const noexcept { return (bytes_[6] >> 4) == 7 && (bytes_[8] >> 6) == 0b10; }
+bool Uuid::is_v7() const noexcept {
+  return (bytes_[6] >> 4) == 7 && (bytes_[8] >> 6) == 0b10;
+}
 
 bool Uuid::is_nil() const noexcept {
   return std::all_of(bytes_.begin(), bytes_.end(), [](std::uint8_t b) { return b == 0; });
@@ -135,8 +139,8 @@ std::chrono::sys_time<std::chrono::milliseconds> Uuid::timestamp() const noexcep
 Uuid Uuid::lower_bound_for(std::chrono::sys_time<std::chrono::milliseconds> ms) noexcept {
   // A 48-bit field cannot hold times before 1970 or after year 10889; clamp so
   // that the bound is still a correct (if loose) bound instead of wrapping.
-  const std::int64_t v = std::clamp<std::int64_t>(ms.time_since_epoch().count(), 0,
-                                                  detail::kMaxTimestampMs);
+  const std::int64_t v =
+      std::clamp<std::int64_t>(ms.time_since_epoch().count(), 0, detail::kMaxTimestampMs);
   Bytes bytes{};
   for (std::size_t i = 0; i < 6; ++i) {
     bytes[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * (5 - i)));
@@ -224,9 +228,9 @@ Uuid UuidV7Generator::next() {
   // thread that read an older time than the last UUID is handled by the
   // carry-forward below exactly like a clock that stepped back.
   const auto now = clock_.now();
-  const std::int64_t now_ms =
-      std::clamp<std::int64_t>(std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count(),
-                               0, detail::kMaxTimestampMs);
+  const std::int64_t now_ms = std::clamp<std::int64_t>(
+      std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count(), 0,
+      detail::kMaxTimestampMs);
 
   std::int64_t ms = 0;
   std::uint64_t counter = 0;

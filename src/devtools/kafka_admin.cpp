@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/error.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem {
 
@@ -38,11 +38,11 @@ void destroy_unjoined(KafkaHandle rk) {
 }
 
 [[noreturn]] void throw_kafka(rd_kafka_resp_err_t err, const std::string& what) {
-  const ErrorCode code = err == RD_KAFKA_RESP_ERR__TIMED_OUT ? ErrorCode::Timeout
-                         : err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
-                                 err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
-                             ? ErrorCode::InvalidArgument
-                             : ErrorCode::Connection;
+  const ErrorCode code =
+      err == RD_KAFKA_RESP_ERR__TIMED_OUT ? ErrorCode::Timeout
+      : err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+          ? ErrorCode::InvalidArgument
+          : ErrorCode::Connection;
   throw Error(code, ErrorSource::Kafka, fmt::format("{}: {}", what, rd_kafka_err2str(err)),
               rd_kafka_err2name(err));
 }
@@ -58,8 +58,8 @@ std::optional<std::string> KafkaRecord::header(std::string_view name) const {
 
 int partition_count(const std::string& bootstrap_servers, const std::string& topic,
                     std::chrono::milliseconds timeout) {
-  KafkaHandle rk = consumer_handle(bootstrap_servers, "idem-admin",
-                                   {{"allow.auto.create.topics", "false"}});
+  KafkaHandle rk =
+      consumer_handle(bootstrap_servers, "idem-admin", {{"allow.auto.create.topics", "false"}});
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk.get(), topic.c_str(), nullptr);
   const rd_kafka_metadata_t* md = nullptr;
   const auto err = rd_kafka_metadata(rk.get(), 0, rkt, &md, to_kafka_ms(timeout));
@@ -78,12 +78,14 @@ int partition_count(const std::string& bootstrap_servers, const std::string& top
   }
   rd_kafka_metadata_destroy(md);
   destroy_unjoined(std::move(rk));
-  if (topic_err != RD_KAFKA_RESP_ERR_NO_ERROR || count <= 0) throw_kafka(topic_err, "topic " + topic);
+  if (topic_err != RD_KAFKA_RESP_ERR_NO_ERROR || count <= 0)
+    throw_kafka(topic_err, "topic " + topic);
   return count;
 }
 
-std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers, const std::string& topic,
-                                      int partitions, std::chrono::milliseconds timeout) {
+std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
+                                      const std::string& topic, int partitions,
+                                      std::chrono::milliseconds timeout) {
   KafkaHandle rk = consumer_handle(bootstrap_servers, "idem-admin");
   std::vector<std::int64_t> out;
   for (int p = 0; p < partitions; ++p) {
@@ -108,7 +110,8 @@ std::vector<std::int64_t> committed_offsets(const std::string& bootstrap_servers
   // coordinator without joining the group.
   KafkaHandle rk = consumer_handle(bootstrap_servers, group);
   PartitionList list = detail::make_partition_list(partitions);
-  for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
+  for (int p = 0; p < partitions; ++p)
+    rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
   if (const auto err = rd_kafka_committed(rk.get(), list.get(), to_kafka_ms(timeout));
       err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     destroy_unjoined(std::move(rk));
@@ -130,7 +133,8 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
   KafkaHandle rk = consumer_handle(bootstrap_servers, "idem-admin-reader");
   PartitionList list = detail::make_partition_list(partitions);
   for (int p = 0; p < partitions; ++p) {
-    rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p)->offset =
+        RD_KAFKA_OFFSET_BEGINNING;
   }
   if (const auto err = rd_kafka_assign(rk.get(), list.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw_kafka(err, "assign " + topic);
@@ -152,9 +156,11 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
       const void* value = nullptr;
       std::size_t size = 0;
       for (std::size_t i = 0;
-           rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
-        r.headers.emplace_back(name, value != nullptr ? std::string(static_cast<const char*>(value), size)
-                                                      : std::string());
+           rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+           ++i) {
+        r.headers.emplace_back(name, value != nullptr
+                                         ? std::string(static_cast<const char*>(value), size)
+                                         : std::string());
       }
     }
     out.push_back(std::move(r));
@@ -194,7 +200,8 @@ void rewind_group(const std::string& bootstrap_servers, const std::string& group
     rd_kafka_topic_partition_list_destroy(assigned);
     if (cnt < partitions) continue;
     PartitionList zero = detail::make_partition_list(partitions);
-    for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(zero.get(), topic.c_str(), p)->offset = 0;
+    for (int p = 0; p < partitions; ++p)
+      rd_kafka_topic_partition_list_add(zero.get(), topic.c_str(), p)->offset = 0;
     const rd_kafka_resp_err_t err = rd_kafka_commit(rk.get(), zero.get(), 0);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_consumer_close(rk.get());

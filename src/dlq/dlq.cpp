@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/error.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem {
 
@@ -49,7 +49,8 @@ std::optional<Uuid> payload_event_id(std::string_view payload) {
 KafkaHandle make_handle(const DlqConnection& connection, rd_kafka_type_t type,
                         const std::function<void(rd_kafka_conf_t*)>& configure = {}) {
   if (connection.bootstrap_servers.empty()) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "dlq: bootstrap servers are required");
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "dlq: bootstrap servers are required");
   }
   KafkaConf conf(rd_kafka_conf_new());
   std::vector<Property> props = {{"bootstrap.servers", connection.bootstrap_servers},
@@ -82,7 +83,8 @@ int partition_count(rd_kafka_t* rk, const std::string& topic, milliseconds timeo
   rd_kafka_topic_destroy(rkt);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw Error(err == RD_KAFKA_RESP_ERR__TIMED_OUT ? ErrorCode::Timeout : ErrorCode::Connection,
-                ErrorSource::Kafka, fmt::format("dlq: metadata of {}: {}", topic, rd_kafka_err2str(err)));
+                ErrorSource::Kafka,
+                fmt::format("dlq: metadata of {}: {}", topic, rd_kafka_err2str(err)));
   }
   int partitions = -1;
   rd_kafka_resp_err_t topic_err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
@@ -92,8 +94,9 @@ int partition_count(rd_kafka_t* rk, const std::string& topic, milliseconds timeo
   }
   rd_kafka_metadata_destroy(metadata);
   if (topic_err != RD_KAFKA_RESP_ERR_NO_ERROR || partitions <= 0) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Kafka,
-                fmt::format("dlq: topic {} does not exist ({})", topic, rd_kafka_err2str(topic_err)));
+    throw Error(
+        ErrorCode::InvalidArgument, ErrorSource::Kafka,
+        fmt::format("dlq: topic {} does not exist ({})", topic, rd_kafka_err2str(topic_err)));
   }
   return partitions;
 }
@@ -136,9 +139,11 @@ DeadLetterRecord decode(const rd_kafka_message_t& m) {
     const void* value = nullptr;
     std::size_t size = 0;
     for (std::size_t i = 0;
-         rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
-      r.headers.emplace_back(name, value != nullptr ? std::string(static_cast<const char*>(value), size)
-                                                    : std::string());
+         rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      r.headers.emplace_back(name, value != nullptr
+                                       ? std::string(static_cast<const char*>(value), size)
+                                       : std::string());
     }
   }
   const auto text = [&](std::string_view name) { return std::string(r.header(name).value_or("")); };
@@ -175,11 +180,13 @@ std::optional<milliseconds> DeadLetterRecord::event_age(
   return DedupHorizon::event_age(*event_id, now);
 }
 
-bool DlqFilter::matches(const DeadLetterRecord& r, std::chrono::system_clock::time_point now) const {
+bool DlqFilter::matches(const DeadLetterRecord& r,
+                        std::chrono::system_clock::time_point now) const {
   if (reason) {
     const std::string_view c = r.error_class;
     const bool exact = c == *reason;
-    const bool family = c.size() > reason->size() && c.starts_with(*reason) && c[reason->size()] == '.';
+    const bool family =
+        c.size() > reason->size() && c.starts_with(*reason) && c[reason->size()] == '.';
     if (!exact && !family) return false;
   }
   if (key && r.key != *key) return false;
@@ -226,7 +233,8 @@ std::vector<DeadLetterRecord> read_dead_letters(const DlqConnection& connection,
 
   std::vector<DeadLetterRecord> out;
   if (open_partitions == 0) return out;
-  if (const auto err = rd_kafka_assign(rk.get(), assignment.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (const auto err = rd_kafka_assign(rk.get(), assignment.get());
+      err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw Error(ErrorCode::Connection, ErrorSource::Kafka,
                 fmt::format("dlq: assign {}: {}", topic, rd_kafka_err2str(err)));
   }
@@ -237,8 +245,9 @@ std::vector<DeadLetterRecord> read_dead_letters(const DlqConnection& connection,
   auto deadline = std::chrono::steady_clock::now() + connection.timeout;
   while (open_partitions > 0) {
     if (std::chrono::steady_clock::now() > deadline) {
-      throw Error(ErrorCode::Timeout, ErrorSource::Kafka,
-                  fmt::format("dlq: reading {} stalled for {} ms", topic, connection.timeout.count()));
+      throw Error(
+          ErrorCode::Timeout, ErrorSource::Kafka,
+          fmt::format("dlq: reading {} stalled for {} ms", topic, connection.timeout.count()));
     }
     detail::KafkaMessage m(rd_kafka_consumer_poll(rk.get(), 100));
     if (!m) continue;
@@ -253,7 +262,8 @@ std::vector<DeadLetterRecord> read_dead_letters(const DlqConnection& connection,
       continue;
     }
     if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      if (m->err == RD_KAFKA_RESP_ERR__TRANSPORT || m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) continue;
+      if (m->err == RD_KAFKA_RESP_ERR__TRANSPORT || m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+        continue;
       throw Error(ErrorCode::Connection, ErrorSource::Kafka,
                   fmt::format("dlq: reading {}: {}", topic, rd_kafka_message_errstr(m.get())));
     }
@@ -306,15 +316,18 @@ rd_kafka_resp_err_t produce(rd_kafka_t* rk, const DeadLetterRecord& r, const std
     for (const auto& [name, value] : r.headers) {
       // The idem.* headers describe the failure; a replay that fails again gets new ones.
       if (std::string_view(name).starts_with("idem.")) continue;
-      rd_kafka_header_add(headers, name.c_str(), -1, value.data(), static_cast<ssize_t>(value.size()));
+      rd_kafka_header_add(headers, name.c_str(), -1, value.data(),
+                          static_cast<ssize_t>(value.size()));
     }
     const std::string from = fmt::format("{}/{}/{}", r.topic, r.partition, r.offset);
-    rd_kafka_header_add(headers, "idem.replayed.from", -1, from.data(), static_cast<ssize_t>(from.size()));
+    rd_kafka_header_add(headers, "idem.replayed.from", -1, from.data(),
+                        static_cast<ssize_t>(from.size()));
     return headers;
   };
   void* opaque = reinterpret_cast<void*>(static_cast<std::uintptr_t>(index));
   for (;;) {
-    const auto err = detail::produce_copy(rk, target.c_str(), r.key, r.payload, headers_for_replay(), opaque);
+    const auto err =
+        detail::produce_copy(rk, target.c_str(), r.key, r.payload, headers_for_replay(), opaque);
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err;
     rd_kafka_poll(rk, 100);  // make room by serving acknowledgements
   }
@@ -325,7 +338,8 @@ rd_kafka_resp_err_t produce(rd_kafka_t* rk, const DeadLetterRecord& r, const std
 ReplayReport replay_dead_letters(const DlqConnection& connection, std::string_view dlq_topic,
                                  const ReplayOptions& options) {
   if (options.rate_limit < 0) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "dlq replay: rate limit must be >= 0");
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "dlq replay: rate limit must be >= 0");
   }
   if (options.horizon.safety_margin >= options.horizon.retention) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -378,21 +392,26 @@ ReplayReport replay_dead_letters(const DlqConnection& connection, std::string_vi
     if (options.rate_limit > 0) {
       // Pace by schedule, not by sleeping a fixed gap: record n leaves no earlier than
       // n / rate seconds after the start, whatever the broker's latency was.
-      const auto due = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     std::chrono::duration<double>(static_cast<double>(sent) / options.rate_limit));
+      const auto due =
+          started +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(static_cast<double>(sent) / options.rate_limit));
       while (std::chrono::steady_clock::now() < due) {
-        rd_kafka_poll(rk.get(), std::max(1, static_cast<int>(std::chrono::duration_cast<milliseconds>(
-                                               due - std::chrono::steady_clock::now()).count())));
+        rd_kafka_poll(rk.get(),
+                      std::max(1, static_cast<int>(std::chrono::duration_cast<milliseconds>(
+                                                       due - std::chrono::steady_clock::now())
+                                                       .count())));
       }
     }
-    if (const auto err = produce(rk.get(), item.record, item.target_topic, i); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (const auto err = produce(rk.get(), item.record, item.target_topic, i);
+        err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       sender.results[i] = err;
     }
     ++sent;
     rd_kafka_poll(rk.get(), 0);
     // Progress counts acknowledged records, not queued ones.
-    const auto acked = static_cast<std::size_t>(
-        std::count_if(sender.results.begin(), sender.results.end(), [](auto e) { return e != kPending; }));
+    const auto acked = static_cast<std::size_t>(std::count_if(
+        sender.results.begin(), sender.results.end(), [](auto e) { return e != kPending; }));
     if (acked > handled) {
       handled = acked;
       progress(handled);
@@ -419,7 +438,8 @@ ReplayReport replay_dead_letters(const DlqConnection& connection, std::string_vi
     if (item.action == ReplayAction::Replayed && !options.dry_run &&
         sender.results[i] != RD_KAFKA_RESP_ERR_NO_ERROR) {
       item.action = ReplayAction::Failed;
-      item.error = sender.results[i] == kPending ? "not acknowledged in time" : rd_kafka_err2str(sender.results[i]);
+      item.error = sender.results[i] == kPending ? "not acknowledged in time"
+                                                 : rd_kafka_err2str(sender.results[i]);
     }
     switch (item.action) {
       case ReplayAction::Replayed: ++report.replayed; break;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <deque>
@@ -52,7 +52,9 @@ constexpr milliseconds kIdlePoll{10000};
 
 // Statuses worth another attempt with the same key: 409 means the provider still
 // processes the first attempt, 429 asks us to slow down, 5xx is the server's trouble.
-bool retryable_status(long status) { return status == 409 || status == 429 || status >= 500; }
+bool retryable_status(long status) {
+  return status == 409 || status == 429 || status >= 500;
+}
 
 // Errors that are the caller's bug, not the network's: retrying cannot help. start()
 // rejects most of them up front; these catch what only the transfer finds out.
@@ -90,7 +92,8 @@ detail::Url parse_http_url(const std::string& url) {
                 fmt::format("cannot POST to '{}': {}", url, why));
   };
   // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http.
-  if (const CURLUcode code = curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
+  if (const CURLUcode code =
+          curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
       code != CURLUE_OK) {
     reject(curl_url_strerror(code));
   }
@@ -222,7 +225,8 @@ bool AsyncClient::Impl::prepare_transfer(Call& call) {
   curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call.request.json_body.data());
   curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
                    static_cast<curl_off_t>(call.request.json_body.size()));
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config.connect_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(config.connect_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(config.total_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM (threads)
   // Small requests and answers: no Nagle delay; pooled connections probed while idle.
@@ -266,12 +270,13 @@ void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
   if (!c.headers || !config.send_idempotency_key) {
     detail::HeaderList headers;
     detail::append_header(headers, "Content-Type", "application/json");
-    detail::append_header(headers, "Idempotency-Key",
-                          config.send_idempotency_key ? c.request.idempotency_key
-                                                      : new_uuid_v7().to_string());
+    detail::append_header(
+        headers, "Idempotency-Key",
+        config.send_idempotency_key ? c.request.idempotency_key : new_uuid_v7().to_string());
     // A body of any size goes at once: no "Expect: 100-continue" round trip.
     detail::append_header(headers, "Expect", "");
-    for (const auto& [name, value] : c.request.extra_headers) detail::append_header(headers, name, value);
+    for (const auto& [name, value] : c.request.extra_headers)
+      detail::append_header(headers, name, value);
     c.headers = std::move(headers);
     curl_easy_setopt(c.easy.get(), CURLOPT_HTTPHEADER, c.headers.get());
   }
@@ -335,9 +340,10 @@ void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code)
       return;
     }
     curl_off_t seconds = -1;  // libcurl parses both forms of Retry-After (seconds, date)
-    if (curl_easy_getinfo(call->easy.get(), CURLINFO_RETRY_AFTER, &seconds) == CURLE_OK && seconds > 0) {
-      retry_after = std::min(config.max_retry_after,
-                             milliseconds(static_cast<std::int64_t>(seconds) * 1000));
+    if (curl_easy_getinfo(call->easy.get(), CURLINFO_RETRY_AFTER, &seconds) == CURLE_OK &&
+        seconds > 0) {
+      retry_after =
+          std::min(config.max_retry_after, milliseconds(static_cast<std::int64_t>(seconds) * 1000));
     }
   }
   if (result.attempts >= config.max_attempts) {
@@ -350,7 +356,8 @@ void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code)
   waiting.emplace(Clock::now() + wait, std::move(call));
 }
 
-void AsyncClient::Impl::notify_retry(int attempt, milliseconds wait, std::string_view why) const noexcept {
+void AsyncClient::Impl::notify_retry(int attempt, milliseconds wait,
+                                     std::string_view why) const noexcept {
   if (!config.on_retry) return;
   try {
     config.on_retry(attempt, wait, why);

@@ -27,9 +27,9 @@ void validate_header_name(std::string_view name) {
   for (const char c : name) {
     const auto u = static_cast<unsigned char>(c);
     if (u <= 0x20 || u == 0x7f || c == ':') {
-      throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
-                  fmt::format("header name {:?} contains a space, colon or control character",
-                              name));
+      throw Error(
+          ErrorCode::InvalidArgument, ErrorSource::Http,
+          fmt::format("header name {:?} contains a space, colon or control character", name));
     }
   }
 }
@@ -40,7 +40,8 @@ void validate_header_value(std::string_view name, std::string_view value) {
     if (u < 0x20 && c != '\t') {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
                   fmt::format("header {} contains a control character (CR, LF or other) "
-                              "at position {}", name, value.find(c)));
+                              "at position {}",
+                              name, value.find(c)));
     }
     if (u == 0x7f) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,

@@ -75,7 +75,8 @@ void log_trampoline(const rd_kafka_t* rk, int level, const char* facility, const
   try {
     const auto* ctx = static_cast<const CallbackContext*>(rd_kafka_opaque(rk));
     if (ctx == nullptr || ctx->kafka_log == nullptr || !*ctx->kafka_log) return;
-    (*ctx->kafka_log)(fmt::format("librdkafka {} [{}] {}: {}", rd_kafka_name(rk), level, facility, text));
+    (*ctx->kafka_log)(
+        fmt::format("librdkafka {} [{}] {}: {}", rd_kafka_name(rk), level, facility, text));
   } catch (...) {
   }
 }

@@ -59,9 +59,9 @@ void set_properties(rd_kafka_conf_t* conf, std::span<const Property> properties)
 /// message is queued and is destroyed here otherwise; `opaque` comes back in the
 /// delivery report. Returns RD_KAFKA_RESP_ERR_NO_ERROR when queued, else the error
 /// (RD_KAFKA_RESP_ERR__QUEUE_FULL included: the caller decides whether to wait).
-[[nodiscard]] rd_kafka_resp_err_t produce_copy(rd_kafka_t* rk, const char* topic, std::string_view key,
-                                               std::string_view payload, rd_kafka_headers_t* headers,
-                                               void* opaque) noexcept;
+[[nodiscard]] rd_kafka_resp_err_t produce_copy(rd_kafka_t* rk, const char* topic,
+                                               std::string_view key, std::string_view payload,
+                                               rd_kafka_headers_t* headers, void* opaque) noexcept;
 
 /// What every handle's opaque points to (librdkafka has one opaque per handle, shared
 /// by all its callbacks): owners derive from it and pass

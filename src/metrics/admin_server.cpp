@@ -22,8 +22,9 @@ ReadinessCheck consumer_readiness(const Consumer& consumer, std::chrono::millise
             if (s.last_loop == std::chrono::steady_clock::time_point{}) return "not running yet";
             const auto idle = std::chrono::steady_clock::now() - s.last_loop;
             if (idle > stuck_after) {
-              return fmt::format("stuck: the poll loop has not turned for {} ms",
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(idle).count());
+              return fmt::format(
+                  "stuck: the poll loop has not turned for {} ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(idle).count());
             }
             if (consumer.lag().empty()) return "no partitions assigned";
             return std::nullopt;
@@ -63,7 +64,8 @@ ReadinessCheck store_readiness(std::string store_url, StoreOptions options) {
               }
               probe->store.reset();  // reconnect next time
               // Store errors never carry the URL (see pg_connection.cpp); the code is enough.
-              probe->result = fmt::format("unreachable ({}/{})", to_string(e.source()), to_string(e.code()));
+              probe->result =
+                  fmt::format("unreachable ({}/{})", to_string(e.source()), to_string(e.code()));
             }
             return probe->result;
           }};
@@ -79,7 +81,8 @@ AdminServer::AdminServer(const std::string& listen, const Metrics& metrics,
                          std::vector<ReadinessCheck> checks)
     : impl_(std::make_unique<Impl>()) {
   const auto colon = listen.rfind(':');
-  const std::string host = colon == std::string::npos || colon == 0 ? "0.0.0.0" : listen.substr(0, colon);
+  const std::string host =
+      colon == std::string::npos || colon == 0 ? "0.0.0.0" : listen.substr(0, colon);
   const int wanted = colon == std::string::npos ? 0 : std::atoi(listen.c_str() + colon + 1);
 
   impl_->server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
@@ -88,23 +91,23 @@ AdminServer::AdminServer(const std::string& listen, const Metrics& metrics,
   impl_->server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
-  impl_->server.Get("/readyz", [checks = std::move(checks)](const httplib::Request&,
-                                                            httplib::Response& res) {
-    std::string body;
-    bool ready = true;
-    for (const ReadinessCheck& c : checks) {
-      std::optional<std::string> problem;
-      try {
-        problem = c.check();
-      } catch (const std::exception& e) {
-        problem = e.what();
-      }
-      if (problem) ready = false;
-      body += fmt::format("{}: {}\n", c.name, problem ? *problem : "ok");
-    }
-    res.status = ready ? 200 : 503;
-    res.set_content(body.empty() ? "ok\n" : body, "text/plain");
-  });
+  impl_->server.Get("/readyz",
+                    [checks = std::move(checks)](const httplib::Request&, httplib::Response& res) {
+                      std::string body;
+                      bool ready = true;
+                      for (const ReadinessCheck& c : checks) {
+                        std::optional<std::string> problem;
+                        try {
+                          problem = c.check();
+                        } catch (const std::exception& e) {
+                          problem = e.what();
+                        }
+                        if (problem) ready = false;
+                        body += fmt::format("{}: {}\n", c.name, problem ? *problem : "ok");
+                      }
+                      res.status = ready ? 200 : 503;
+                      res.set_content(body.empty() ? "ok\n" : body, "text/plain");
+                    });
 
   impl_->port = wanted == 0 ? impl_->server.bind_to_any_port(host)
                             : (impl_->server.bind_to_port(host, wanted) ? wanted : -1);
@@ -120,6 +123,8 @@ AdminServer::~AdminServer() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-int AdminServer::port() const noexcept { return impl_->port; }
+int AdminServer::port() const noexcept {
+  return impl_->port;
+}
 
 }  // namespace idem

@@ -33,7 +33,9 @@ const prometheus::Histogram::BucketBoundaries kHandlerBuckets = {
 const prometheus::Histogram::BucketBoundaries kBatchBuckets = {1,   10,   50,   100,  250,
                                                                500, 1000, 2500, 5000, 10000};
 
-double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 ClientMetric sample(std::vector<ClientMetric::Label> labels, double value, MetricType type) {
   ClientMetric m;
@@ -77,20 +79,22 @@ class ConsumerCollector final : public prometheus::Collectable {
     std::vector<MetricFamily> out;
     for (const Def& d : kCounters)
       out.push_back({std::string(d.name), std::string(d.help), MetricType::Counter, {}});
-    MetricFamily dlq{std::string(metric::kDeadLettered), "Records acknowledged on a DLQ topic, by reason",
-                     MetricType::Counter, {}};
+    MetricFamily dlq{std::string(metric::kDeadLettered),
+                     "Records acknowledged on a DLQ topic, by reason",
+                     MetricType::Counter,
+                     {}};
     MetricFamily lag{std::string(metric::kLag),
                      "High watermark minus the next offset to process, per assigned partition",
-                     MetricType::Gauge, {}};
-    MetricFamily assigned{std::string(metric::kAssignedPartitions), "Partitions assigned",
-                          MetricType::Gauge, {}};
+                     MetricType::Gauge,
+                     {}};
+    MetricFamily assigned{
+        std::string(metric::kAssignedPartitions), "Partitions assigned", MetricType::Gauge, {}};
     std::lock_guard lock(mutex_);
     for (const auto& [consumer, group] : watched_) {
       const ConsumerStats s = consumer->stats();
       for (std::size_t i = 0; i < std::size(kCounters); ++i) {
-        out[i].metric.push_back(sample({{"group", group}},
-                                       static_cast<double>(s.*(kCounters[i].field)),
-                                       MetricType::Counter));
+        out[i].metric.push_back(sample(
+            {{"group", group}}, static_cast<double>(s.*(kCounters[i].field)), MetricType::Counter));
       }
       for (const auto& [reason, n] : s.dead_lettered_by_reason) {
         dlq.metric.push_back(sample({{"group", group}, {"reason", reason}}, static_cast<double>(n),
@@ -103,8 +107,8 @@ class ConsumerCollector final : public prometheus::Collectable {
             {{"group", group}, {"topic", p.topic}, {"partition", std::to_string(p.partition)}},
             static_cast<double>(p.lag), MetricType::Gauge));
       }
-      assigned.metric.push_back(sample({{"group", group}},
-                                       static_cast<double>(partitions.size()), MetricType::Gauge));
+      assigned.metric.push_back(
+          sample({{"group", group}}, static_cast<double>(partitions.size()), MetricType::Gauge));
     }
     out.push_back(std::move(dlq));
     out.push_back(std::move(lag));
@@ -146,32 +150,49 @@ struct Metrics::Impl {
           .Help("Handler calls, inside the batch transaction")
           .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_published =
-      prometheus::BuildCounter().Name(std::string(metric::kRelayPublished))
-          .Help("Outbox rows published and marked").Register(*registry);
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayPublished))
+          .Help("Outbox rows published and marked")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_batches =
-      prometheus::BuildCounter().Name(std::string(metric::kRelayBatches))
-          .Help("Outbox batches marked").Register(*registry);
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayBatches))
+          .Help("Outbox batches marked")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_resent =
-      prometheus::BuildCounter().Name(std::string(metric::kRelayResent))
-          .Help("Rows sent again after a failure (same event_id)").Register(*registry);
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayResent))
+          .Help("Rows sent again after a failure (same event_id)")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_cleaned =
-      prometheus::BuildCounter().Name(std::string(metric::kRelayCleaned))
-          .Help("Published outbox rows deleted by retention").Register(*registry);
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayCleaned))
+          .Help("Published outbox rows deleted by retention")
+          .Register(*registry);
   prometheus::Family<prometheus::Gauge>& relay_backlog =
-      prometheus::BuildGauge().Name(std::string(metric::kRelayBacklog))
-          .Help("Unpublished outbox rows").Register(*registry);
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRelayBacklog))
+          .Help("Unpublished outbox rows")
+          .Register(*registry);
   prometheus::Family<prometheus::Gauge>& relay_lag =
-      prometheus::BuildGauge().Name(std::string(metric::kRelayLagSeconds))
-          .Help("Age of the oldest unpublished outbox row (0 when none)").Register(*registry);
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRelayLagSeconds))
+          .Help("Age of the oldest unpublished outbox row (0 when none)")
+          .Register(*registry);
   prometheus::Family<prometheus::Gauge>& relay_shards =
-      prometheus::BuildGauge().Name(std::string(metric::kRelayOwnedShards))
-          .Help("Outbox shards this relay publishes").Register(*registry);
-  prometheus::Family<prometheus::Counter>& ttl_runs =
-      prometheus::BuildCounter().Name(std::string(metric::kTtlRuns))
-          .Help("Retention (TTL) runs").Register(*registry);
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRelayOwnedShards))
+          .Help("Outbox shards this relay publishes")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& ttl_runs = prometheus::BuildCounter()
+                                                          .Name(std::string(metric::kTtlRuns))
+                                                          .Help("Retention (TTL) runs")
+                                                          .Register(*registry);
   prometheus::Family<prometheus::Counter>& ttl_rows =
-      prometheus::BuildCounter().Name(std::string(metric::kTtlDeletedRows))
-          .Help("Rows deleted by retention (TTL) runs").Register(*registry);
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kTtlDeletedRows))
+          .Help("Rows deleted by retention (TTL) runs")
+          .Register(*registry);
   // RelayProgress carries cumulative values; counters advance by the difference.
   std::mutex relay_mutex;
   std::uint64_t last_resent = 0;
@@ -184,10 +205,13 @@ Metrics::~Metrics() = default;
 void Metrics::watch(const Consumer& consumer, std::string group) {
   impl_->consumers.add(consumer, std::move(group));
 }
-void Metrics::unwatch(const Consumer& consumer) { impl_->consumers.remove(consumer); }
+void Metrics::unwatch(const Consumer& consumer) {
+  impl_->consumers.remove(consumer);
+}
 
 ConsumerHooks Metrics::instrument(std::string group, ConsumerHooks hooks) {
-  prometheus::Histogram& tx = impl_->transaction_seconds.Add({{"group", group}}, kTransactionBuckets);
+  prometheus::Histogram& tx =
+      impl_->transaction_seconds.Add({{"group", group}}, kTransactionBuckets);
   prometheus::Histogram& size = impl_->batch_records.Add({{"group", group}}, kBatchBuckets);
   hooks.on_batch = [&tx, &size, next = std::move(hooks.on_batch)](const BatchReport& report) {
     size.Observe(static_cast<double>(report.records));
@@ -207,7 +231,7 @@ RelayObserver Metrics::instrument(RelayObserver observer) {
   prometheus::Counter& published = m.relay_published.Add({});
   prometheus::Counter& batches = m.relay_batches.Add({});
   observer.on_step = [&published, &batches, next = std::move(observer.on_step)](RelayStep step,
-                                                                                 std::size_t rows) {
+                                                                                std::size_t rows) {
     if (step == RelayStep::Marked) {
       published.Increment(static_cast<double>(rows));
       batches.Increment();
@@ -217,14 +241,17 @@ RelayObserver Metrics::instrument(RelayObserver observer) {
   observer.on_progress = [&m, next = std::move(observer.on_progress)](const RelayProgress& p) {
     {
       std::lock_guard lock(m.relay_mutex);
-      m.relay_resent.Add({}).Increment(static_cast<double>(p.resent - std::min(p.resent, m.last_resent)));
-      m.relay_cleaned.Add({}).Increment(static_cast<double>(p.cleaned - std::min(p.cleaned, m.last_cleaned)));
+      m.relay_resent.Add({}).Increment(
+          static_cast<double>(p.resent - std::min(p.resent, m.last_resent)));
+      m.relay_cleaned.Add({}).Increment(
+          static_cast<double>(p.cleaned - std::min(p.cleaned, m.last_cleaned)));
       m.last_resent = std::max(m.last_resent, p.resent);
       m.last_cleaned = std::max(m.last_cleaned, p.cleaned);
     }
     if (p.backlog >= 0) m.relay_backlog.Add({}).Set(static_cast<double>(p.backlog));
-    m.relay_lag.Add({}).Set(
-        p.oldest_unpublished_age ? std::chrono::duration<double>(*p.oldest_unpublished_age).count() : 0);
+    m.relay_lag.Add({}).Set(p.oldest_unpublished_age
+                                ? std::chrono::duration<double>(*p.oldest_unpublished_age).count()
+                                : 0);
     m.relay_shards.Add({}).Set(p.owned_shards);
     if (next) next(p);
   };

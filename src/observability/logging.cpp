@@ -14,7 +14,8 @@ namespace idem {
 namespace {
 
 std::string now_rfc3339() {
-  const auto now = std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+  const auto now =
+      std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
   const auto seconds = std::chrono::time_point_cast<std::chrono::seconds>(now);
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", seconds, (now - seconds).count());
 }
@@ -33,7 +34,8 @@ std::string plain_value(std::string_view v) {
 
 }  // namespace
 
-std::vector<LogField> record_fields(const RecordInfo& record, std::optional<std::string_view> event_id) {
+std::vector<LogField> record_fields(const RecordInfo& record,
+                                    std::optional<std::string_view> event_id) {
   std::vector<LogField> out = {{"topic", std::string(record.topic)},
                                {"partition", std::to_string(record.partition)},
                                {"offset", std::to_string(record.offset)}};
@@ -77,7 +79,8 @@ void Logger::log(LogLevel level, std::string_view component, std::string_view me
   sink_(line);
 }
 
-std::function<void(std::string_view)> Logger::lines(std::string_view component, LogLevel level) const {
+std::function<void(std::string_view)> Logger::lines(std::string_view component,
+                                                    LogLevel level) const {
   return [this, component = std::string(component), level](std::string_view text) {
     log(level, component, text);
   };

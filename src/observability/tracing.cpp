@@ -26,12 +26,16 @@ char* write_hex(char* out, const std::array<std::uint8_t, N>& bytes) noexcept {
 constexpr std::array<std::int8_t, 256> kHexValue = [] {
   std::array<std::int8_t, 256> t{};
   t.fill(-1);
-  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
-  for (int c = 'a'; c <= 'f'; ++c) t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
+  for (int c = '0'; c <= '9'; ++c)
+    t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c)
+    t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
   return t;
 }();
 
-int hex_value(char c) noexcept { return kHexValue[static_cast<unsigned char>(c)]; }
+int hex_value(char c) noexcept {
+  return kHexValue[static_cast<unsigned char>(c)];
+}
 
 template <std::size_t N>
 bool parse_hex(std::string_view text, std::array<std::uint8_t, N>& out) noexcept {
@@ -61,7 +65,8 @@ void fill_random(std::array<std::uint8_t, N>& bytes) {
   do {
     for (std::size_t i = 0; i < N; i += 8) {
       std::uint64_t r = engine();
-      for (std::size_t j = i; j < std::min(N, i + 8); ++j, r >>= 8) bytes[j] = static_cast<std::uint8_t>(r);
+      for (std::size_t j = i; j < std::min(N, i + 8); ++j, r >>= 8)
+        bytes[j] = static_cast<std::uint8_t>(r);
     }
   } while (all_zero(bytes));
 }
@@ -101,7 +106,8 @@ std::string TraceContext::trace_id_hex() const {
 
 std::optional<TraceContext> parse_traceparent(std::string_view v) noexcept {
   // 00-<32>-<16>-<2>: 55 characters.
-  if (v.size() != 55 || v.substr(0, 3) != "00-" || v[35] != '-' || v[52] != '-') return std::nullopt;
+  if (v.size() != 55 || v.substr(0, 3) != "00-" || v[35] != '-' || v[52] != '-')
+    return std::nullopt;
   TraceContext c;
   std::array<std::uint8_t, 1> flags{};
   if (!parse_hex(v.substr(3, 32), c.trace_id) || !parse_hex(v.substr(36, 16), c.span_id) ||

@@ -43,7 +43,8 @@ int outbox_shard(std::string_view message_key) noexcept {
   return static_cast<int>(h % static_cast<std::uint32_t>(kOutboxShards));
 }
 
-std::string outbox_headers_to_json(const std::vector<std::pair<std::string, std::string>>& headers) {
+std::string outbox_headers_to_json(
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   std::string out = "{";
   for (std::size_t i = 0; i < headers.size(); ++i) {
     if (i > 0) out.push_back(',');
@@ -95,8 +96,10 @@ Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
   }
   // The trace starts with the event unless the caller continues its own (tracing.hpp);
   // a caller's value is kept as given (consumers ignore an invalid one).
-  if (!has_trace) m.headers.emplace_back(kTraceparentHeader, TraceContext::new_root().traceparent());
-  detail::insert_outbox_row(tx, event_id, m, key, outbox_shard(key), outbox_headers_to_json(m.headers));
+  if (!has_trace)
+    m.headers.emplace_back(kTraceparentHeader, TraceContext::new_root().traceparent());
+  detail::insert_outbox_row(tx, event_id, m, key, outbox_shard(key),
+                            outbox_headers_to_json(m.headers));
   return event_id;
 }
 

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "kafka/kafka_handle.hpp"
 #include "idem/error.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem {
 
@@ -72,8 +72,7 @@ struct Producer::Impl {
       // after the next rebuild or reported by a later flush. Nothing else to do.
     }
   }
-  static void error_trampoline(rd_kafka_t* rk, int err, const char* reason,
-                               void* opaque) noexcept {
+  static void error_trampoline(rd_kafka_t* rk, int err, const char* reason, void* opaque) noexcept {
     try {
       Impl* impl = self(opaque);
       if (err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -125,9 +124,9 @@ struct Producer::Impl {
     props.emplace_back("message.timeout.ms",
                        std::to_string(detail::to_kafka_ms(config.delivery_timeout)));
     props.emplace_back("linger.ms", std::to_string(detail::to_kafka_ms(config.linger)));
-    props.emplace_back("queue.buffering.max.messages",
-                       std::to_string(std::clamp<std::size_t>(config.max_queued_messages, 1,
-                                                              10'000'000)));
+    props.emplace_back(
+        "queue.buffering.max.messages",
+        std::to_string(std::clamp<std::size_t>(config.max_queued_messages, 1, 10'000'000)));
     detail::set_properties(conf.get(), props);
     rd_kafka_conf_set_opaque(conf.get(), this);
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &Impl::delivery_trampoline);
@@ -299,9 +298,13 @@ void Producer::purge() noexcept {
                                       RD_KAFKA_PURGE_F_NON_BLOCKING);
 }
 
-std::size_t Producer::pending() const noexcept { return impl_->pending_count; }
+std::size_t Producer::pending() const noexcept {
+  return impl_->pending_count;
+}
 
-std::uint64_t Producer::rebuilds() const noexcept { return impl_->rebuilds; }
+std::uint64_t Producer::rebuilds() const noexcept {
+  return impl_->rebuilds;
+}
 
 void Producer::raise_fatal_error_for_testing(std::string_view reason) {
   rd_kafka_test_fatal_error(impl_->rk.get(), RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,

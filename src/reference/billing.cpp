@@ -20,8 +20,9 @@ constexpr std::size_t kMaxReasonBody = 512;
 std::string provider_answer(const http::CallResult& r) {
   const std::string_view body(r.body);
   return fmt::format("payment provider answered HTTP {}: {}", r.http_status,
-                     body.size() > kMaxReasonBody ? std::string(body.substr(0, kMaxReasonBody)) + "..."
-                                                  : std::string(body));
+                     body.size() > kMaxReasonBody
+                         ? std::string(body.substr(0, kMaxReasonBody)) + "..."
+                         : std::string(body));
 }
 
 /// The provider's payment id of a 2xx answer, or why there is none.
@@ -40,7 +41,8 @@ std::string charge_url_of(BillingConfig& config) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                 "billing: the payment provider URL is required");
   }
-  while (!config.provider_url.empty() && config.provider_url.back() == '/') config.provider_url.pop_back();
+  while (!config.provider_url.empty() && config.provider_url.back() == '/')
+    config.provider_url.pop_back();
   return config.provider_url + "/payments/charge";
 }
 
@@ -58,14 +60,16 @@ http::Request charge_request(const std::string& charge_url, const OrderConfirmed
   // The call is a child span of the record's trace: same trace id, a span id of its own.
   // A record without a valid traceparent sends none (the provider starts its own).
   if (const auto trace = trace_context(record)) {
-    request.extra_headers.emplace_back(std::string(kTraceparentHeader), trace->child().traceparent());
+    request.extra_headers.emplace_back(std::string(kTraceparentHeader),
+                                       trace->child().traceparent());
   }
   return request;
 }
 
 void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done) {
   if (result.status == http::CallStatus::RetriesExhausted) return done.retry(result.error);
-  if (result.status == http::CallStatus::Permanent) return done.dead_letter(provider_answer(result));
+  if (result.status == http::CallStatus::Permanent)
+    return done.dead_letter(provider_answer(result));
   std::string why;
   if (auto id = payment_id_of(result, why)) return done.done(BillingCharge{std::move(*id)});
   done.dead_letter(std::move(why));
@@ -73,9 +77,10 @@ void complete_charge(const http::CallResult& result, const CallCompletion<Billin
 
 Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, Transaction& tx) {
   tx.execute("UPDATE orders SET payment_status = 'charged' WHERE id = $1", event.order_id);
-  tx.execute("INSERT INTO billing_ledger(order_id, event_id, amount, provider_payment_id) "
-             "VALUES ($1, $2, $3, $4)",
-             event.order_id, event.event_id, event.total_amount, charge.payment_id);
+  tx.execute(
+      "INSERT INTO billing_ledger(order_id, event_id, amount, provider_payment_id) "
+      "VALUES ($1, $2, $3, $4)",
+      event.order_id, event.event_id, event.total_amount, charge.payment_id);
   return Outcome::Done;
 }
 
@@ -85,17 +90,18 @@ EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config
   // max_in_flight bounds them, one per order at a time.
   auto client = std::make_shared<http::AsyncClient>(config.client);
   return {
-      .call = [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
-                                   CallCompletion<BillingCharge> done) {
-        // The callback runs on the client's loop thread: complete_charge only hands the
-        // result to the consumer's completion queue (it never blocks).
-        try {
-          client->start(charge_request(charge_url, event, record),
-                        [done](http::CallResult result) { complete_charge(result, done); });
-        } catch (const std::exception& e) {  // e.g. a key that cannot be a header
-          done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
-        }
-      },
+      .call =
+          [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
+                               CallCompletion<BillingCharge> done) {
+            // The callback runs on the client's loop thread: complete_charge only hands the
+            // result to the consumer's completion queue (it never blocks).
+            try {
+              client->start(charge_request(charge_url, event, record),
+                            [done](http::CallResult result) { complete_charge(result, done); });
+            } catch (const std::exception& e) {  // e.g. a key that cannot be a header
+              done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
+            }
+          },
       .apply = [](const OrderConfirmed& event, const RecordInfo&, const BillingCharge& charge,
                   Transaction& tx) { return apply_charge(event, charge, tx); },
       .ordering_key = {},
@@ -107,24 +113,24 @@ Handler<OrderConfirmed> billing_handler(BillingConfig config) {
   // Handler is a std::function and must be copyable; the client (one connection) is shared.
   auto client = std::make_shared<http::IdempotentClient>(config.client);
 
-  return [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
-                              Transaction& tx) {
-    const http::Request request = charge_request(charge_url, event, record);
-    const http::CallResult result =
-        client->post_json(request.url, request.json_body, request.idempotency_key, request.extra_headers);
-    if (result.status == http::CallStatus::RetriesExhausted) return Outcome::Retry;
-    if (result.status == http::CallStatus::Permanent) {
-      record.dead_letter_reason(provider_answer(result));
-      return Outcome::DeadLetter;
-    }
-    std::string why;
-    const auto payment_id = payment_id_of(result, why);
-    if (!payment_id) {
-      record.dead_letter_reason(std::move(why));
-      return Outcome::DeadLetter;
-    }
-    return apply_charge(event, BillingCharge{*payment_id}, tx);
-  };
+  return
+      [client, charge_url](const OrderConfirmed& event, const RecordInfo& record, Transaction& tx) {
+        const http::Request request = charge_request(charge_url, event, record);
+        const http::CallResult result = client->post_json(
+            request.url, request.json_body, request.idempotency_key, request.extra_headers);
+        if (result.status == http::CallStatus::RetriesExhausted) return Outcome::Retry;
+        if (result.status == http::CallStatus::Permanent) {
+          record.dead_letter_reason(provider_answer(result));
+          return Outcome::DeadLetter;
+        }
+        std::string why;
+        const auto payment_id = payment_id_of(result, why);
+        if (!payment_id) {
+          record.dead_letter_reason(std::move(why));
+          return Outcome::DeadLetter;
+        }
+        return apply_charge(event, BillingCharge{*payment_id}, tx);
+      };
 }
 
 }  // namespace idem

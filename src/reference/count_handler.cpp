@@ -25,8 +25,7 @@ std::int64_t scalar(Store& store, std::string_view sql, std::string_view group) 
 }  // namespace
 
 std::int64_t count_effects(Store& store, std::string_view consumer_group) {
-  return scalar(store, "SELECT count(*) FROM effect_log WHERE consumer_group = $1",
-                consumer_group);
+  return scalar(store, "SELECT count(*) FROM effect_log WHERE consumer_group = $1", consumer_group);
 }
 
 std::int64_t max_effects_per_event(Store& store, std::string_view consumer_group) {

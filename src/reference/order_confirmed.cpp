@@ -19,13 +19,25 @@ using simdjson::error_code;
 
 // The schema's fields, in schema order: that order decides which missing
 // field is reported first and the order of to_json's output.
-enum class Field : std::uint8_t { EventId, EventType, OccurredAt, OrderId, CustomerId, TotalAmount, Unknown };
+enum class Field : std::uint8_t {
+  EventId,
+  EventType,
+  OccurredAt,
+  OrderId,
+  CustomerId,
+  TotalAmount,
+  Unknown
+};
 constexpr std::size_t kFieldCount = 6;
 constexpr std::array<std::string_view, kFieldCount> kFieldNames = {
     "event_id", "event_type", "occurred_at", "order_id", "customer_id", "total_amount"};
 
-constexpr std::string_view name_of(Field f) noexcept { return kFieldNames[static_cast<std::size_t>(f)]; }
-constexpr unsigned bit_of(Field f) noexcept { return 1U << static_cast<unsigned>(f); }
+constexpr std::string_view name_of(Field f) noexcept {
+  return kFieldNames[static_cast<std::size_t>(f)];
+}
+constexpr unsigned bit_of(Field f) noexcept {
+  return 1U << static_cast<unsigned>(f);
+}
 
 // Keys are dispatched by length first, so each key costs at most two short
 // compares; the schema is fixed, so a hash map would only add overhead.
@@ -45,8 +57,7 @@ Field field_of(std::string_view key) noexcept {
     case 12:
       if (key == "total_amount") return Field::TotalAmount;
       break;
-    default:
-      break;
+    default: break;
   }
   return Field::Unknown;
 }
@@ -83,7 +94,8 @@ struct ThreadParser {
     capacity = cap;
     // Size the parser's own buffers together with ours (doubling), instead of
     // letting iterate() reallocate them for every slightly larger payload.
-    if (parser.allocate(cap - simdjson::SIMDJSON_PADDING) != simdjson::SUCCESS) throw std::bad_alloc();
+    if (parser.allocate(cap - simdjson::SIMDJSON_PADDING) != simdjson::SUCCESS)
+      throw std::bad_alloc();
   }
 
   void shrink_if_huge() {
@@ -156,13 +168,15 @@ std::string_view type_name(od::json_type t) noexcept {
 }
 
 ValidationError field_error(Field f, ValidationReason reason, std::string_view detail) {
-  return ValidationError{std::string(name_of(f)), reason, fmt::format("{}: {}", name_of(f), detail)};
+  return ValidationError{std::string(name_of(f)), reason,
+                         fmt::format("{}: {}", name_of(f), detail)};
 }
 
 ValidationError invalid_json(error_code e) {
   if (e == simdjson::MEMALLOC) throw std::bad_alloc();  // not the payload's fault: never DLQ it
-  return ValidationError{"", ValidationReason::InvalidJson,
-                         fmt::format("payload: not well-formed JSON ({})", simdjson::error_message(e))};
+  return ValidationError{
+      "", ValidationReason::InvalidJson,
+      fmt::format("payload: not well-formed JSON ({})", simdjson::error_message(e))};
 }
 
 // ---------------------------------------------------------------------------
@@ -174,17 +188,20 @@ ValidationError invalid_json(error_code e) {
 // checked here against the JSON grammar (RFC 8259 section 6) directly.
 struct JsonNumber {
   bool well_formed = false;
-  bool integer = false;   // no fraction, no exponent
+  bool integer = false;  // no fraction, no exponent
   bool negative = false;
   bool overflow = false;  // magnitude above INT64_MAX
   std::uint64_t magnitude = 0;
 };
 
-constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
 
 JsonNumber scan_number(std::string_view s) noexcept {
   // raw_json_token() includes the whitespace up to the next token.
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
     s.remove_suffix(1);
   }
   JsonNumber n;
@@ -293,14 +310,15 @@ struct Reader {
     od::json_type type{};
     if (auto e = v.type().get(type)) return e;
     if (type != od::json_type::string) {
-      error = f == Field::TotalAmount
-                  ? field_error(f, ValidationReason::WrongType,
-                                fmt::format("expected a JSON string, got {}; amounts must be decimal "
-                                            "strings such as \"12.30\" so that no binary float "
-                                            "ever holds money",
-                                            type_name(type)))
-                  : field_error(f, ValidationReason::WrongType,
-                                fmt::format("expected a JSON string, got {}", type_name(type)));
+      error =
+          f == Field::TotalAmount
+              ? field_error(f, ValidationReason::WrongType,
+                            fmt::format("expected a JSON string, got {}; amounts must be decimal "
+                                        "strings such as \"12.30\" so that no binary float "
+                                        "ever holds money",
+                                        type_name(type)))
+              : field_error(f, ValidationReason::WrongType,
+                            fmt::format("expected a JSON string, got {}", type_name(type)));
       return validate_value(v, 1);
     }
     if (auto e = v.get_string().get(out)) return e;
@@ -314,8 +332,9 @@ struct Reader {
     if (auto e = read_string(Field::EventId, v, s, ok); e || !ok) return e;
     const auto id = Uuid::parse(s);
     if (!id) {
-      error = field_error(Field::EventId, ValidationReason::NotUuid,
-                          fmt::format("not a canonical UUID (8-4-4-4-12 hex digits): {}", quoted(s)));
+      error =
+          field_error(Field::EventId, ValidationReason::NotUuid,
+                      fmt::format("not a canonical UUID (8-4-4-4-12 hex digits): {}", quoted(s)));
     } else if (!id->is_v7()) {
       error = field_error(Field::EventId, ValidationReason::NotUuidV7,
                           id->version() == 7
@@ -332,9 +351,9 @@ struct Reader {
     bool ok = false;
     if (auto e = read_string(Field::EventType, v, s, ok); e || !ok) return e;
     if (s != kOrderConfirmedV1) {
-      error = field_error(Field::EventType, ValidationReason::UnknownEventType,
-                          fmt::format("unknown event type {} (expected \"{}\")", quoted(s),
-                                      kOrderConfirmedV1));
+      error = field_error(
+          Field::EventType, ValidationReason::UnknownEventType,
+          fmt::format("unknown event type {} (expected \"{}\")", quoted(s), kOrderConfirmedV1));
     }
     return simdjson::SUCCESS;
   }
@@ -410,9 +429,9 @@ struct Reader {
                                       "exponent: {}",
                                       number_text(raw)));
     } else if (n.negative || n.overflow || n.magnitude == 0) {
-      error = field_error(f, ValidationReason::OutOfRange,
-                          fmt::format("out of range, must be 1 to 9223372036854775807: {}",
-                                      number_text(raw)));
+      error = field_error(
+          f, ValidationReason::OutOfRange,
+          fmt::format("out of range, must be 1 to 9223372036854775807: {}", number_text(raw)));
     } else {
       out = static_cast<std::int64_t>(n.magnitude);
     }
@@ -444,8 +463,9 @@ Validated<OrderConfirmed> parse_padded(od::parser& parser, const char* buf, std:
       return ValidationError{"", ValidationReason::InvalidUtf8, "payload: not valid UTF-8"};
     }
     if (e == simdjson::CAPACITY) {
-      return ValidationError{"", ValidationReason::TooLarge,
-                             fmt::format("payload: {} bytes is beyond the JSON parser's capacity", len)};
+      return ValidationError{
+          "", ValidationReason::TooLarge,
+          fmt::format("payload: {} bytes is beyond the JSON parser's capacity", len)};
     }
     return invalid_json(e);
   }
@@ -456,8 +476,9 @@ Validated<OrderConfirmed> parse_padded(od::parser& parser, const char* buf, std:
   od::json_type top{};
   if (auto e = doc.type().get(top)) return invalid_json(e);
   if (top != od::json_type::object) {
-    return ValidationError{"", ValidationReason::InvalidJson,
-                           fmt::format("payload: top level is {}, not a JSON object", type_name(top))};
+    return ValidationError{
+        "", ValidationReason::InvalidJson,
+        fmt::format("payload: top level is {}, not a JSON object", type_name(top))};
   }
   od::object object;
   if (auto e = doc.get_object().get(object)) return invalid_json(e);
@@ -517,8 +538,8 @@ Validated<OrderConfirmed> parse_order_confirmed(std::string_view json, const Par
   // an oversized message costs nothing but this comparison.
   if (json.size() > limits.max_payload_bytes) {
     return ValidationError{"", ValidationReason::TooLarge,
-                           fmt::format("payload: {} bytes exceeds the limit of {} bytes", json.size(),
-                                       limits.max_payload_bytes)};
+                           fmt::format("payload: {} bytes exceeds the limit of {} bytes",
+                                       json.size(), limits.max_payload_bytes)};
   }
   auto& tp = detail::thread_parser();
   tp.reserve(json.size());

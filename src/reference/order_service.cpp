@@ -18,9 +18,10 @@ void OrderService::create(Transaction& tx, std::int64_t order_id, std::int64_t c
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
                 "orders: order_id and customer_id must be positive");
   }
-  tx.execute("INSERT INTO orders (id, customer_id, total_amount, status, created_at) "
-             "VALUES ($1, $2, $3, 'created', $4)",
-             order_id, customer_id, total, now_of(*config_.clock));
+  tx.execute(
+      "INSERT INTO orders (id, customer_id, total_amount, status, created_at) "
+      "VALUES ($1, $2, $3, 'created', $4)",
+      order_id, customer_id, total, now_of(*config_.clock));
 }
 
 std::optional<Confirmation> OrderService::confirm(Transaction& tx, std::int64_t order_id) {

@@ -13,11 +13,11 @@
 #include <thread>
 #include <unordered_set>
 
+#include <fmt/format.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "idem/error.hpp"
@@ -41,9 +41,12 @@ namespace {
 
 // Boost 1.74's Beast takes boost::string_view (std::string_view only with a macro that
 // would have to be set for every user of Beast in a program alike).
-boost::beast::string_view beast_view(std::string_view s) { return {s.data(), s.size()}; }
+boost::beast::string_view beast_view(std::string_view s) {
+  return {s.data(), s.size()};
+}
 
-HttpResponse response(int status, std::string body, std::string_view content_type = "application/json") {
+HttpResponse response(int status, std::string body,
+                      std::string_view content_type = "application/json") {
   HttpResponse res{static_cast<beast_http::status>(status), 11};
   res.set(beast_http::field::content_type, beast_view(content_type));
   res.body() = std::move(body);
@@ -93,9 +96,10 @@ std::vector<Charge> read_charges(Transaction& tx, std::optional<std::int64_t> or
   constexpr std::string_view columns =
       "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
       "FROM provider_charge ";
-  const Rows rows = order_id
-                        ? tx.execute(std::string(columns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
-                        : tx.execute(std::string(columns) + "ORDER BY payment_id");
+  const Rows rows =
+      order_id
+          ? tx.execute(std::string(columns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
+          : tx.execute(std::string(columns) + "ORDER BY payment_id");
   std::vector<Charge> out;
   out.reserve(rows.size());
   for (const RowView row : rows) {
@@ -224,7 +228,8 @@ void PaymentProvider::Impl::handle(HttpRequest& req, Reply reply) {
   const std::string_view target(req.target().data(), req.target().size());
   const auto question = target.find('?');
   const std::string_view path = target.substr(0, question);
-  const std::string_view query = question == std::string_view::npos ? "" : target.substr(question + 1);
+  const std::string_view query =
+      question == std::string_view::npos ? "" : target.substr(question + 1);
   const bool get = req.method() == beast_http::verb::get;
   const bool post = req.method() == beast_http::verb::post;
   try {
@@ -241,7 +246,8 @@ void PaymentProvider::Impl::handle(HttpRequest& req, Reply reply) {
 
 void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
   if (req.find("Idempotency-Key") == req.end()) {
-    return reply.send(error_response(400, "missing_idempotency_key", "Idempotency-Key header is required"));
+    return reply.send(
+        error_response(400, "missing_idempotency_key", "Idempotency-Key header is required"));
   }
   std::string key = header(req, "Idempotency-Key");
   try {
@@ -273,7 +279,8 @@ void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
       .faults = now_faults,
       .latency = std::nullopt});
   begin_work();
-  ledger.claim(flow->attempt, on_loop([this, flow](LedgerAnswer a) { on_claim(flow, std::move(a)); }));
+  ledger.claim(flow->attempt,
+               on_loop([this, flow](LedgerAnswer a) { on_claim(flow, std::move(a)); }));
 }
 
 void PaymentProvider::Impl::on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
@@ -307,7 +314,8 @@ void PaymentProvider::Impl::give_up(const std::shared_ptr<ChargeFlow>& flow) {
 void PaymentProvider::Impl::charge(const std::shared_ptr<ChargeFlow>& flow) {
   flow->attempt.declined =
       detail::is_declined(flow->attempt.order_id, current_faults().decline, config.seed);
-  ledger.charge(flow->attempt, on_loop([this, flow](LedgerAnswer a) { answer(flow, std::move(a)); }));
+  ledger.charge(flow->attempt,
+                on_loop([this, flow](LedgerAnswer a) { answer(flow, std::move(a)); }));
 }
 
 void PaymentProvider::Impl::answer(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
@@ -359,8 +367,8 @@ void PaymentProvider::Impl::handle_list(std::string_view query, Reply reply) {
     std::int64_t id = 0;
     const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), id);
     if (ec != std::errc() || ptr != text->data() + text->size()) {
-      return reply.send(
-          error_response(400, "invalid_request", fmt::format("order_id '{}' is not an integer", *text)));
+      return reply.send(error_response(400, "invalid_request",
+                                       fmt::format("order_id '{}' is not an integer", *text)));
     }
     order_id = id;
   }
@@ -429,7 +437,9 @@ PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig co
   impl_ = std::make_unique<Impl>(std::move(store), std::move(config));
 }
 
-PaymentProvider::~PaymentProvider() { stop(); }
+PaymentProvider::~PaymentProvider() {
+  stop();
+}
 
 int PaymentProvider::start(const std::string& host, int port) {
   if (impl_->started) {
@@ -449,7 +459,9 @@ void PaymentProvider::stop() {
   impl_->loop_thread.join();
 }
 
-std::string PaymentProvider::base_url() const { return impl_->url; }
+std::string PaymentProvider::base_url() const {
+  return impl_->url;
+}
 
 void PaymentProvider::set_faults(const ProviderFaults& faults) {
   detail::validate_faults(faults);
@@ -457,7 +469,9 @@ void PaymentProvider::set_faults(const ProviderFaults& faults) {
   impl_->faults = faults;
 }
 
-ProviderFaults PaymentProvider::faults() const { return impl_->current_faults(); }
+ProviderFaults PaymentProvider::faults() const {
+  return impl_->current_faults();
+}
 
 ProviderSummary PaymentProvider::summary() const {
   ProviderSummary s = impl_->ledger.read([](Transaction& tx) { return read_summary(tx); });

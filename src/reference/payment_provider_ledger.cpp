@@ -19,14 +19,14 @@ namespace {
 constexpr std::string_view kCreateKeys =
     "CREATE TABLE IF NOT EXISTS provider_idempotency_key ("
     " idempotency_key text PRIMARY KEY,"
-    " fingerprint text NOT NULL,"           // what the request asked for
-    " state text NOT NULL,"                 // 'in_flight' or 'done'
-    " response_status bigint,"              // the stored first answer, once done
+    " fingerprint text NOT NULL,"  // what the request asked for
+    " state text NOT NULL,"        // 'in_flight' or 'done'
+    " response_status bigint,"     // the stored first answer, once done
     " response_body text,"
     " created_at_ms bigint NOT NULL)";
 constexpr std::string_view kCreateCharges =
     "CREATE TABLE IF NOT EXISTS provider_charge ("
-    " payment_id text PRIMARY KEY,"         // pay_<UUIDv7>: sorts by creation
+    " payment_id text PRIMARY KEY,"  // pay_<UUIDv7>: sorts by creation
     " order_id bigint NOT NULL,"
     " amount text NOT NULL,"
     " idempotency_key text NOT NULL,"
@@ -70,7 +70,9 @@ std::int64_t to_ms(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-Param optional_text(const std::string& text) { return text.empty() ? Param(nullptr) : Param(text); }
+Param optional_text(const std::string& text) {
+  return text.empty() ? Param(nullptr) : Param(text);
+}
 
 struct KeyRow {
   std::string fingerprint;
@@ -129,9 +131,8 @@ void insert_charges(Transaction& tx, const std::vector<ChargeRow>& charges, std:
     params.reserve(n * 6);
     for (std::size_t i = at; i < at + n; ++i) {
       const ChargeAttempt& a = *charges[i].attempt;
-      params.insert(params.end(), {Param(charges[i].payment_id), Param(a.order_id),
-                                   Param(a.amount), Param(a.key), optional_text(a.traceparent),
-                                   Param(now_ms)});
+      params.insert(params.end(), {Param(charges[i].payment_id), Param(a.order_id), Param(a.amount),
+                                   Param(a.key), optional_text(a.traceparent), Param(now_ms)});
     }
     tx.execute_deferred_params(
         fmt::format("INSERT INTO provider_charge(payment_id, order_id, amount, idempotency_key, "
@@ -226,8 +227,8 @@ std::vector<ChargeLedger::Job> ChargeLedger::take_batch(std::unique_lock<std::mu
   std::size_t writes = 0;
   for (Job& job : queue_) {
     const bool is_read = job.kind == JobKind::Read;
-    const bool take = is_read ? left.empty()
-                              : writes < kMaxBatch && keys.insert(job.attempt.key).second;
+    const bool take =
+        is_read ? left.empty() : writes < kMaxBatch && keys.insert(job.attempt.key).second;
     if (take) {
       writes += is_read ? 0 : 1;
       batch.push_back(std::move(job));
@@ -310,7 +311,8 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
     if (a.charge_at_claim && a.declined) continue;
     if (a.charge_at_claim) {
       payment_ids[i] = "pay_" + new_uuid_v7().to_string();
-      answers[i] = {LedgerOutcome::Charged, kCharged, charged_body(payment_ids[i], a.order_id, a.amount), {}};
+      answers[i] = {
+          LedgerOutcome::Charged, kCharged, charged_body(payment_ids[i], a.order_id, a.amount), {}};
     }
     inserting.push_back(i);
   }
@@ -322,9 +324,10 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
       const std::size_t i = inserting[j];
       const ChargeAttempt& a = jobs[i].attempt;
       const bool done = a.charge_at_claim;
-      params.insert(params.end(), {Param(a.key), Param(a.fingerprint), Param(done ? "done" : "in_flight"),
-                                   done ? Param(kCharged) : Param(nullptr),
-                                   done ? Param(answers[i].body) : Param(nullptr), Param(now_ms)});
+      params.insert(params.end(),
+                    {Param(a.key), Param(a.fingerprint), Param(done ? "done" : "in_flight"),
+                     done ? Param(kCharged) : Param(nullptr),
+                     done ? Param(answers[i].body) : Param(nullptr), Param(now_ms)});
     }
     const Rows rows = tx.execute_params(
         fmt::format("INSERT INTO provider_idempotency_key(idempotency_key, fingerprint, state, "
@@ -338,8 +341,10 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   for (const std::size_t i : claims) {
     const ChargeAttempt& a = jobs[i].attempt;
     if (claimed.count(a.key) != 0) {
-      if (a.charge_at_claim) charges.push_back({payment_ids[i], &a});
-      else answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
+      if (a.charge_at_claim)
+        charges.push_back({payment_ids[i], &a});
+      else
+        answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
     } else {
       existing_keys.push_back(a.key);
     }
@@ -352,8 +357,10 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
     if (it == existing.end()) {
       // Only a declined charge inserts no key; another provider process that just
       // released the key is the other way here, and a retry sorts it out.
-      answers[i] = a.declined ? LedgerAnswer{LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}}
-                              : LedgerAnswer{LedgerOutcome::InFlight, 409, {}, {}};
+      answers[i] =
+          a.declined
+              ? LedgerAnswer{LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}}
+              : LedgerAnswer{LedgerOutcome::InFlight, 409, {}, {}};
     } else if (it->second.fingerprint != a.fingerprint) {
       answers[i] = {LedgerOutcome::DifferentRequest, 422, {}, {}};
     } else if (it->second.state != "done") {
@@ -375,10 +382,12 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
       answers[i] = {LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}};
     } else if (jobs[i].kind == JobKind::Charge) {
       const std::string payment_id = "pay_" + new_uuid_v7().to_string();
-      answers[i] = {LedgerOutcome::Charged, kCharged, charged_body(payment_id, a.order_id, a.amount), {}};
-      tx.execute_deferred("UPDATE provider_idempotency_key SET state = 'done', response_status = $2, "
-                          "response_body = $3 WHERE idempotency_key = $1",
-                          a.key, kCharged, answers[i].body);
+      answers[i] = {
+          LedgerOutcome::Charged, kCharged, charged_body(payment_id, a.order_id, a.amount), {}};
+      tx.execute_deferred(
+          "UPDATE provider_idempotency_key SET state = 'done', response_status = $2, "
+          "response_body = $3 WHERE idempotency_key = $1",
+          a.key, kCharged, answers[i].body);
       charges.push_back({payment_id, &a});
     }
   }

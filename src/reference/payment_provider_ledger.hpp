@@ -61,7 +61,7 @@ struct LedgerStats {
   std::int64_t transactions = 0;  ///< write transactions committed
   std::int64_t charges = 0;       ///< charges committed by this process
   std::int64_t largest_batch = 0;
-  std::int64_t queued = 0;        ///< jobs waiting for the store thread now
+  std::int64_t queued = 0;  ///< jobs waiting for the store thread now
 };
 
 class ChargeLedger {

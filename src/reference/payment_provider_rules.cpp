@@ -86,15 +86,19 @@ std::optional<ProviderFaults> apply_fault_changes(const ProviderFaults& faults,
   ProviderFaults next = faults;
   for (const auto& [name, value] : doc.items()) {
     const bool number = value.is_number();
-    if (name == "reset_after_commit" && number) next.reset_after_commit = value.get<double>();
-    else if (name == "unavailable" && number) next.unavailable = value.get<double>();
-    else if (name == "decline" && number) next.decline = value.get<double>();
+    if (name == "reset_after_commit" && number)
+      next.reset_after_commit = value.get<double>();
+    else if (name == "unavailable" && number)
+      next.unavailable = value.get<double>();
+    else if (name == "decline" && number)
+      next.decline = value.get<double>();
     else if (name == "latency_ms" && value.is_number_integer())
       next.latency = std::chrono::milliseconds(value.get<std::int64_t>());
     else {
-      why = fmt::format("unknown fault or wrong type: '{}' (expected reset_after_commit, "
-                        "unavailable, decline: numbers; latency_ms: integer)",
-                        name);
+      why = fmt::format(
+          "unknown fault or wrong type: '{}' (expected reset_after_commit, "
+          "unavailable, decline: numbers; latency_ms: integer)",
+          name);
       return std::nullopt;
     }
   }
@@ -115,9 +119,9 @@ json faults_to_json(const ProviderFaults& faults) {
 }
 
 json charge_to_json(const Charge& c) {
-  return json{{"payment_id", c.payment_id},     {"order_id", c.order_id},
-              {"amount", c.amount},             {"idempotency_key", c.idempotency_key},
-              {"traceparent", c.traceparent},   {"created_at", c.created_at}};
+  return json{{"payment_id", c.payment_id},   {"order_id", c.order_id},
+              {"amount", c.amount},           {"idempotency_key", c.idempotency_key},
+              {"traceparent", c.traceparent}, {"created_at", c.created_at}};
 }
 
 json summary_to_json(const ProviderSummary& s) {
@@ -133,10 +137,8 @@ json summary_to_json(const ProviderSummary& s) {
 
 std::string charged_body(std::string_view payment_id, std::int64_t order_id,
                          std::string_view amount) {
-  return json{{"payment_id", payment_id},
-              {"order_id", order_id},
-              {"amount", amount},
-              {"status", "charged"}}
+  return json{
+      {"payment_id", payment_id}, {"order_id", order_id}, {"amount", amount}, {"status", "charged"}}
       .dump();
 }
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include <fmt/format.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -10,7 +11,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
 
 #include "idem/error.hpp"
 
@@ -40,10 +40,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_.emplace();
     parser_->body_limit(kBodyLimit);
     stream_.expires_after(kIdleTimeout);
-    beast::http::async_read(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              self->on_read(ec);
-                            });
+    beast::http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void send(HttpResponse response) {
@@ -66,10 +65,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     response_.prepare_payload();
     serializer_.emplace(response_);
     stream_.expires_after(kWriteTimeout);
-    beast::http::async_write_header(stream_, *serializer_,
-                                    [self = shared_from_this()](beast::error_code, std::size_t) {
-                                      self->shut();
-                                    });
+    beast::http::async_write_header(
+        stream_, *serializer_,
+        [self = shared_from_this()](beast::error_code, std::size_t) { self->shut(); });
   }
 
   /// Closes the connection when no request is being answered on it.
@@ -124,8 +122,8 @@ HttpServer::HttpServer(asio::io_context& io, RequestHandler handler)
 int HttpServer::listen(const std::string& host, int port) {
   try {
     tcp::resolver resolver(io_);
-    const auto endpoints = resolver.resolve(host, std::to_string(port),
-                                            tcp::resolver::passive | tcp::resolver::numeric_service);
+    const auto endpoints = resolver.resolve(
+        host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service);
     const tcp::endpoint endpoint = *endpoints.begin();
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));

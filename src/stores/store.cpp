@@ -48,9 +48,13 @@ const std::optional<std::string>& Rows::cell(std::size_t row, std::size_t col) c
   return cells_[row * columns_ + col];
 }
 
-std::size_t RowView::size() const noexcept { return rows_->columns(); }
+std::size_t RowView::size() const noexcept {
+  return rows_->columns();
+}
 
-bool RowView::is_null(std::size_t col) const { return !rows_->cell(row_, col).has_value(); }
+bool RowView::is_null(std::size_t col) const {
+  return !rows_->cell(row_, col).has_value();
+}
 
 std::string_view RowView::text(std::size_t col) const {
   const auto& c = rows_->cell(row_, col);
@@ -154,14 +158,16 @@ std::unique_ptr<Store> open_store(std::string_view url, const StoreOptions& opti
   if (starts_with(url, "sqlite://")) {
     const std::string_view path = url.substr(std::strlen("sqlite://"));
     if (path.empty()) {
-      throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                  "store URL 'sqlite://' names no file (use sqlite:///abs/path.db or sqlite://:memory:)");
+      throw Error(
+          ErrorCode::InvalidArgument, ErrorSource::Config,
+          "store URL 'sqlite://' names no file (use sqlite:///abs/path.db or sqlite://:memory:)");
     }
     return make_sqlite_store(path, options);
   }
-  throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-              fmt::format("store URL has an unknown scheme (expected postgresql:// or sqlite://): '{}'",
-                          url.substr(0, url.find(':'))));
+  throw Error(
+      ErrorCode::InvalidArgument, ErrorSource::Config,
+      fmt::format("store URL has an unknown scheme (expected postgresql:// or sqlite://): '{}'",
+                  url.substr(0, url.find(':'))));
 }
 
 }  // namespace idem

@@ -37,11 +37,11 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 
 namespace {
@@ -91,15 +91,24 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
     const std::string value = argv[++i];
     try {
-      if (flag == "--brokers") o.brokers = value;
-      else if (flag == "--topic") o.topic = value;
-      else if (flag == "--group") o.group = value;
-      else if (flag == "--db") o.db = value;
-      else if (flag == "--batch") o.batch = std::stoul(value);
-      else if (flag == "--batch-window-ms") o.batch_window_ms = std::stoi(value);
-      else if (flag == "--crash-point") o.crash_point = parse_point(value);
-      else if (flag == "--crash-probability") o.crash_probability = std::stod(value);
-      else if (flag == "--seed") o.seed = std::stoull(value);
+      if (flag == "--brokers")
+        o.brokers = value;
+      else if (flag == "--topic")
+        o.topic = value;
+      else if (flag == "--group")
+        o.group = value;
+      else if (flag == "--db")
+        o.db = value;
+      else if (flag == "--batch")
+        o.batch = std::stoul(value);
+      else if (flag == "--batch-window-ms")
+        o.batch_window_ms = std::stoi(value);
+      else if (flag == "--crash-point")
+        o.crash_point = parse_point(value);
+      else if (flag == "--crash-probability")
+        o.crash_probability = std::stod(value);
+      else if (flag == "--seed")
+        o.seed = std::stoull(value);
       else if (flag == "--kafka") {
         const auto eq = value.find('=');
         if (eq == std::string::npos || eq == 0) usage("--kafka expects key=value");

@@ -38,11 +38,11 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "support/delayed_calls.hpp"
 
@@ -93,15 +93,24 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
     const std::string value = argv[++i];
     try {
-      if (flag == "--brokers") o.brokers = value;
-      else if (flag == "--topic") o.topic = value;
-      else if (flag == "--group") o.group = value;
-      else if (flag == "--db") o.db = value;
-      else if (flag == "--batch") o.batch = std::stoul(value);
-      else if (flag == "--batch-window-ms") o.batch_window_ms = std::stoi(value);
-      else if (flag == "--crash-point") o.crash_point = parse_point(value);
-      else if (flag == "--crash-probability") o.crash_probability = std::stod(value);
-      else if (flag == "--seed") o.seed = std::stoull(value);
+      if (flag == "--brokers")
+        o.brokers = value;
+      else if (flag == "--topic")
+        o.topic = value;
+      else if (flag == "--group")
+        o.group = value;
+      else if (flag == "--db")
+        o.db = value;
+      else if (flag == "--batch")
+        o.batch = std::stoul(value);
+      else if (flag == "--batch-window-ms")
+        o.batch_window_ms = std::stoi(value);
+      else if (flag == "--crash-point")
+        o.crash_point = parse_point(value);
+      else if (flag == "--crash-probability")
+        o.crash_probability = std::stod(value);
+      else if (flag == "--seed")
+        o.seed = std::stoull(value);
       else if (flag == "--kafka") {
         const auto eq = value.find('=');
         if (eq == std::string::npos || eq == 0) usage("--kafka expects key=value");
@@ -174,17 +183,21 @@ int main(int argc, char** argv) {
     // Declared before the consumer: calls still waiting complete into a closed queue.
     idem::test::DelayedCalls client;
     idem::Consumer consumer(config, std::move(store), std::move(hooks));
-    consumer.on_effect(opts.topic, idem::EffectHandler<idem::OrderConfirmed, bool>{
-        .call = [&client](const idem::OrderConfirmed&, const idem::RecordInfo&,
-                         idem::CallCompletion<bool> done) {
-          client.after(std::chrono::milliseconds(20), [done] { done.done(true); });
-        },
-        .apply = [](const idem::OrderConfirmed& event, const idem::RecordInfo& record, const bool&,
-                    idem::Transaction& tx) {
-          idem::record_effect(tx, event.event_id, record);
-          return idem::Outcome::Done;
-        },
-        .ordering_key = {}});
+    consumer.on_effect(
+        opts.topic,
+        idem::EffectHandler<idem::OrderConfirmed, bool>{
+            .call =
+                [&client](const idem::OrderConfirmed&, const idem::RecordInfo&,
+                          idem::CallCompletion<bool> done) {
+                  client.after(std::chrono::milliseconds(20), [done] { done.done(true); });
+                },
+            .apply =
+                [](const idem::OrderConfirmed& event, const idem::RecordInfo& record, const bool&,
+                   idem::Transaction& tx) {
+                  idem::record_effect(tx, event.event_id, record);
+                  return idem::Outcome::Done;
+                },
+            .ordering_key = {}});
 
     std::atomic<bool> done{false};
     std::thread signal_waiter([&] {

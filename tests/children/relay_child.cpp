@@ -28,11 +28,16 @@ void say(std::string_view line) {
 }
 
 bool parse_step(std::string_view s, idem::RelayStep& step) {
-  if (s == "claimed") step = idem::RelayStep::Claimed;
-  else if (s == "produced") step = idem::RelayStep::Produced;
-  else if (s == "acked") step = idem::RelayStep::Acked;
-  else if (s == "marked") step = idem::RelayStep::Marked;
-  else return false;
+  if (s == "claimed")
+    step = idem::RelayStep::Claimed;
+  else if (s == "produced")
+    step = idem::RelayStep::Produced;
+  else if (s == "acked")
+    step = idem::RelayStep::Acked;
+  else if (s == "marked")
+    step = idem::RelayStep::Marked;
+  else
+    return false;
   return true;
 }
 

@@ -19,11 +19,11 @@
 
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
-#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -58,33 +58,38 @@ Outcome run_billing_through_resets(bool idempotency_key) {
   test::DevBrokerProcess broker(IDEM_CLI_PATH);
   broker.create_topic(std::string(kOrderConfirmedTopic), 3);
   const std::string db = test::fresh_sqlite_url();
-  EXPECT_EQ(run_to_exit({"orders", "create", "--db", db, "--count", std::to_string(kOrders), "--migrate"}), 0);
+  EXPECT_EQ(run_to_exit(
+                {"orders", "create", "--db", db, "--count", std::to_string(kOrders), "--migrate"}),
+            0);
   EXPECT_EQ(run_to_exit({"relay", "--db", db, "--brokers", broker.bootstrap(), "--until-empty",
                          "--timeout-s", "60"}),
             0);
 
   test::ProviderProcess provider(IDEM_CLI_PATH, test::fresh_sqlite_url(),
                                  {"--reset-after-commit", "0.5", "--seed", "11"});
-  std::vector<std::string> args{"consume",       "--brokers",    broker.bootstrap(),
-                                "--db",          db,             "--handler",
-                                "billing",       "--provider-url", provider.url(),
-                                "--batch",       "5"};
+  std::vector<std::string> args{
+      "consume", "--brokers",      broker.bootstrap(), "--db",    db, "--handler",
+      "billing", "--provider-url", provider.url(),     "--batch", "5"};
   if (!idempotency_key) args.emplace_back("--no-idempotency-key");
   auto consumer = test::ChildProcess::spawn(IDEM_CLI_PATH, args);
 
   const bool all_billed = test::eventually(
-      [&] { return scalar(db, "SELECT count(*) FROM orders WHERE payment_status = 'charged'") == kOrders; },
+      [&] {
+        return scalar(db, "SELECT count(*) FROM orders WHERE payment_status = 'charged'") ==
+               kOrders;
+      },
       90s);
   EXPECT_TRUE(all_billed) << "not every order was billed in time";
   consumer.kill(SIGTERM);
   EXPECT_EQ(consumer.wait(60s), 0);
 
   out.summary = test::http_get(provider.url(), "/payments/summary").body;
-  std::cout << (idempotency_key ? "with" : "without") << " Idempotency-Key, provider summary: "
-            << out.summary.dump() << std::endl;
+  std::cout << (idempotency_key ? "with" : "without")
+            << " Idempotency-Key, provider summary: " << out.summary.dump() << std::endl;
   out.ledger_rows = scalar(db, "SELECT count(*) FROM billing_ledger");
-  out.max_ledger_rows_per_order =
-      scalar(db, "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM billing_ledger GROUP BY order_id) AS t");
+  out.max_ledger_rows_per_order = scalar(db,
+                                         "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n "
+                                         "FROM billing_ledger GROUP BY order_id) AS t");
   out.charged_orders = scalar(db, "SELECT count(*) FROM orders WHERE payment_status = 'charged'");
   EXPECT_EQ(provider.stop(), 0);
   return out;

@@ -38,8 +38,12 @@ constexpr std::size_t kMessages = 6'000;
 constexpr int kPartitions = 8;
 
 enum class Db { Sqlite, Postgres };
-std::string db_name(Db db) { return db == Db::Sqlite ? "sqlite" : "postgres"; }
-void PrintTo(Db db, std::ostream* os) { *os << db_name(db); }
+std::string db_name(Db db) {
+  return db == Db::Sqlite ? "sqlite" : "postgres";
+}
+void PrintTo(Db db, std::ostream* os) {
+  *os << db_name(db);
+}
 
 class ConcurrentEffectsFault : public ::testing::TestWithParam<Db> {
  protected:
@@ -83,7 +87,8 @@ TEST_P(ConcurrentEffectsFault, JoinThenKillWithCallsInFlightKeepsEveryEffectOnce
   idem::test::KafkaTestProducer producer(bootstrap);
   std::size_t sent = 0;
   const auto send = [&](std::size_t n) {
-    for (std::size_t i = 0; i < n && sent < workload_.records.size(); ++i) producer.send(workload_.records[sent++]);
+    for (std::size_t i = 0; i < n && sent < workload_.records.size(); ++i)
+      producer.send(workload_.records[sent++]);
     producer.flush(30s);
   };
 
@@ -115,8 +120,8 @@ TEST_P(ConcurrentEffectsFault, JoinThenKillWithCallsInFlightKeepsEveryEffectOnce
   const auto malformed = idem::test::locate_malformed(bootstrap, topic_, kPartitions, workload_);
   const auto end = idem::test::end_offsets(bootstrap, topic_, kPartitions);
 
-  ASSERT_TRUE(idem::test::wait_until([&] { return idem::test::group_caught_up(bootstrap, group, topic_, end); },
-                                     240s, 500ms))
+  ASSERT_TRUE(idem::test::wait_until(
+      [&] { return idem::test::group_caught_up(bootstrap, group, topic_, end); }, 240s, 500ms))
       << "the survivor did not finish the killed member's partitions";
   ASSERT_EQ(b.wait_for(0ms), std::nullopt) << "the survivor died";
   b.kill(SIGTERM);
@@ -125,11 +130,12 @@ TEST_P(ConcurrentEffectsFault, JoinThenKillWithCallsInFlightKeepsEveryEffectOnce
   EXPECT_EQ(b.wait(30s), 0);
   ASSERT_FALSE(stats.empty());
   EXPECT_GT(stats.at("calls"), 0u);
-  EXPECT_TRUE(idem::test::exactly_once_invariant(bootstrap, db_url_, topic_, kPartitions, group, workload_,
-                                                 malformed));
+  EXPECT_TRUE(idem::test::exactly_once_invariant(bootstrap, db_url_, topic_, kPartitions, group,
+                                                 workload_, malformed));
 }
 
-INSTANTIATE_TEST_SUITE_P(Rebalance, ConcurrentEffectsFault, ::testing::Values(Db::Sqlite, Db::Postgres),
+INSTANTIATE_TEST_SUITE_P(Rebalance, ConcurrentEffectsFault,
+                         ::testing::Values(Db::Sqlite, Db::Postgres),
                          [](const ::testing::TestParamInfo<Db>& param_info) {
                            return db_name(param_info.param);
                          });

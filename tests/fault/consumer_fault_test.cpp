@@ -36,11 +36,11 @@
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace {
 
@@ -54,23 +54,29 @@ using idem::test::MalformedLocations;
 using idem::test::Workload;
 
 // --- scale: the one place to turn it up or down -------------------------------------------
-constexpr std::size_t kMessages = 20'000;        // per scenario: valid + duplicates + malformed
-constexpr double kDuplicateRatio = 0.10;         // resends of a valid event (same id, new offset)
-constexpr double kMalformedPerKind = 0.01;       // x 6 kinds
-constexpr std::size_t kOutageMessages = 4'000;   // the DB-outage scenario
+constexpr std::size_t kMessages = 20'000;       // per scenario: valid + duplicates + malformed
+constexpr double kDuplicateRatio = 0.10;        // resends of a valid event (same id, new offset)
+constexpr double kMalformedPerKind = 0.01;      // x 6 kinds
+constexpr std::size_t kOutageMessages = 4'000;  // the DB-outage scenario
 constexpr int kPartitions = 8;
 constexpr std::size_t kBatch = 100;
-constexpr int kTargetCrashes = 6;                // crashing processes started per run, at most
-constexpr int kMinCrashes = 5;                   // ... and the crashes that must have happened
-constexpr auto kCatchUpDeadline = 180s;          // one consumer draining what is left
-constexpr auto kChildLifeDeadline = 120s;        // one crashing process
+constexpr int kTargetCrashes = 6;          // crashing processes started per run, at most
+constexpr int kMinCrashes = 5;             // ... and the crashes that must have happened
+constexpr auto kCatchUpDeadline = 180s;    // one consumer draining what is left
+constexpr auto kChildLifeDeadline = 120s;  // one crashing process
 
 enum class Db { Sqlite, Postgres };
 
-std::string db_name(Db db) { return db == Db::Sqlite ? "sqlite" : "postgres"; }
-void PrintTo(Db db, std::ostream* os) { *os << db_name(db); }  // for GoogleTest's listings
+std::string db_name(Db db) {
+  return db == Db::Sqlite ? "sqlite" : "postgres";
+}
+void PrintTo(Db db, std::ostream* os) {
+  *os << db_name(db);
+}  // for GoogleTest's listings
 
-std::uint64_t random_seed() { return std::random_device{}(); }
+std::uint64_t random_seed() {
+  return std::random_device{}();
+}
 
 /// A broker, a topic with its DLQ, a store and a workload; what every scenario starts from.
 class ConsumerFaultBase : public ::testing::Test {
@@ -92,7 +98,8 @@ class ConsumerFaultBase : public ::testing::Test {
     broker_->create_topic(topic_, kPartitions);
     broker_->create_topic(topic_ + ".dlq", 1);
     seed_ = random_seed();
-    workload_ = idem::test::make_workload(topic_, messages, kDuplicateRatio, kMalformedPerKind, seed_);
+    workload_ =
+        idem::test::make_workload(topic_, messages, kDuplicateRatio, kMalformedPerKind, seed_);
     RecordProperty("seed", std::to_string(seed_));
   }
 
@@ -148,7 +155,8 @@ class ConsumerFaultBase : public ::testing::Test {
   std::vector<std::map<std::string, std::uint64_t>> drain(const std::vector<std::string>& groups) {
     std::vector<ChildProcess> children;
     for (const auto& g : groups) children.push_back(start(args(g)));
-    for (const auto& g : groups) EXPECT_TRUE(wait_caught_up(g)) << "group " << g << " did not catch up";
+    for (const auto& g : groups)
+      EXPECT_TRUE(wait_caught_up(g)) << "group " << g << " did not catch up";
     std::vector<std::map<std::string, std::uint64_t>> stats;
     for (auto& c : children) stats.push_back(stop_gracefully(c));
     return stats;
@@ -171,7 +179,11 @@ class ConsumerFaultBase : public ::testing::Test {
   class CrashLoop {
    public:
     CrashLoop(ConsumerFaultBase& world, std::string group, std::string point, double p, int target)
-        : world_(world), group_(std::move(group)), point_(std::move(point)), p_(p), target_(target) {}
+        : world_(world),
+          group_(std::move(group)),
+          point_(std::move(point)),
+          p_(p),
+          target_(target) {}
 
     /// Advances the loop; returns true once it is finished.
     bool step() {
@@ -182,13 +194,15 @@ class ConsumerFaultBase : public ::testing::Test {
         ConsumerArgs a = world_.args(group_);
         a.crash_point = point_;
         a.crash_probability = p_;
-        a.seed = world_.seed_ + static_cast<std::uint64_t>(spawned_++) * 7919 + std::hash<std::string>{}(point_);
+        a.seed = world_.seed_ + static_cast<std::uint64_t>(spawned_++) * 7919 +
+                 std::hash<std::string>{}(point_);
         child_.emplace(world_.start(a));
         child_deadline_ = now + kChildLifeDeadline;
         return false;
       }
       if (const auto status = child_->wait_for(0ms)) {
-        EXPECT_EQ(*status, -SIGKILL) << group_ << ": consumer " << spawned_ << " ended without crashing";
+        EXPECT_EQ(*status, -SIGKILL)
+            << group_ << ": consumer " << spawned_ << " ended without crashing";
         bool at_point = false;
         while (auto line = child_->read_line(5s)) {
           if (line->starts_with("crash " + point_ + " ")) {
@@ -196,7 +210,8 @@ class ConsumerFaultBase : public ::testing::Test {
             log_.push_back(*line);
           }
         }
-        EXPECT_TRUE(at_point) << group_ << ": consumer " << spawned_ << " died, but not at " << point_;
+        EXPECT_TRUE(at_point) << group_ << ": consumer " << spawned_ << " died, but not at "
+                              << point_;
         ++crashes_;
         child_.reset();
         return false;
@@ -269,8 +284,8 @@ class ConsumerFaultBase : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------
 
 struct CrashPoint {
-  const char* name;        // to_string(HookPoint)
-  double probability;      // per hook call
+  const char* name;    // to_string(HookPoint)
+  double probability;  // per hook call
 };
 
 // AfterHandler is called once per new event, the others once per batch (<= kBatch records):
@@ -300,11 +315,12 @@ TEST_P(ConsumerCrash, EveryValidEventHasExactlyOneEffectAcrossRepeatedKills) {
   ASSERT_FALSE(HasFailure());
   std::vector<std::string> groups;
   for (const auto& l : loops) {
-    EXPECT_GE(l.crashes(), kMinCrashes) << "too few crashes at " << l.point()
-                                        << " to prove anything (the run finished first)";
+    EXPECT_GE(l.crashes(), kMinCrashes)
+        << "too few crashes at " << l.point() << " to prove anything (the run finished first)";
     groups.push_back(l.group());
     std::printf("[ crashes  ] %s: %d SIGKILLs at %s (%s)\n", db_name(GetParam()).c_str(),
-                l.crashes(), l.point().c_str(), fmt::format("{}", fmt::join(l.log(), "; ")).c_str());
+                l.crashes(), l.point().c_str(),
+                fmt::format("{}", fmt::join(l.log(), "; ")).c_str());
   }
   drain(groups);
   for (const auto& g : groups) EXPECT_TRUE(invariant(g));
@@ -347,8 +363,8 @@ TEST_P(ConsumerScenario, SurvivorTakesOverThePartitionsOfAKilledGroupMember) {
     if (auto line = a.read_line(100ms); line && *line == "first-batch") a_working = true;
     if (auto line = b.read_line(100ms); line && *line == "first-batch") b_working = true;
   }
-  ASSERT_TRUE(a_working && b_working) << "both members never processed a batch within "
-                                      << sent << " records";
+  ASSERT_TRUE(a_working && b_working)
+      << "both members never processed a batch within " << sent << " records";
   b.kill(SIGKILL);
   ASSERT_EQ(b.wait(30s), -SIGKILL);
   for (; sent < workload_.records.size(); ++sent) producer.send(workload_.records[sent]);
@@ -357,7 +373,8 @@ TEST_P(ConsumerScenario, SurvivorTakesOverThePartitionsOfAKilledGroupMember) {
 
   // The survivor gets the dead member's partitions after session.timeout.ms and resumes
   // at its last commits; everything gets committed.
-  ASSERT_TRUE(wait_caught_up(group)) << "the survivor did not finish the killed member's partitions";
+  ASSERT_TRUE(wait_caught_up(group))
+      << "the survivor did not finish the killed member's partitions";
   ASSERT_EQ(a.wait_for(0ms), std::nullopt) << "the survivor died";
   const auto stats = stop_gracefully(a);
   EXPECT_GT(stats.at("processed"), 0u);
@@ -380,11 +397,10 @@ TEST_P(ConsumerScenario, OffsetResetToEarliestAppliesNoEffectTwice) {
   const std::string fresh_group = unique_name("audit");
   {
     ChildProcess cli = ChildProcess::spawn(
-        IDEM_CLI_PATH,
-        {"consume", "--brokers", bootstrap(), "--topic", topic_, "--group", fresh_group, "--db",
-         db_url_, "--batch", std::to_string(kBatch), "--auto-offset-reset", "earliest", "--kafka",
-         "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000", "--kafka",
-         "log_level=3"});
+        IDEM_CLI_PATH, {"consume", "--brokers", bootstrap(), "--topic", topic_, "--group",
+                        fresh_group, "--db", db_url_, "--batch", std::to_string(kBatch),
+                        "--auto-offset-reset", "earliest", "--kafka", "session.timeout.ms=6000",
+                        "--kafka", "heartbeat.interval.ms=1000", "--kafka", "log_level=3"});
     std::vector<std::string> seen;
     ASSERT_TRUE(idem::test::expect_line(cli, fmt::format("consuming {} as {}", topic_, fresh_group),
                                         30s, &seen));
@@ -432,16 +448,19 @@ TEST_P(ConsumerScenario, TwoGroupsEachApplyEveryEventOnce) {
   {
     auto store = idem::open_store(db_url_);
     auto tx = store->begin();
-    tx->execute("INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, "
-                "kafka_offset) VALUES ($1, $2, $3, 0, 0)",
-                analytics, *idem::Uuid::parse(*workload_.valid_ids.begin()), topic_);
+    tx->execute(
+        "INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, "
+        "kafka_offset) VALUES ($1, $2, $3, 0, 0)",
+        analytics, *idem::Uuid::parse(*workload_.valid_ids.begin()), topic_);
     tx->commit();
   }
   EXPECT_FALSE(invariant(analytics)) << "the invariant check missed a double effect";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ConsumerScenario, ::testing::Values(Db::Sqlite, Db::Postgres),
-                         [](const ::testing::TestParamInfo<Db>& param_info) { return db_name(param_info.param); });
+                         [](const ::testing::TestParamInfo<Db>& param_info) {
+                           return db_name(param_info.param);
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // 6: the database goes away for a while (PostgreSQL, a private cluster of this test).
@@ -484,7 +503,8 @@ TEST_F(ConsumerDbOutage, PostgresStopAndStartLosesNothingAndTheConsumerSurvives)
       },
       60s, 500ms))
       << "the consumer never retried while the database was down";
-  ASSERT_EQ(consumer.wait_for(0ms), std::nullopt) << "the consumer died while the database was down";
+  ASSERT_EQ(consumer.wait_for(0ms), std::nullopt)
+      << "the consumer died while the database was down";
   EXPECT_FALSE(caught_up(group)) << "offsets were committed while the database was down";
 
   pg.start();

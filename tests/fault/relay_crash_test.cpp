@@ -16,16 +16,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
-#include "support/test_env.hpp"
-#include "support/wait.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -44,8 +44,8 @@ struct BrokerProcess {
   std::string bootstrap;
 
   static BrokerProcess start() {
-    ChildProcess c = ChildProcess::spawn(IDEM_CLI_PATH,
-                                         {"dev-broker", "--topic", std::string(kTopic) + ":3"});
+    ChildProcess c =
+        ChildProcess::spawn(IDEM_CLI_PATH, {"dev-broker", "--topic", std::string(kTopic) + ":3"});
     const auto line = c.read_line(30s);
     if (!line) throw std::runtime_error("dev-broker printed no bootstrap line");
     return BrokerProcess{std::move(c), *line};
@@ -87,9 +87,11 @@ class RelayFault : public ::testing::Test {
 
   /// Every confirmed order on the topic at least once; every copy with its born id.
   /// Returns the number of duplicate copies.
-  std::size_t check_topic(const std::string& bootstrap, const std::map<std::int64_t, Uuid>& expected) {
+  std::size_t check_topic(const std::string& bootstrap,
+                          const std::map<std::int64_t, Uuid>& expected) {
     std::size_t total = 0;
-    for (const auto o : test::end_offsets(bootstrap, kTopic, 3)) total += static_cast<std::size_t>(o);
+    for (const auto o : test::end_offsets(bootstrap, kTopic, 3))
+      total += static_cast<std::size_t>(o);
     const auto records = test::read_topic(bootstrap, kTopic, 3, total, 60s);
     EXPECT_EQ(records.size(), total);
     std::map<std::int64_t, int> copies;
@@ -144,9 +146,9 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
     const std::string step = steps[static_cast<std::size_t>(round) % steps.size()];
     // Acked/Marked fire once per group of batches settled together, so count to 2 at most.
     const int batch = 1 + static_cast<int>(rng() % 2);
-    ChildProcess relay = ChildProcess::spawn(
-        test::child_program("relay_child"),
-        {this->url_, broker.bootstrap, "50", step, std::to_string(batch)});
+    ChildProcess relay =
+        ChildProcess::spawn(test::child_program("relay_child"),
+                            {this->url_, broker.bootstrap, "50", step, std::to_string(batch)});
     const int status = relay.wait(60s);
     if (status == -SIGKILL) ++self_kills;
     ASSERT_TRUE(status == -SIGKILL || status == 0) << "relay_child status " << status;
@@ -156,8 +158,8 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   // ...then 6 SIGKILLs of the real `idem relay` at random moments.
   for (int round = 0; round < 6; ++round) {
     ChildProcess relay = ChildProcess::spawn(
-        IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap,
-                        "--batch-size", "100", "--progress-ms", "0", "--kafka", "log_level=2"});
+        IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size",
+                        "100", "--progress-ms", "0", "--kafka", "log_level=2"});
     ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
     // Fault injection timing, not synchronisation: kill somewhere in 0..300 ms.
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
@@ -167,8 +169,8 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   }
   EXPECT_GT(this->unpublished(), 0) << "the kills should have left work for the last relay";
   ChildProcess last = ChildProcess::spawn(
-      IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap,
-                      "--until-empty", "--timeout-s", "120", "--progress-ms", "0"});
+      IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--until-empty",
+                      "--timeout-s", "120", "--progress-ms", "0"});
   ASSERT_EQ(last.wait(150s), 0);
   EXPECT_EQ(this->unpublished(), 0);
   const std::size_t duplicates = this->check_topic(broker.bootstrap, expected);
@@ -182,10 +184,9 @@ TYPED_TEST(RelayFault, BrokerDownForAWhileThenTheRelayCatchesUp) {
   BrokerProcess broker = BrokerProcess::start();
   auto expected = this->confirm_orders(1, 200);
   ChildProcess relay = ChildProcess::spawn(
-      IDEM_CLI_PATH,
-      {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size", "50",
-       "--progress-ms", "100", "--poll-interval-ms", "50", "--kafka", "reconnect.backoff.max.ms=500",
-       "--kafka", "log_level=2"});
+      IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size",
+                      "50", "--progress-ms", "100", "--poll-interval-ms", "50", "--kafka",
+                      "reconnect.backoff.max.ms=500", "--kafka", "log_level=2"});
   ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
   ASSERT_TRUE(eventually([&] { return this->unpublished() == 0; }, 60s));
 

@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
-#include "idem/reference/payment_provider.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
+#include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
 #include "idem/uuid.hpp"
@@ -54,9 +54,10 @@ class BillingTest : public ::testing::Test {
     provider_->start("127.0.0.1", 0);
     auto tx = store_->begin();
     for (std::int64_t id = 1; id <= 3; ++id) {
-      tx->execute("INSERT INTO orders(id, customer_id, total_amount, status, created_at) "
-                  "VALUES ($1, $2, $3, 'confirmed', '2026-11-30T00:00:00Z')",
-                  id, 100 + id % 2, "10.50");
+      tx->execute(
+          "INSERT INTO orders(id, customer_id, total_amount, status, created_at) "
+          "VALUES ($1, $2, $3, 'confirmed', '2026-11-30T00:00:00Z')",
+          id, 100 + id % 2, "10.50");
     }
     tx->commit();
   }
@@ -81,8 +82,9 @@ class BillingTest : public ::testing::Test {
   /// Runs `handler` on `e` in a transaction that commits when `commit` (the consumer
   /// would also have marked the event processed in it); returns the outcome and the
   /// dead-letter reason the handler gave.
-  std::pair<Outcome, std::string> run(const Handler<OrderConfirmed>& handler, const OrderConfirmed& e,
-                                      bool commit = true, std::string traceparent = {}) {
+  std::pair<Outcome, std::string> run(const Handler<OrderConfirmed>& handler,
+                                      const OrderConfirmed& e, bool commit = true,
+                                      std::string traceparent = {}) {
     std::string reason;
     std::vector<RecordHeader> headers;
     if (!traceparent.empty()) headers.push_back({"traceparent", traceparent});
@@ -112,7 +114,8 @@ TYPED_TEST(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
 
   const auto charges = this->provider_->charges(1);
   ASSERT_EQ(charges.size(), 1u);
-  EXPECT_EQ(charges[0].idempotency_key, e.event_id.to_string()) << "IDEM-4: the key is the event id";
+  EXPECT_EQ(charges[0].idempotency_key, e.event_id.to_string())
+      << "IDEM-4: the key is the event id";
   EXPECT_EQ(charges[0].amount, "10.50");
   // The call is a child span of the record's context: same trace, a span of its own.
   const auto forwarded = parse_traceparent(charges[0].traceparent);
@@ -121,8 +124,8 @@ TYPED_TEST(BillingTest, ChargesOnceAndRecordsLedgerAndPaymentStatus) {
   EXPECT_NE(charges[0].traceparent.substr(36, 16), "00f067aa0ba902b7");
 
   auto tx = this->store_->begin();
-  const Rows ledger = tx->execute(
-      "SELECT order_id, event_id, amount, provider_payment_id FROM billing_ledger");
+  const Rows ledger =
+      tx->execute("SELECT order_id, event_id, amount, provider_payment_id FROM billing_ledger");
   ASSERT_EQ(ledger.size(), 1u);
   EXPECT_EQ(ledger[0].int64(0), 1);
   EXPECT_EQ(ledger[0].uuid(1), e.event_id);

@@ -92,7 +92,8 @@ class ConcurrentEffectsTest : public DevBrokerSuite {
     for (std::int64_t id = 1; id <= orders; ++id) {
       OrderConfirmed e;
       e.event_id = new_uuid_v7();
-      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+      e.occurred_at =
+          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
       e.order_id = id;
       e.customer_id = 7;
       e.total_amount = Amount::from_hundredths(1999);
@@ -137,29 +138,36 @@ TYPED_TEST(ConcurrentEffectsTest, CallsEachKeyInOffsetOrderAndAppliesEachOrderOn
   DelayedCalls client;
   // A window of 200 records per partition (of ~1,250 each): partitions pause and resume.
   std::unique_ptr<Consumer> consumer = this->make_consumer(512, 200);
-  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, std::int64_t>{
-      .call = [&](const OrderConfirmed& e, const RecordInfo& r, CallCompletion<std::int64_t> done) {
-        const std::string key(r.key);
-        calls_seen.started(key, e.order_id);
-        client.after(20ms, [&calls_seen, key, done, id = e.order_id] {
-          calls_seen.ended(key);
-          done.done(id);
-        });
-      },
-      .apply = [](const OrderConfirmed& e, const RecordInfo& r, const std::int64_t& answered,
-                  Transaction& tx) {
-        if (answered != e.order_id) return Outcome::DeadLetter;
-        record_effect(tx, e.event_id, r);
-        return Outcome::Done;
-      },
-      .ordering_key = {}});
+  consumer->on_effect(
+      this->topic_,
+      EffectHandler<OrderConfirmed, std::int64_t>{
+          .call =
+              [&](const OrderConfirmed& e, const RecordInfo& r, CallCompletion<std::int64_t> done) {
+                const std::string key(r.key);
+                calls_seen.started(key, e.order_id);
+                client.after(20ms, [&calls_seen, key, done, id = e.order_id] {
+                  calls_seen.ended(key);
+                  done.done(id);
+                });
+              },
+          .apply =
+              [](const OrderConfirmed& e, const RecordInfo& r, const std::int64_t& answered,
+                 Transaction& tx) {
+                if (answered != e.order_id) return Outcome::DeadLetter;
+                record_effect(tx, e.event_id, r);
+                return Outcome::Done;
+              },
+          .ordering_key = {}});
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
   const bool all = wait_until([&] { return observed.stats().processed >= kOrders; }, 120s, 50ms);
-  const std::vector<std::int64_t> end = end_offsets(this->broker_->bootstrap_servers(), this->topic_, kPartitions);
+  const std::vector<std::int64_t> end =
+      end_offsets(this->broker_->bootstrap_servers(), this->topic_, kPartitions);
   const bool committed = wait_until(
-      [&] { return group_caught_up(this->broker_->bootstrap_servers(), this->group_, this->topic_, end); }, 60s,
-      100ms);
+      [&] {
+        return group_caught_up(this->broker_->bootstrap_servers(), this->group_, this->topic_, end);
+      },
+      60s, 100ms);
   ASSERT_TRUE(running.stop());
   if (running.error()) std::rethrow_exception(running.error());
   ASSERT_TRUE(all) << "processed " << observed.stats().processed << " of " << kOrders;
@@ -190,29 +198,34 @@ TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
   std::vector<std::int64_t> bad_applied;  // order ids of the bad key, in apply order
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = this->make_consumer(64);
-  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, bool>{
-      .call = [&](const OrderConfirmed&, const RecordInfo& r, CallCompletion<bool> done) {
-        const bool fail = r.key == bad && !recovered.load();
-        client.after(5ms, [&failed_calls, fail, done] {
-          if (!fail) return done.done(true);
-          ++failed_calls;
-          done.retry("provider unavailable (test)");
-        });
-      },
-      .apply = [&](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
-        if (r.key == bad) {
-          std::lock_guard lock(applied_mutex);
-          bad_applied.push_back(e.order_id);
-        }
-        record_effect(tx, e.event_id, r);
-        return Outcome::Done;
-      },
-      .ordering_key = {}});
+  consumer->on_effect(
+      this->topic_,
+      EffectHandler<OrderConfirmed, bool>{
+          .call =
+              [&](const OrderConfirmed&, const RecordInfo& r, CallCompletion<bool> done) {
+                const bool fail = r.key == bad && !recovered.load();
+                client.after(5ms, [&failed_calls, fail, done] {
+                  if (!fail) return done.done(true);
+                  ++failed_calls;
+                  done.retry("provider unavailable (test)");
+                });
+              },
+          .apply =
+              [&](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
+                if (r.key == bad) {
+                  std::lock_guard lock(applied_mutex);
+                  bad_applied.push_back(e.order_id);
+                }
+                record_effect(tx, e.event_id, r);
+                return Outcome::Done;
+              },
+          .ordering_key = {}});
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
 
   const bool others = wait_until(
-      [&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders - bad_count); }, 120s, 50ms);
+      [&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders - bad_count); },
+      120s, 50ms);
   EXPECT_TRUE(others) << "the other keys were not all applied while one key failed";
   EXPECT_GT(failed_calls.load(), 0);
   {
@@ -220,8 +233,9 @@ TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
     EXPECT_TRUE(bad_applied.empty()) << "the failing key was applied before it recovered";
   }
   recovered.store(true);
-  const bool all = wait_until([&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); },
-                              120s, 50ms);
+  const bool all =
+      wait_until([&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); },
+                 120s, 50ms);
   ASSERT_TRUE(running.stop());
   if (running.error()) std::rethrow_exception(running.error());
   ASSERT_TRUE(all) << "processed " << observed.stats().processed << " of " << kOrders;
@@ -244,7 +258,8 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   if (this->IsSkipped()) return;
   OrderConfirmed e;
   e.event_id = new_uuid_v7();
-  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
   e.order_id = 1;
   e.customer_id = 7;
   e.total_amount = Amount::from_hundredths(500);
@@ -258,22 +273,28 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   std::atomic<int> calls{0};
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = this->make_consumer(8);
-  consumer->on_effect(this->topic_, EffectHandler<OrderConfirmed, bool>{
-      .call = [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
-        ++calls;
-        client.after(1ms, [done] { done.done(true); });
-      },
-      .apply = [](const OrderConfirmed& ev, const RecordInfo& r, const bool&, Transaction& tx) {
-        record_effect(tx, ev.event_id, r);
-        return Outcome::Done;
-      },
-      .ordering_key = {}});
+  consumer->on_effect(
+      this->topic_,
+      EffectHandler<OrderConfirmed, bool>{
+          .call =
+              [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
+                ++calls;
+                client.after(1ms, [done] { done.done(true); });
+              },
+          .apply =
+              [](const OrderConfirmed& ev, const RecordInfo& r, const bool&, Transaction& tx) {
+                record_effect(tx, ev.event_id, r);
+                return Outcome::Done;
+              },
+          .ordering_key = {}});
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
-  const bool done = wait_until([&] {
-    const ConsumerStats s = observed.stats();
-    return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;
-  }, 60s, 20ms);
+  const bool done = wait_until(
+      [&] {
+        const ConsumerStats s = observed.stats();
+        return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;
+      },
+      60s, 20ms);
   ASSERT_TRUE(running.stop());
   if (running.error()) std::rethrow_exception(running.error());
   EXPECT_TRUE(done) << "processed=" << observed.stats().processed

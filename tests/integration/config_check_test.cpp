@@ -45,8 +45,8 @@ TEST(ConfigCheck, ListsAKeyOfEveryCommandWithItsOrigin) {
   IDEM_REQUIRE_CLI();
   const auto file = test::scratch_dir() / "every-command.toml";
   std::ofstream(file) << "[consumer]\nstale_events = \"skip\"\n"  // consume
-                         "[dev_broker]\nbrokers = 3\n"              // dev-broker
-                         "[dedup]\npartitioned = true\n";           // migrate
+                         "[dev_broker]\nbrokers = 3\n"            // dev-broker
+                         "[dedup]\npartitioned = true\n";         // migrate
   const test::CliResult r = test::run_to_completion(
       IDEM_CLI_PATH,
       {"config", "check", "--config", file.string(), "--set", "dlq.timeout=5s", "--set",
@@ -76,11 +76,13 @@ TEST(ConfigCheck, ReportsEveryProblemOfEveryCommandTogether) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("configuration has 3 problems"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("dedup.retention (flag --set): must be a whole number of hours"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("demo.faults (flag --set): 'meteor' is not one of"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("dlq.timeout (env IDEM_DLQ_TIMEOUT): expected a duration"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
 }
 
 struct CommandFlag {
@@ -107,26 +109,41 @@ TEST_P(CommandFlags, ReachTheirKeyAsTheTopLayer) {
 INSTANTIATE_TEST_SUITE_P(
     EveryCommand, CommandFlags,
     testing::Values(
-        CommandFlag{{"consume", "--dedup-retention-hours", "48"}, "dedup.retention", "48h",
+        CommandFlag{{"consume", "--dedup-retention-hours", "48"},
+                    "dedup.retention",
+                    "48h",
                     "--dedup-retention-hours"},
-        CommandFlag{{"consume", "--retry-delays", "1s,10s"}, "consumer.retry_topics.delays",
-                    "1s,10s", "--retry-delays"},
-        CommandFlag{{"consume", "--maintain-every-s", "60"}, "maintenance.interval", "60s",
+        CommandFlag{{"consume", "--retry-delays", "1s,10s"},
+                    "consumer.retry_topics.delays",
+                    "1s,10s",
+                    "--retry-delays"},
+        CommandFlag{{"consume", "--maintain-every-s", "60"},
+                    "maintenance.interval",
+                    "60s",
                     "--maintain-every-s"},
-        CommandFlag{{"consume", "--stale", "process"}, "consumer.stale_events", "process", "--stale"},
+        CommandFlag{
+            {"consume", "--stale", "process"}, "consumer.stale_events", "process", "--stale"},
         CommandFlag{{"relay", "--no-listen"}, "relay.listen", "false", "--no-listen"},
-        CommandFlag{{"relay", "--shutdown-timeout-ms", "2500"}, "relay.shutdown_timeout", "2500ms",
+        CommandFlag{{"relay", "--shutdown-timeout-ms", "2500"},
+                    "relay.shutdown_timeout",
+                    "2500ms",
                     "--shutdown-timeout-ms"},
         CommandFlag{{"dlq", "list", "--topic", "orders.dlq"}, "dlq.topic", "orders.dlq", "--topic"},
         CommandFlag{{"dlq", "replay", "--timeout-s", "5"}, "dlq.timeout", "5s", "--timeout-s"},
-        CommandFlag{{"dlq", "replay", "--retention-hours", "72"}, "dedup.retention", "72h",
+        CommandFlag{{"dlq", "replay", "--retention-hours", "72"},
+                    "dedup.retention",
+                    "72h",
                     "--retention-hours"},
-        CommandFlag{{"maintain", "--batch-size", "100"}, "maintenance.batch_size", "100",
-                    "--batch-size"},
-        CommandFlag{{"maintain", "--outbox-retention-hours", "0.5"}, "maintenance.outbox_retention",
-                    "0.5h", "--outbox-retention-hours"},
+        CommandFlag{
+            {"maintain", "--batch-size", "100"}, "maintenance.batch_size", "100", "--batch-size"},
+        CommandFlag{{"maintain", "--outbox-retention-hours", "0.5"},
+                    "maintenance.outbox_retention",
+                    "0.5h",
+                    "--outbox-retention-hours"},
         CommandFlag{{"migrate", "--partitioned"}, "dedup.partitioned", "true", "--partitioned"},
-        CommandFlag{{"provider", "--key-retention", "2h"}, "provider.key_retention", "2h",
+        CommandFlag{{"provider", "--key-retention", "2h"},
+                    "provider.key_retention",
+                    "2h",
                     "--key-retention"},
         CommandFlag{{"provider", "--latency-ms", "20"}, "provider.latency", "20ms", "--latency-ms"},
         CommandFlag{{"dev-broker", "--brokers", "3"}, "dev_broker.brokers", "3", "--brokers"},
@@ -146,17 +163,19 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ConfigCheck, AFlagWinsOverTheEnvironmentAndAnInvalidFlagFailsTheCommand) {
   IDEM_REQUIRE_CLI();
-  const test::CliResult r = test::run_to_completion(
-      IDEM_CLI_PATH, {"maintain", "--batch-size", "10", "--print-config"},
-      {{"IDEM_MAINTENANCE_BATCH_SIZE", "20"}});
+  const test::CliResult r =
+      test::run_to_completion(IDEM_CLI_PATH, {"maintain", "--batch-size", "10", "--print-config"},
+                              {{"IDEM_MAINTENANCE_BATCH_SIZE", "20"}});
   ASSERT_EQ(r.status, 0) << r.output;
   expect_key(r.output, "maintenance.batch_size", "10", "flag --batch-size");
 
   const test::CliResult bad =
       test::run_to_completion(IDEM_CLI_PATH, {"dev-broker", "--brokers", "99", "--no-stdin"});
   EXPECT_NE(bad.status, 0) << bad.output;
-  EXPECT_NE(bad.output.find("dev_broker.brokers (flag --brokers): expected an integer from 1 to 32"),
-            std::string::npos) << bad.output;
+  EXPECT_NE(
+      bad.output.find("dev_broker.brokers (flag --brokers): expected an integer from 1 to 32"),
+      std::string::npos)
+      << bad.output;
 }
 
 }  // namespace

@@ -14,12 +14,12 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
-#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -39,8 +39,8 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
     for (std::int64_t order = 1; order <= 3; ++order) {
       OrderConfirmed e;
       e.event_id = new_uuid_v7();
-      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now());
+      e.occurred_at =
+          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
       e.order_id = order;
       e.customer_id = 5;
       e.total_amount = Amount::from_hundredths(100 * order);
@@ -76,7 +76,8 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
         return res && res->status == 200 && metrics.find(processed) != std::string::npos;
       },
       30s))
-      << processed << " not in:\n" << metrics;
+      << processed << " not in:\n"
+      << metrics;
   const auto healthz = http.Get("/healthz");
   ASSERT_TRUE(healthz);
   EXPECT_EQ(healthz->status, 200);

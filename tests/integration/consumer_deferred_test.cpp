@@ -4,30 +4,30 @@
 // again with a savepoint per event, so that event is dead-lettered and every other event
 // of the batch commits exactly once.
 #include <atomic>
-#include <exception>
-#include <functional>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem::test {
 namespace {
@@ -49,7 +49,8 @@ class ConsumerDeferredTest : public OrderEventsSuite<Backend> {
     c.topics = {this->topic_};
     c.batch_size = 1000;
     c.batch_window = 1s;  // the whole topic in one batch
-    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    c.kafka = {
+        {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
     std::unique_ptr<Consumer> consumer = std::make_unique<Consumer>(c, open_store(this->url_));
     consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
     const Consumer& observed = *consumer;
@@ -110,9 +111,10 @@ TYPED_TEST(ConsumerDeferredTest, FailingDeferredStatementLosesOnlyItsEvent) {
   EXPECT_EQ(count_effects(*this->observer_, this->group_), TestFixture::kEvents - 1);
   EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
   const Uuid poison = this->ids_.at(kPoison);
-  EXPECT_EQ(this->rows("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
-                       poison),
-            0);
+  EXPECT_EQ(
+      this->rows("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
+                 poison),
+      0);
   EXPECT_EQ(this->rows("SELECT count(*) FROM processed_event WHERE event_id = $1 AND "
                        "consumer_group = $2",
                        poison),

@@ -2,8 +2,8 @@
 // exactly one effect per valid event, dead letters with their reasons, offsets only
 // after the DB commit, savepoint isolation, per-partition retry, graceful stop, groups.
 // Synchronisation is always "wait for a condition with a deadline", never a sleep.
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
+#include "idem/reference/schema.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -22,17 +22,17 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "retry/backoff.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
+#include "retry/backoff.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -48,16 +48,20 @@ using test::unique_name;
 OrderConfirmed make_event(std::int64_t order_id) {
   OrderConfirmed e;
   e.event_id = new_uuid_v7();
-  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
-      std::chrono::system_clock::now());
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
   e.order_id = order_id;
   e.customer_id = 42;
   e.total_amount = Amount::from_hundredths(1999);
   return e;
 }
 
-TestRecord record_of(const std::string& topic, const OrderConfirmed& e, std::int32_t partition = -1) {
-  return {topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}},
+TestRecord record_of(const std::string& topic, const OrderConfirmed& e,
+                     std::int32_t partition = -1) {
+  return {topic,
+          std::to_string(e.order_id),
+          to_json(e),
+          {{"event_id", e.event_id.to_string()}},
           partition};
 }
 
@@ -92,7 +96,8 @@ class ConsumerTest : public ::testing::Test {
     c.batch_window = 20ms;
     c.retry.initial_backoff = 20ms;
     c.retry.max_backoff = 200ms;
-    c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    c.kafka = {
+        {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
     return c;
   }
 
@@ -116,7 +121,6 @@ class ConsumerTest : public ::testing::Test {
 
 DevBroker* ConsumerTest::broker_ = nullptr;
 
-
 std::unique_ptr<Consumer> counting_consumer(const ConsumerConfig& config, const std::string& db_url,
                                             ConsumerHooks hooks = {}) {
   auto c = std::make_unique<Consumer>(config, open_store(db_url), std::move(hooks));
@@ -132,7 +136,8 @@ TEST_F(ConsumerTest, EachValidEventHasExactlyOneEffect) {
   for (int i = 0; i < 200; ++i) events.push_back(make_event(i + 1));
   for (const auto& e : events) records.push_back(record_of(topic, e));
   // 10% resends: the same event (same event_id) at a new offset.
-  for (int i = 0; i < 200; i += 10) records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < 200; i += 10)
+    records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
   produce(records);
 
   RunningConsumer consumer(counting_consumer(config_for(topic, group), db_url_));
@@ -198,7 +203,8 @@ TEST_F(ConsumerTest, MalformedMessagesGoToDlqWithReasonHeaders) {
   }
   EXPECT_EQ(dlq[0].header("traceparent"), "00-abc-def-01");  // original headers kept
 
-  const auto unrouted_dlq = test::read_topic(broker_->bootstrap_servers(), unrouted + ".dlq", 1, 1, 20s);
+  const auto unrouted_dlq =
+      test::read_topic(broker_->bootstrap_servers(), unrouted + ".dlq", 1, 1, 20s);
   ASSERT_EQ(unrouted_dlq.size(), 1u);
   EXPECT_EQ(unrouted_dlq[0].header("idem.error.class"), "route.no_route");
 
@@ -249,10 +255,10 @@ TEST_F(ConsumerTest, RecordWithTooManyHeadersGoesToDlq) {
   EXPECT_EQ(dlq[0].header("h3"), "c");  // the record's own headers are kept
 
   // One log line locates the dead letter (topic, partition, offset, event id, reason).
-  const std::string located =
-      fmt::format("idem consumer: dead-lettered topic={} partition=0 offset=1 event_id={} "
-                  "class=validation.too_many_headers attempts=1",
-                  topic, over_limit.headers[0].second);  // record_of's event_id header
+  const std::string located = fmt::format(
+      "idem consumer: dead-lettered topic={} partition=0 offset=1 event_id={} "
+      "class=validation.too_many_headers attempts=1",
+      topic, over_limit.headers[0].second);  // record_of's event_id header
   std::lock_guard lock(log_mutex);
   EXPECT_EQ(std::count(log_lines.begin(), log_lines.end(), located), 1) << located;
 }
@@ -324,15 +330,17 @@ TEST_F(ConsumerTest, HandlerDeadLetterIsIsolatedBySavepoint) {
   ConsumerConfig config = config_for(topic, group);
   config.batch_window = 500ms;  // let the whole topic land in one batch
   auto c = std::make_unique<Consumer>(config, open_store(db_url_));
-  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([](const OrderConfirmed& e,
-                                                            const RecordInfo& r, Transaction& tx) {
-    record_effect(tx, e.event_id, r);  // an effect that must be rolled back for the poison
-    if (e.order_id != 10) return Outcome::Done;
-    r.dead_letter_reason("order 10 can never be charged");
-    return Outcome::DeadLetter;
-  }));
+  c->on<OrderConfirmed>(
+      topic,
+      Handler<OrderConfirmed>([](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        record_effect(tx, e.event_id, r);  // an effect that must be rolled back for the poison
+        if (e.order_id != 10) return Outcome::Done;
+        r.dead_letter_reason("order 10 can never be charged");
+        return Outcome::DeadLetter;
+      }));
   RunningConsumer consumer(std::move(c));
-  ASSERT_TRUE(eventually([&] { return consumer->stats().dead_lettered >= 1 && effects(group) == 19; }));
+  ASSERT_TRUE(
+      eventually([&] { return consumer->stats().dead_lettered >= 1 && effects(group) == 19; }));
   ASSERT_TRUE(consumer.stop());
 
   EXPECT_EQ(effects(group), 19);
@@ -340,9 +348,10 @@ TEST_F(ConsumerTest, HandlerDeadLetterIsIsolatedBySavepoint) {
                    poison, group),
             0);
   // Unmarked: a replay after a fix is processed, not skipped as a duplicate.
-  EXPECT_EQ(scalar("SELECT count(*) FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
-                   poison, group),
-            0);
+  EXPECT_EQ(
+      scalar("SELECT count(*) FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
+             poison, group),
+      0);
   const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
   ASSERT_EQ(dlq.size(), 1u);
   EXPECT_EQ(dlq[0].header("idem.error.class"), "handler.dead_letter");
@@ -364,23 +373,26 @@ TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
   // four, depending on how the records fall into batches.
   std::atomic<int> transient_left{4};
   auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
-  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
-                                                             const RecordInfo& r, Transaction& tx) {
-    if (e.order_id == 2) throw std::logic_error("bug in handler");
-    if (e.order_id == 4 && transient_left.fetch_sub(1) > 0)
-      throw Error(ErrorCode::Timeout, ErrorSource::Http, "provider timed out");
-    record_effect(tx, e.event_id, r);
-    return Outcome::Done;
-  }));
+  c->on<OrderConfirmed>(
+      topic,
+      Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        if (e.order_id == 2) throw std::logic_error("bug in handler");
+        if (e.order_id == 4 && transient_left.fetch_sub(1) > 0)
+          throw Error(ErrorCode::Timeout, ErrorSource::Http, "provider timed out");
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      }));
   RunningConsumer consumer(std::move(c));
-  ASSERT_TRUE(eventually([&] { return effects(group) == 4 && consumer->stats().dead_lettered == 1; }));
+  ASSERT_TRUE(
+      eventually([&] { return effects(group) == 4 && consumer->stats().dead_lettered == 1; }));
   ASSERT_TRUE(consumer.stop());
   EXPECT_GE(consumer->stats().retries, 1u);
   EXPECT_EQ(transient_left.load(), -1) << "order 4 did not run until it succeeded";
   EXPECT_EQ(consumer->stats().dead_lettered_by_reason.at("handler.exception"), 1u);
   const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, 1, 20s);
   ASSERT_EQ(dlq.size(), 1u);
-  EXPECT_NE(dlq[0].header("idem.error.message").value_or("").find("bug in handler"), std::string::npos);
+  EXPECT_NE(dlq[0].header("idem.error.message").value_or("").find("bug in handler"),
+            std::string::npos);
 }
 
 TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
@@ -395,17 +407,18 @@ TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
   std::atomic<int> retries_returned{0};
   std::atomic<bool> release{false};
   auto c = std::make_unique<Consumer>(config_for(topic, group), open_store(db_url_));
-  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([&](const OrderConfirmed& e,
-                                                             const RecordInfo& r, Transaction& tx) {
-    // After the release, six more Retry answers: at least three pauses, as each attempt
-    // calls the handler twice (optimistic pass, then the isolated pass).
-    if (e.event_id == stuck.event_id && (!release.load() || retries_returned.load() < 6)) {
-      ++retries_returned;
-      return Outcome::Retry;
-    }
-    record_effect(tx, e.event_id, r);
-    return Outcome::Done;
-  }));
+  c->on<OrderConfirmed>(
+      topic,
+      Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        // After the release, six more Retry answers: at least three pauses, as each attempt
+        // calls the handler twice (optimistic pass, then the isolated pass).
+        if (e.event_id == stuck.event_id && (!release.load() || retries_returned.load() < 6)) {
+          ++retries_returned;
+          return Outcome::Retry;
+        }
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      }));
   RunningConsumer consumer(std::move(c));
   ASSERT_TRUE(eventually([&] { return retries_returned.load() >= 1; }));
 
@@ -428,7 +441,8 @@ TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
       "ORDER BY id",
       group);
   ASSERT_EQ(rows.size(), 6u);
-  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i].int64(0), static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(rows[i].int64(0), static_cast<std::int64_t>(i));
   EXPECT_GE(consumer->stats().retries, 3u);
 }
 
@@ -468,13 +482,15 @@ TEST_F(ConsumerTest, TwoGroupsApplyEachEventOnceEach) {
   std::vector<TestRecord> records;
   for (int i = 0; i < 100; ++i) events.push_back(make_event(i + 1));
   for (const auto& e : events) records.push_back(record_of(topic, e));
-  for (int i = 0; i < 100; i += 5) records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < 100; i += 5)
+    records.push_back(record_of(topic, events[static_cast<std::size_t>(i)]));
   produce(records);
 
   RunningConsumer a(counting_consumer(config_for(topic, billing), db_url_));
   RunningConsumer b(counting_consumer(config_for(topic, analytics), db_url_));
   ASSERT_TRUE(eventually([&] { return effects(billing) == 100 && effects(analytics) == 100; }));
-  ASSERT_TRUE(eventually([&] { return a->stats().delivered >= 120 && b->stats().delivered >= 120; }));
+  ASSERT_TRUE(
+      eventually([&] { return a->stats().delivered >= 120 && b->stats().delivered >= 120; }));
   ASSERT_TRUE(a.stop());
   ASSERT_TRUE(b.stop());
   EXPECT_EQ(effects(billing), 100);

@@ -13,19 +13,19 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -56,16 +56,22 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
   void produce(const std::vector<OrderConfirmed>& events) {
     test::KafkaTestProducer producer(broker_->bootstrap_servers());
     for (const auto& e : events) {
-      producer.send({topic_, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1});
+      producer.send({topic_,
+                     std::to_string(e.order_id),
+                     to_json(e),
+                     {{"event_id", e.event_id.to_string()}},
+                     -1});
     }
     producer.flush();
   }
 
   /// Runs a counting consumer until `done` holds; returns its final stats.
-  ConsumerStats consume_until(StaleEventPolicy policy, const std::function<bool(const ConsumerStats&)>& done,
+  ConsumerStats consume_until(StaleEventPolicy policy,
+                              const std::function<bool(const ConsumerStats&)>& done,
                               std::vector<std::string>* log_lines = nullptr,
                               std::mutex* log_mutex = nullptr) {
-    ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), "billing", {topic_});
+    ConsumerConfig c =
+        test::mock_consumer_config(broker_->bootstrap_servers(), "billing", {topic_});
     c.dedup_horizon = DedupHorizon{7 * 24h, 1h};
     c.stale_events = policy;
     c.clock = &clock_;
@@ -105,12 +111,13 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
 
 TEST_F(DedupHorizonGuardTest, StaleEventIsQuarantinedAndNotExecutedFreshOneIsExecuted) {
   const auto now = clock_.now();
-  const OrderConfirmed stale = event_born_at(1, now - 7 * 24h + 30min);   // inside the 1 h margin
-  const OrderConfirmed fresh = event_born_at(2, now - 7 * 24h + 90min);   // just inside the horizon
+  const OrderConfirmed stale = event_born_at(1, now - 7 * 24h + 30min);  // inside the 1 h margin
+  const OrderConfirmed fresh = event_born_at(2, now - 7 * 24h + 90min);  // just inside the horizon
   produce({stale, fresh});
 
   const ConsumerStats stats = consume_until(
-      StaleEventPolicy::Quarantine, [](const ConsumerStats& s) { return s.dead_lettered == 1 && s.processed == 1; });
+      StaleEventPolicy::Quarantine,
+      [](const ConsumerStats& s) { return s.dead_lettered == 1 && s.processed == 1; });
   EXPECT_EQ(effects_of(stale.event_id), 0);
   EXPECT_EQ(marks_of(stale.event_id), 0);
   EXPECT_EQ(effects_of(fresh.event_id), 1);
@@ -122,17 +129,18 @@ TEST_F(DedupHorizonGuardTest, StaleEventIsQuarantinedAndNotExecutedFreshOneIsExe
   const auto dlq = test::read_topic(broker_->bootstrap_servers(), topic_ + ".dlq", 1, 1, 20s);
   ASSERT_EQ(dlq.size(), 1u);
   EXPECT_EQ(dlq[0].header("idem.error.class"), "stale");
-  EXPECT_NE(dlq[0].header("idem.error.message").value_or("").find("past the dedup horizon"), std::string::npos);
+  EXPECT_NE(dlq[0].header("idem.error.message").value_or("").find("past the dedup horizon"),
+            std::string::npos);
   EXPECT_EQ(dlq[0].payload, to_json(stale));
-
 }
 
 TEST_F(DedupHorizonGuardTest, SkipPolicyNeitherExecutesNorDeadLetters) {
   const OrderConfirmed stale = event_born_at(1, clock_.now() - 30 * 24h);
   const OrderConfirmed fresh = event_born_at(2, clock_.now());
   produce({stale, fresh});
-  const ConsumerStats stats = consume_until(
-      StaleEventPolicy::Skip, [](const ConsumerStats& s) { return s.stale == 1 && s.processed == 1; });
+  const ConsumerStats stats = consume_until(StaleEventPolicy::Skip, [](const ConsumerStats& s) {
+    return s.stale == 1 && s.processed == 1;
+  });
   EXPECT_EQ(effects_of(stale.event_id), 0);
   EXPECT_EQ(stats.dead_lettered, 0u);
   EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), "billing", topic_, 1),
@@ -142,8 +150,9 @@ TEST_F(DedupHorizonGuardTest, SkipPolicyNeitherExecutesNorDeadLetters) {
 TEST_F(DedupHorizonGuardTest, ProcessPolicyExecutesStaleEventsOnceAndCountsThem) {
   const OrderConfirmed stale = event_born_at(1, clock_.now() - 30 * 24h);
   produce({stale, stale});  // a duplicate while its row still exists is still skipped
-  const ConsumerStats stats = consume_until(
-      StaleEventPolicy::Process, [](const ConsumerStats& s) { return s.processed == 1 && s.duplicates == 1; });
+  const ConsumerStats stats = consume_until(StaleEventPolicy::Process, [](const ConsumerStats& s) {
+    return s.processed == 1 && s.duplicates == 1;
+  });
   EXPECT_EQ(effects_of(stale.event_id), 1);
   EXPECT_EQ(stats.stale, 2u);
   EXPECT_EQ(stats.dead_lettered, 0u);
@@ -159,14 +168,15 @@ TEST_F(DedupHorizonGuardTest, StartUpCheckReportsTheTopicRetentionItCannotRead) 
   const auto reported = [&] {
     std::lock_guard lock(mutex);
     for (const auto& line : log) {
-      if (line.find(topic_) != std::string::npos && line.find("168.0 h") != std::string::npos) return true;
+      if (line.find(topic_) != std::string::npos && line.find("168.0 h") != std::string::npos)
+        return true;
     }
     return false;
   };
   produce({event_born_at(1, clock_.now())});
   const ConsumerStats stats = consume_until(
-      StaleEventPolicy::Quarantine, [&](const ConsumerStats& s) { return s.processed == 1 && reported(); }, &log,
-      &mutex);
+      StaleEventPolicy::Quarantine,
+      [&](const ConsumerStats& s) { return s.processed == 1 && reported(); }, &log, &mutex);
   EXPECT_EQ(stats.processed, 1u);
 }
 

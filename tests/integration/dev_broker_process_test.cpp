@@ -18,9 +18,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/kafka_handle.hpp"
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
-#include "support/kafka_handle.hpp"
 
 #include "support/process.hpp"
 
@@ -36,7 +36,6 @@ using test::ChildProcess;
 
 using Handle = test::KafkaHandle;
 
-
 /// Produces `count` messages `prefix-i` to `topic` and waits for their delivery
 /// reports (up to 10 s). Returns how many were delivered successfully.
 int produce(const std::string& bootstrap, const std::string& topic, const std::string& prefix,
@@ -47,8 +46,8 @@ int produce(const std::string& bootstrap, const std::string& topic, const std::s
   rd_kafka_conf_set_dr_msg_cb(conf, [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++*static_cast<int*>(opaque);
   });
-  const Handle producer =
-      test::make_kafka_handle(RD_KAFKA_PRODUCER, conf, {{"bootstrap.servers", bootstrap}, {"linger.ms", "5"}});
+  const Handle producer = test::make_kafka_handle(
+      RD_KAFKA_PRODUCER, conf, {{"bootstrap.servers", bootstrap}, {"linger.ms", "5"}});
   for (int i = 0; i < count; ++i) {
     std::string value = fmt::format("{}-{}", prefix, i);
     rd_kafka_vu_t vus[3]{};
@@ -72,12 +71,12 @@ int produce(const std::string& bootstrap, const std::string& topic, const std::s
 std::vector<std::string> consume(const std::string& bootstrap, const std::string& topic,
                                  std::size_t count) {
   const Handle consumer = test::make_kafka_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
-                                      {{"bootstrap.servers", bootstrap},
-                                       {"group.id", unique_name("group")},
-                                       {"enable.auto.commit", "false"},
-                                       {"auto.offset.reset", "earliest"},
-                                       {"session.timeout.ms", "6000"},
-                                       {"heartbeat.interval.ms", "1000"}});
+                                                  {{"bootstrap.servers", bootstrap},
+                                                   {"group.id", unique_name("group")},
+                                                   {"enable.auto.commit", "false"},
+                                                   {"auto.offset.reset", "earliest"},
+                                                   {"session.timeout.ms", "6000"},
+                                                   {"heartbeat.interval.ms", "1000"}});
   rd_kafka_poll_set_consumer(consumer.get());
   rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(topics, topic.c_str(), RD_KAFKA_PARTITION_UA);
@@ -103,8 +102,8 @@ std::vector<std::string> consume(const std::string& bootstrap, const std::string
 
 /// Partition count per topic, from a Metadata request.
 std::map<std::string, int> topic_partitions(const std::string& bootstrap) {
-  const Handle client =
-      test::make_kafka_handle(RD_KAFKA_PRODUCER, rd_kafka_conf_new(), {{"bootstrap.servers", bootstrap}});
+  const Handle client = test::make_kafka_handle(RD_KAFKA_PRODUCER, rd_kafka_conf_new(),
+                                                {{"bootstrap.servers", bootstrap}});
   const rd_kafka_metadata_t* md = nullptr;
   if (rd_kafka_metadata(client.get(), 1, nullptr, &md, 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return {};

@@ -19,8 +19,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "support/wait.hpp"
 #include "support/kafka_handle.hpp"
+#include "support/wait.hpp"
 
 #include "idem/error.hpp"
 
@@ -51,7 +51,6 @@ using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, Partition
 int to_ms(std::chrono::milliseconds d) {
   return static_cast<int>(d.count());
 }
-
 
 /// A producer that records delivery reports; reports arrive during flush().
 class TestProducer {
@@ -145,12 +144,12 @@ class TestConsumer {
  public:
   TestConsumer(const std::string& bootstrap, const std::string& group, const std::string& topic) {
     handle_ = test::make_kafka_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
-                          {{"bootstrap.servers", bootstrap},
-                           {"group.id", group},
-                           {"enable.auto.commit", "false"},
-                           {"auto.offset.reset", "earliest"},
-                           {"session.timeout.ms", "6000"},
-                           {"heartbeat.interval.ms", "1000"}});
+                                      {{"bootstrap.servers", bootstrap},
+                                       {"group.id", group},
+                                       {"enable.auto.commit", "false"},
+                                       {"auto.offset.reset", "earliest"},
+                                       {"session.timeout.ms", "6000"},
+                                       {"heartbeat.interval.ms", "1000"}});
     rd_kafka_poll_set_consumer(handle_.get());
     PartitionList topics(rd_kafka_topic_partition_list_new(1));
     rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);

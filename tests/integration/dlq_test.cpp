@@ -4,8 +4,8 @@
 // replaying again applies nothing new; a replay also reaching another group is a
 // no-op there; events past the dedup horizon are refused unless forced; --dry-run
 // sends nothing. Synchronisation is by condition with a deadline.
-#include "idem/reference/schema.hpp"
 #include "idem/dlq.hpp"
+#include "idem/reference/schema.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -19,17 +19,17 @@
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
-#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -51,7 +51,8 @@ OrderConfirmed make_event(std::int64_t order_id, Uuid id = new_uuid_v7()) {
 }
 
 TestRecord record_of(const std::string& topic, const OrderConfirmed& e) {
-  return {topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
+  return {
+      topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
 }
 
 class DlqTest : public test::DevBrokerSuite {
@@ -81,8 +82,9 @@ class DlqTest : public test::DevBrokerSuite {
 
   std::int64_t effects_of(const Uuid& id, const std::string& group) {
     auto tx = observer_->begin();
-    return tx->execute("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
-                       id, group)[0]
+    return tx
+        ->execute("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2", id,
+                  group)[0]
         .int64(0);
   }
 
@@ -99,7 +101,8 @@ TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsParti
   OrderConfirmed big = make_event(1);
   std::string payload = to_json(big);
   payload.insert(payload.size() - 1, ",\"padding\":\"" + std::string(2 * 1024 * 1024, 'x') + "\"");
-  std::vector<TestRecord> records = {{topic_, "1", payload, {{"event_id", big.event_id.to_string()}}, 0}};
+  std::vector<TestRecord> records = {
+      {topic_, "1", payload, {{"event_id", big.event_id.to_string()}}, 0}};
   records.push_back({topic_, "2", "{not json", {}, 0});  // malformed, same batch
   std::vector<OrderConfirmed> valid;
   for (int i = 3; i <= 22; ++i) {
@@ -128,7 +131,8 @@ TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsParti
   EXPECT_EQ(cut.header("idem.original.sha256")->size(), 64u);
   EXPECT_LT(cut.payload.size(), payload.size());
   EXPECT_EQ(cut.payload, payload.substr(0, cut.payload.size()));
-  for (const auto& letter : letters) EXPECT_EQ(letter.copies, 1u) << letter.original_offset.value_or(-1);
+  for (const auto& letter : letters)
+    EXPECT_EQ(letter.copies, 1u) << letter.original_offset.value_or(-1);
 }
 
 // A consumer that crashed after its letter was acknowledged but before its offset commit
@@ -166,11 +170,12 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   std::atomic<bool> fixed{false};
   auto billing_consumer = std::make_unique<Consumer>(config_for(billing), open_store(db_url_));
   billing_consumer->on<OrderConfirmed>(
-      topic_, Handler<OrderConfirmed>([&fixed](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
-        if (!fixed.load() && e.order_id % 3 == 0) return Outcome::DeadLetter;
-        record_effect(tx, e.event_id, r);
-        return Outcome::Done;
-      }));
+      topic_, Handler<OrderConfirmed>(
+                  [&fixed](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+                    if (!fixed.load() && e.order_id % 3 == 0) return Outcome::DeadLetter;
+                    record_effect(tx, e.event_id, r);
+                    return Outcome::Done;
+                  }));
   auto analytics_consumer = std::make_unique<Consumer>(config_for(analytics), open_store(db_url_));
   analytics_consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
   test::RunningConsumer b(std::move(billing_consumer));
@@ -316,7 +321,8 @@ TEST_F(DlqTest, ReplayToAnotherTopicAndBadInputAreReported) {
 
   ReplayOptions negative;
   negative.rate_limit = -1;
-  EXPECT_THROW(static_cast<void>(replay_dead_letters(connection(), topic_ + ".dlq", negative)), Error);
+  EXPECT_THROW(static_cast<void>(replay_dead_letters(connection(), topic_ + ".dlq", negative)),
+               Error);
 }
 
 TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
@@ -331,8 +337,8 @@ TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
 
   // `idem dlq replay --brokers B --topic T.dlq [--to T] [--reason R] [--dry-run]`
   const auto run = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"dlq", "replay", "--brokers", broker_->bootstrap_servers(),
-                                     "--topic", topic_ + ".dlq"};
+    std::vector<std::string> args = {
+        "dlq", "replay", "--brokers", broker_->bootstrap_servers(), "--topic", topic_ + ".dlq"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto child = test::ChildProcess::spawn(cli, args);
     std::string out;
@@ -341,7 +347,8 @@ TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
   };
   const auto [dry_rc, dry_out] = run({"--reason", "handler", "--dry-run"});
   EXPECT_EQ(dry_rc, 0) << dry_out;
-  EXPECT_NE(dry_out.find("would replay 0/0 event_id=" + e.event_id.to_string()), std::string::npos) << dry_out;
+  EXPECT_NE(dry_out.find("would replay 0/0 event_id=" + e.event_id.to_string()), std::string::npos)
+      << dry_out;
   EXPECT_NE(dry_out.find("dry run: selected=1 replayed=1"), std::string::npos) << dry_out;
   const auto [none_rc, none_out] = run({"--reason", "validation"});
   EXPECT_EQ(none_rc, 0) << none_out;

@@ -16,15 +16,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
-#include "idem/reference/count_handler.hpp"
 #include "idem/metrics/metrics.hpp"
+#include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -32,7 +32,8 @@ namespace {
 using namespace std::chrono_literals;
 
 /// Sum of the samples of `name` whose label set contains `labels` (e.g. `reason="x"`).
-double sample_sum(const std::string& exposition, std::string_view name, std::string_view labels = {}) {
+double sample_sum(const std::string& exposition, std::string_view name,
+                  std::string_view labels = {}) {
   std::istringstream in(exposition);
   std::string line;
   double sum = 0;
@@ -52,7 +53,8 @@ std::vector<double> samples(const std::string& exposition, std::string_view name
   std::string line;
   std::vector<double> out;
   while (std::getline(in, line)) {
-    if (line.starts_with(std::string(name) + "{")) out.push_back(std::stod(line.substr(line.rfind(' ') + 1)));
+    if (line.starts_with(std::string(name) + "{"))
+      out.push_back(std::stod(line.substr(line.rfind(' ') + 1)));
   }
   return out;
 }
@@ -105,7 +107,8 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   config.topics = {topic};
   config.batch_size = 50;
   config.batch_window = 20ms;
-  config.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  config.kafka = {
+      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
 
   Metrics metrics;
   Consumer consumer(config, open_store(db), metrics.instrument(group));
@@ -113,11 +116,11 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   std::atomic<bool> first{true};
   Handler<OrderConfirmed> count = count_handler<OrderConfirmed>();
   consumer.on<OrderConfirmed>(
-      topic, metrics.timed<OrderConfirmed>(group, topic,
-                                           [&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
-                                             if (first.exchange(false)) held.enter();
-                                             return count(e, r, tx);
-                                           }));
+      topic, metrics.timed<OrderConfirmed>(
+                 group, topic, [&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+                   if (first.exchange(false)) held.enter();
+                   return count(e, r, tx);
+                 }));
   metrics.watch(consumer, group);
   AdminServer admin("127.0.0.1:0", metrics,
                     {consumer_readiness(consumer, 60s), store_readiness(db, StoreOptions{})});
@@ -131,7 +134,8 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   EXPECT_EQ(get("/healthz").first, 200);
   const auto not_ready = get("/readyz");
   EXPECT_EQ(not_ready.first, 503);
-  EXPECT_NE(not_ready.second.find("consumer: not running yet"), std::string::npos) << not_ready.second;
+  EXPECT_NE(not_ready.second.find("consumer: not running yet"), std::string::npos)
+      << not_ready.second;
 
   std::thread runner([&] { consumer.run(); });
   struct Join {
@@ -171,7 +175,8 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
         const double done = sample_sum(scraped, metric::kEventsProcessed) +
                             sample_sum(scraped, metric::kDuplicatesSkipped) +
                             sample_sum(scraped, metric::kDeadLettered);
-        return lags.size() == 3 && std::all_of(lags.begin(), lags.end(), [](double v) { return v == 0; }) &&
+        return lags.size() == 3 &&
+               std::all_of(lags.begin(), lags.end(), [](double v) { return v == 0; }) &&
                done == total;
       },
       60s))
@@ -186,7 +191,8 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   std::map<std::string, double> by_class;
   for (const auto& [payload, cls] : w.malformed_class_by_payload) by_class[cls] += 1;
   for (const auto& [cls, n] : by_class) {
-    EXPECT_EQ(sample_sum(scraped, metric::kDeadLettered, fmt::format("reason=\"{}\"", cls)), n) << cls;
+    EXPECT_EQ(sample_sum(scraped, metric::kDeadLettered, fmt::format("reason=\"{}\"", cls)), n)
+        << cls;
   }
   EXPECT_EQ(sample_sum(scraped, metric::kRetries), 0);
   EXPECT_EQ(sample_sum(scraped, metric::kAssignedPartitions), 3);
@@ -200,7 +206,8 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   EXPECT_EQ(sample_sum(scraped, std::string(metric::kHandlerSeconds) + "_count"), valid);
   // And the same numbers as the library's own counters.
   const ConsumerStats s = consumer.stats();
-  EXPECT_EQ(static_cast<double>(s.processed + s.duplicates + s.dead_lettered), static_cast<double>(s.delivered));
+  EXPECT_EQ(static_cast<double>(s.processed + s.duplicates + s.dead_lettered),
+            static_cast<double>(s.delivered));
   EXPECT_EQ(static_cast<double>(s.delivered), total);
   metrics.unwatch(consumer);
 }
@@ -230,7 +237,8 @@ TEST(AdminServer, TtlRunsAndRelayProgressAreExported) {
   EXPECT_EQ(sample_sum(text, metric::kRelayBacklog), 7);
   EXPECT_EQ(sample_sum(text, metric::kRelayLagSeconds), 1.5);
   EXPECT_EQ(sample_sum(text, metric::kRelayOwnedShards), 64);
-  EXPECT_NE(text.find("# TYPE idem_relay_events_published_total counter"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE idem_relay_events_published_total counter"), std::string::npos)
+      << text;
 }
 
 TEST(AdminServer, StoreReadinessFailsWithoutShowingTheUrl) {

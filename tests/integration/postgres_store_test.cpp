@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/clock.hpp"
 #include "idem/error.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/postgres.hpp"
 #include "idem/stores/sqlite.hpp"
@@ -82,7 +82,9 @@ bool mark_committed(Store& store, const Uuid& id, std::string_view group = kGrou
 }
 
 /// The backend pid of `store`'s session (no transaction may be open).
-int backend_pid(Store& store) { return PQbackendPID(postgres_native_handle(store)); }
+int backend_pid(Store& store) {
+  return PQbackendPID(postgres_native_handle(store));
+}
 
 /// Ends the session `pid` from another connection and waits until it is gone.
 void terminate_backend(Store& admin, int pid) {
@@ -95,8 +97,12 @@ void terminate_backend(Store& admin, int pid) {
 }
 
 /// How many migrations idem ships for PostgreSQL, and the newest version.
-std::size_t migration_count() { return detail::postgres_sql::migrations().size(); }
-int latest_version() { return detail::postgres_sql::migrations().back().version; }
+std::size_t migration_count() {
+  return detail::postgres_sql::migrations().size();
+}
+int latest_version() {
+  return detail::postgres_sql::migrations().back().version;
+}
 
 MigrateOptions partitioned_options(const Clock& clock, int behind, int ahead,
                                    std::chrono::hours period = 24h) {
@@ -158,9 +164,12 @@ TEST(PostgresPartitionPlan, SubDayPeriodsCarryTheHourInTheName) {
 
 TEST(PostgresPartitionPlan, RejectsNonsense) {
   const ManualClock clock(kDayD);
-  EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, -1, 3), clock.now()), Error);
-  EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, 1, 3, 0h), clock.now()), Error);
-  EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, 100000, 3), clock.now()), Error);
+  EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, -1, 3), clock.now()),
+               Error);
+  EXPECT_THROW((void)detail::pg::plan_partitions(partitioned_options(clock, 1, 3, 0h), clock.now()),
+               Error);
+  EXPECT_THROW(
+      (void)detail::pg::plan_partitions(partitioned_options(clock, 100000, 3), clock.now()), Error);
 }
 
 TEST(PostgresPartitionPlan, DdlPartitionsOnEventIdAndHasADefaultPartition) {
@@ -169,7 +178,8 @@ TEST(PostgresPartitionPlan, DdlPartitionsOnEventIdAndHasADefaultPartition) {
       detail::pg::partitioned_processed_event_ddl(partitioned_options(clock, 1, 1), clock.now());
   EXPECT_NE(ddl.find("PARTITION BY RANGE (event_id)"), std::string::npos) << ddl;
   EXPECT_NE(ddl.find("PRIMARY KEY (event_id, consumer_group)"), std::string::npos) << ddl;
-  EXPECT_NE(ddl.find("processed_event_default PARTITION OF processed_event DEFAULT"), std::string::npos);
+  EXPECT_NE(ddl.find("processed_event_default PARTITION OF processed_event DEFAULT"),
+            std::string::npos);
   EXPECT_NE(ddl.find("ix_processed_event_processed_at"), std::string::npos);
 }
 
@@ -283,11 +293,12 @@ TEST_F(PostgresStoreTest, PartitionedTableIsRangePartitionedOnEventId) {
             "processed_event_p20260310,processed_event_p20260311,processed_event_p20260312,"
             "processed_event_p20260313");
   // Day D's bounds are the smallest UUIDs of its first millisecond and the next day's.
-  EXPECT_EQ(text_of(*store_,
-                    "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c "
-                    "WHERE c.relname = 'processed_event_p20260310'"),
-            fmt::format("FOR VALUES FROM ('{}') TO ('{}')", Uuid::lower_bound_for(kDayD).to_string(),
-                        Uuid::lower_bound_for(kDayD + std::chrono::days(1)).to_string()));
+  EXPECT_EQ(
+      text_of(*store_,
+              "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c "
+              "WHERE c.relname = 'processed_event_p20260310'"),
+      fmt::format("FOR VALUES FROM ('{}') TO ('{}')", Uuid::lower_bound_for(kDayD).to_string(),
+                  Uuid::lower_bound_for(kDayD + std::chrono::days(1)).to_string()));
   EXPECT_EQ(text_of(*store_,
                     "SELECT count(*) FROM pg_indexes WHERE tablename = 'processed_event' "
                     "AND indexname = 'ix_processed_event_processed_at'"),
@@ -321,9 +332,10 @@ TEST_F(PostgresStoreTest, RedeliveryAfterTableMovedToANewPartitionIsStillADuplic
   tx->commit();
   ASSERT_EQ(where.size(), 1u) << "exactly one row for the event";
   EXPECT_EQ(where[0].text(0), "processed_event_p20260310");
-  EXPECT_EQ(text_of(*store_, "SELECT tableoid::regclass::text FROM processed_event WHERE event_id = $1",
-                    born_later),
-            "processed_event_p20260312");
+  EXPECT_EQ(
+      text_of(*store_, "SELECT tableoid::regclass::text FROM processed_event WHERE event_id = $1",
+              born_later),
+      "processed_event_p20260312");
 }
 
 TEST_F(PostgresStoreTest, ProcessedAtPartitioningOfTheDesignDocumentsWouldRunTheEffectTwice) {
@@ -335,13 +347,14 @@ TEST_F(PostgresStoreTest, ProcessedAtPartitioningOfTheDesignDocumentsWouldRunThe
       "CREATE TABLE doc_processed_event (event_id uuid NOT NULL, consumer_group text NOT NULL, "
       "processed_at timestamptz NOT NULL, PRIMARY KEY (event_id, consumer_group, processed_at)) "
       "PARTITION BY RANGE (processed_at)");
-  tx->execute("CREATE TABLE doc_p1 PARTITION OF doc_processed_event "
-              "FOR VALUES FROM ('2026-03-10') TO ('2026-03-11')");
-  tx->execute("CREATE TABLE doc_p2 PARTITION OF doc_processed_event "
-              "FOR VALUES FROM ('2026-03-11') TO ('2026-03-12')");
+  tx->execute(
+      "CREATE TABLE doc_p1 PARTITION OF doc_processed_event "
+      "FOR VALUES FROM ('2026-03-10') TO ('2026-03-11')");
+  tx->execute(
+      "CREATE TABLE doc_p2 PARTITION OF doc_processed_event "
+      "FOR VALUES FROM ('2026-03-11') TO ('2026-03-12')");
   const Uuid id = uuid_born_at(kDayD + 1h);
-  const char* insert =
-      "INSERT INTO doc_processed_event VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
+  const char* insert = "INSERT INTO doc_processed_event VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
   EXPECT_EQ(tx->execute(insert, id, kGroup, "2026-03-10T10:00:00Z").affected(), 1);
   EXPECT_EQ(tx->execute(insert, id, kGroup, "2026-03-11T10:00:00Z").affected(), 1)
       << "the documents' DDL would have caught this redelivery";
@@ -388,11 +401,11 @@ TEST_F(PostgresStoreTest, BatchMarkWorksAcrossPartitions) {
   tx->commit();
   std::vector<std::pair<std::string, std::int64_t>> got;
   for (const RowView row : per_partition) got.emplace_back(row.text(0), row.int64(1));
-  EXPECT_EQ(got, (std::vector<std::pair<std::string, std::int64_t>>{
-                     {"processed_event_default", 2},
-                     {"processed_event_p20260308", 1},
-                     {"processed_event_p20260310", 3},
-                     {"processed_event_p20260312", 1}}));
+  EXPECT_EQ(got,
+            (std::vector<std::pair<std::string, std::int64_t>>{{"processed_event_default", 2},
+                                                               {"processed_event_p20260308", 1},
+                                                               {"processed_event_p20260310", 3},
+                                                               {"processed_event_p20260312", 1}}));
 }
 
 TEST_F(PostgresStoreTest, PartitionedMigrateRefusesExistingPlainTable) {
@@ -406,7 +419,9 @@ TEST_F(PostgresStoreTest, PartitionedMigrateRefusesExistingPlainTable) {
     EXPECT_NE(std::string(e.what()).find("plain table"), std::string::npos) << e.what();
   }
   // Nothing changed: the store still works on the plain table.
-  EXPECT_EQ(text_of(*store_, "SELECT relkind::text FROM pg_class WHERE relname = 'processed_event'"), "r");
+  EXPECT_EQ(
+      text_of(*store_, "SELECT relkind::text FROM pg_class WHERE relname = 'processed_event'"),
+      "r");
   EXPECT_TRUE(mark_committed(*store_, new_uuid_v7()));
 }
 
@@ -560,7 +575,8 @@ TEST_F(PostgresStoreTest, InDoubtCommit) {
                      "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query = 'COMMIT' "
                      "AND wait_event = 'PgSleep'",
                      pid) != "1") {
-        if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("COMMIT never started");
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("COMMIT never started");
         std::this_thread::sleep_for(5ms);
       }
       text_of(*watcher, "SELECT pg_terminate_backend($1)", pid);
@@ -632,7 +648,8 @@ TEST_F(PostgresStoreTest, SerializationFailureIsTransient) {
   idem::migrate_reference_system(*store_);
   {
     auto tx = store_->begin();
-    tx->execute("INSERT INTO orders (id, customer_id, total_amount, created_at) VALUES (1, 1, 1, now())");
+    tx->execute(
+        "INSERT INTO orders (id, customer_id, total_amount, created_at) VALUES (1, 1, 1, now())");
     tx->commit();
   }
   auto tx1 = store_->begin();
@@ -684,7 +701,8 @@ TEST_F(PostgresStoreTest, NativeHandleJoinsTheOpenTransaction) {
   {
     auto tx = store_->begin();
     PGconn* conn = postgres_native_handle(*store_);
-    PGresult* r = PQexec(conn, "INSERT INTO orders (id, customer_id, total_amount) VALUES (5, 1, 1)");
+    PGresult* r =
+        PQexec(conn, "INSERT INTO orders (id, customer_id, total_amount) VALUES (5, 1, 1)");
     EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
     PQclear(r);
     EXPECT_EQ(PQtransactionStatus(conn), PQTRANS_INTRANS);

@@ -69,12 +69,17 @@ class TlsOnlyPostgres : public testing::Test {
     for (int attempt = 0; attempt < 5 && port_ == 0; ++attempt) {
       const int candidate = std::uniform_int_distribution<int>(20000, 60000)(rng);
       std::filesystem::remove_all(dir_ / "data");
-      const test::CliResult r = test::run_to_completion(
-          "/bin/sh", {"-c", std::string(kStartScript)},
-          {{"DIR", dir_.string()}, {"PG_BIN", bin_}, {"RUN_AS", run_as_},
-           {"PORT", std::to_string(candidate)}, {"PASSWORD", std::string(kPassword)}});
-      if (r.status == 0) port_ = candidate;
-      else last_error_ = r.output;
+      const test::CliResult r =
+          test::run_to_completion("/bin/sh", {"-c", std::string(kStartScript)},
+                                  {{"DIR", dir_.string()},
+                                   {"PG_BIN", bin_},
+                                   {"RUN_AS", run_as_},
+                                   {"PORT", std::to_string(candidate)},
+                                   {"PASSWORD", std::string(kPassword)}});
+      if (r.status == 0)
+        port_ = candidate;
+      else
+        last_error_ = r.output;
     }
   }
 
@@ -88,10 +93,12 @@ class TlsOnlyPostgres : public testing::Test {
 
   static void TearDownTestSuite() {
     if (port_ == 0) return;
-    const std::string stop = run_as_.empty()
-        ? fmt::format("\"{}/pg_ctl\" -D \"{}/data\" -m immediate -w stop", bin_, dir_.string())
-        : fmt::format("cd /tmp && runuser -u {} -- \"{}/pg_ctl\" -D \"{}/data\" -m immediate -w stop",
-                      run_as_, bin_, dir_.string());
+    const std::string stop =
+        run_as_.empty()
+            ? fmt::format("\"{}/pg_ctl\" -D \"{}/data\" -m immediate -w stop", bin_, dir_.string())
+            : fmt::format(
+                  "cd /tmp && runuser -u {} -- \"{}/pg_ctl\" -D \"{}/data\" -m immediate -w stop",
+                  run_as_, bin_, dir_.string());
     static_cast<void>(test::run_to_completion("/bin/sh", {"-c", stop}));
   }
 
@@ -136,8 +143,8 @@ TEST_F(TlsOnlyPostgres, PlainConnectionIsRefusedWithoutShowingThePassword) {
 TEST_F(TlsOnlyPostgres, LibpqVariablesThroughTheLoaderSelectTls) {
   // What a deployment does: PG* in the environment, read once by the config loader.
   ConfigSources sources;
-  sources.environment = {{"PGHOST", "127.0.0.1"}, {"PGPORT", std::to_string(port_)},
-                         {"PGUSER", "postgres"}, {"PGPASSWORD", std::string(kPassword)},
+  sources.environment = {{"PGHOST", "127.0.0.1"},    {"PGPORT", std::to_string(port_)},
+                         {"PGUSER", "postgres"},     {"PGPASSWORD", std::string(kPassword)},
                          {"PGDATABASE", "postgres"}, {"PGSSLMODE", "require"}};
   const Config config = load_config(sources);
   auto store = open_store(config.store_url, config.store_options);

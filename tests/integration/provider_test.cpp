@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -24,18 +26,16 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "idem/http/idempotent_client.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
-#include "support/test_env.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
 
 namespace idem::http {
 namespace {
@@ -59,7 +59,8 @@ ClientConfig one_attempt() {
 /// Threads of this process now.
 int thread_count() {
   int n = 0;
-  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
   return n;
 }
 
@@ -67,8 +68,8 @@ int thread_count() {
 /// all concurrently), from one Asio event loop on the calling thread: key
 /// `<prefix>-<i>` for order i + 1. Returns each one's HTTP status (0: no answer).
 /// `on_event` runs after every connect and every answer.
-std::vector<int> charge_all_at_once(int port, int count, const std::string& prefix,
-                                    const std::function<void()>& on_event = [] {}) {
+std::vector<int> charge_all_at_once(
+    int port, int count, const std::string& prefix, const std::function<void()>& on_event = [] {}) {
   namespace asio = boost::asio;
   namespace beast = boost::beast;
   struct Call {
@@ -95,15 +96,17 @@ std::vector<int> charge_all_at_once(int port, int count, const std::string& pref
     call->stream.async_connect(provider, [call, i, &statuses, &on_event](beast::error_code ec) {
       on_event();
       if (ec) return;
-      beast::http::async_write(call->stream, call->request, [call, i, &statuses, &on_event](
-                                                                beast::error_code wec, std::size_t) {
-        if (wec) return;
-        beast::http::async_read(call->stream, call->buffer, call->response,
-                                [call, i, &statuses, &on_event](beast::error_code rec, std::size_t) {
-                                  on_event();
-                                  if (!rec) statuses[static_cast<std::size_t>(i)] = call->response.result_int();
-                                });
-      });
+      beast::http::async_write(
+          call->stream, call->request,
+          [call, i, &statuses, &on_event](beast::error_code wec, std::size_t) {
+            if (wec) return;
+            beast::http::async_read(
+                call->stream, call->buffer, call->response,
+                [call, i, &statuses, &on_event](beast::error_code rec, std::size_t) {
+                  on_event();
+                  if (!rec) statuses[static_cast<std::size_t>(i)] = call->response.result_int();
+                });
+          });
     });
   }
   io.run();
@@ -117,7 +120,9 @@ class ProviderTest : public ::testing::Test {
     provider_ = std::make_unique<PaymentProvider>(open_store(db_url_, options), std::move(config));
     port_ = provider_->start("127.0.0.1", 0);
   }
-  [[nodiscard]] std::string charge_url() const { return provider_->base_url() + "/payments/charge"; }
+  [[nodiscard]] std::string charge_url() const {
+    return provider_->base_url() + "/payments/charge";
+  }
   CallResult charge(std::string_view key, std::int64_t order_id, std::string_view amount,
                     const Headers& headers = {}) {
     IdempotentClient client(one_attempt());
@@ -139,9 +144,11 @@ TEST_F(ProviderTest, RequiresAValidIdempotencyKeyAndBody) {
                                   {{"Idempotency-Key", std::string(256, 'k')}});
   EXPECT_EQ(long_key.status, 400);
   EXPECT_EQ(long_key.body.value("error", ""), "invalid_idempotency_key");
-  for (const std::string body : {"not json", R"({"order_id":1})", R"({"order_id":0,"amount":"1"})",
-                                 R"({"order_id":1,"amount":1.5})", R"({"order_id":1,"amount":"1.234"})"}) {
-    const auto bad = http_post(provider_->base_url(), "/payments/charge", body, {{"Idempotency-Key", "k"}});
+  for (const std::string body :
+       {"not json", R"({"order_id":1})", R"({"order_id":0,"amount":"1"})",
+        R"({"order_id":1,"amount":1.5})", R"({"order_id":1,"amount":"1.234"})"}) {
+    const auto bad =
+        http_post(provider_->base_url(), "/payments/charge", body, {{"Idempotency-Key", "k"}});
     EXPECT_EQ(bad.status, 400) << body;
     EXPECT_EQ(bad.body.value("error", ""), "invalid_request") << body;
   }
@@ -150,7 +157,9 @@ TEST_F(ProviderTest, RequiresAValidIdempotencyKeyAndBody) {
 
 TEST_F(ProviderTest, SameKeySameRequestReplaysTheFirstAnswer) {
   start();
-  const CallResult first = charge("key-1", 7, "12.3", {{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}});
+  const CallResult first =
+      charge("key-1", 7, "12.3",
+             {{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}});
   ASSERT_TRUE(first.ok()) << first.error << first.body;
   // "12.30" is the same amount as "12.3": the same request.
   const CallResult again = charge("key-1", 7, "12.30");
@@ -300,7 +309,8 @@ TEST_F(ProviderTest, DeclinesAreDeterministicAndReleaseTheKey) {
 
 TEST_F(ProviderTest, FaultsChangeAtRuntimeOverHttp) {
   start();
-  const auto set = http_post(provider_->base_url(), "/admin/faults", R"({"unavailable":1,"latency_ms":5})");
+  const auto set =
+      http_post(provider_->base_url(), "/admin/faults", R"({"unavailable":1,"latency_ms":5})");
   ASSERT_EQ(set.status, 200);
   EXPECT_EQ(provider_->faults().unavailable, 1.0);
   EXPECT_EQ(provider_->faults().latency, 5ms);
@@ -320,8 +330,8 @@ TEST_F(ProviderTest, HoldsTwoThousandConcurrentRequestsOnAFewThreads) {
   config.faults.latency = 200ms;
   start(config);
   int most_threads = thread_count();
-  const std::vector<int> statuses =
-      charge_all_at_once(port_, kRequests, "many", [&] { most_threads = std::max(most_threads, thread_count()); });
+  const std::vector<int> statuses = charge_all_at_once(
+      port_, kRequests, "many", [&] { most_threads = std::max(most_threads, thread_count()); });
   EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), kRequests);
   EXPECT_LE(most_threads - threads_before, 2) << "the event loop and the store thread";
   const ProviderSummary s = provider_->summary();
@@ -348,8 +358,10 @@ TEST_F(ProviderTest, ConcurrentChargesCommitTogether) {
 
   auto blocker = open_store(db_url_);
   auto write_lock = blocker->begin();  // BEGIN IMMEDIATE: SQLite's write lock
-  auto answers = std::async(std::launch::async, [&] { return charge_all_at_once(port_, kRequests, "group"); });
-  ASSERT_TRUE(test::wait_until([&] { return provider_->stats().requests_in_progress == kRequests; }, 60s))
+  auto answers =
+      std::async(std::launch::async, [&] { return charge_all_at_once(port_, kRequests, "group"); });
+  ASSERT_TRUE(
+      test::wait_until([&] { return provider_->stats().requests_in_progress == kRequests; }, 60s))
       << "in progress: " << provider_->stats().requests_in_progress;
   write_lock->rollback();
   const std::vector<int> statuses = answers.get();
@@ -400,7 +412,8 @@ TEST(ProviderProcessTest, ReplaysAfterARestart) {
   {
     test::ProviderProcess provider(IDEM_CLI_PATH, db);
     IdempotentClient client(config);
-    const CallResult r = client.post_json(provider.url() + "/payments/charge", charge_body(3, "9.99"), "key-r");
+    const CallResult r =
+        client.post_json(provider.url() + "/payments/charge", charge_body(3, "9.99"), "key-r");
     ASSERT_TRUE(r.ok()) << r.error;
     first_body = r.body;
     EXPECT_EQ(provider.stop(), 0);
@@ -427,7 +440,9 @@ TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
   IDEM_REQUIRE_CLI();
   const std::string db = test::fresh_sqlite_url();
   auto store = open_store(db);  // the test reads the provider's tables through it
-  const auto count = [&](const std::string& sql) { return test::SqliteBackend::read_scalar(*store, sql); };
+  const auto count = [&](const std::string& sql) {
+    return test::SqliteBackend::read_scalar(*store, sql);
+  };
   {
     // The latency holds every new charge in flight after its claim committed.
     test::ProviderProcess provider(IDEM_CLI_PATH, db, {"--latency-ms", "600000"});
@@ -438,7 +453,10 @@ TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
         client.post_json(provider.url() + "/payments/charge", charge_body(5, "3.00"), "key-k");
     EXPECT_EQ(r.http_status, 0) << "no answer while in flight";
     ASSERT_TRUE(test::eventually(
-        [&] { return count("SELECT count(*) FROM provider_idempotency_key WHERE state = 'in_flight'") == 1; },
+        [&] {
+          return count("SELECT count(*) FROM provider_idempotency_key WHERE state = 'in_flight'") ==
+                 1;
+        },
         30s));
     provider.crash();
   }

@@ -5,12 +5,12 @@
 // the broker refuses; retention cleanup; progress and lag reports; and on PostgreSQL two
 // relays at once and the LISTEN wake-up. Waits are conditions with deadlines, never
 // sleeps.
-#include "idem/reference/schema.hpp"
 #include "idem/relay.hpp"
+#include "idem/reference/schema.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
-#include <array>
 #include <map>
 #include <mutex>
 #include <random>
@@ -24,13 +24,13 @@
 
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/outbox.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -129,7 +129,8 @@ class RelayTest : public ::testing::Test {
   /// into the past. SQLite stores both as Unix milliseconds.
   void two_hours_earlier(const std::string& column, const std::string& where) {
     execute(Backend::kind == idem::Backend::Postgres
-                ? fmt::format("UPDATE outbox SET {0} = {0} - interval '2 hours' WHERE {1}", column, where)
+                ? fmt::format("UPDATE outbox SET {0} = {0} - interval '2 hours' WHERE {1}", column,
+                              where)
                 : fmt::format("UPDATE outbox SET {0} = {0} - 7200000 WHERE {1}", column, where));
   }
 
@@ -232,8 +233,8 @@ TYPED_TEST(RelayTest, KeepsOrderPerKeyAcrossBatches) {
     auto tx = this->store_->begin();
     for (int k = 0; k < kKeys; ++k) {
       this->outbox_.enqueue(*tx, [&](const Uuid&) {
-        return OutboxMessage{"thing", fmt::format("k{}", k), this->topic_,
-                             fmt::format("k{}:{}", k, seq), {}, {}};
+        return OutboxMessage{
+            "thing", fmt::format("k{}", k), this->topic_, fmt::format("k{}:{}", k, seq), {}, {}};
       });
     }
     tx->commit();
@@ -242,8 +243,8 @@ TYPED_TEST(RelayTest, KeepsOrderPerKeyAcrossBatches) {
   c.batch_size = 37;  // batches cut keys at odd places
   Relay relay(c);
   ASSERT_TRUE(relay.run_until_empty(60s));
-  const auto records = test::read_topic(broker().bootstrap_servers(), this->topic_, 3,
-                                        kKeys * kPerKey, 30s);
+  const auto records =
+      test::read_topic(broker().bootstrap_servers(), this->topic_, 3, kKeys * kPerKey, 30s);
   ASSERT_EQ(records.size(), static_cast<std::size_t>(kKeys * kPerKey));
   std::map<std::string, int> next;
   for (const auto& r : records) {
@@ -318,7 +319,9 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
   c.cleanup_interval = std::chrono::hours(1);  // one round, when the relay starts
   std::vector<std::string> logs;
   RelayObserver observer;
-  observer.log = [&](std::string_view line) { logs.emplace_back(line); };  // relay thread = this one
+  observer.log = [&](std::string_view line) {
+    logs.emplace_back(line);
+  };  // relay thread = this one
   Relay relay(c, observer);
   ASSERT_TRUE(relay.run_until_empty(60s));
   EXPECT_EQ(relay.progress().cleaned, 50U);
@@ -395,8 +398,8 @@ TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
     auto tx = store_->begin();
     for (int k = 0; k < kKeys; ++k) {
       outbox_.enqueue(*tx, [&](const Uuid&) {
-        return OutboxMessage{"thing", fmt::format("k{}", k), topic_, fmt::format("k{}:{}", k, seq),
-                             {}, {}};
+        return OutboxMessage{
+            "thing", fmt::format("k{}", k), topic_, fmt::format("k{}:{}", k, seq), {}, {}};
       });
     }
     tx->commit();

@@ -4,8 +4,8 @@
 // ahead, or older than the oldest partition) are handled explicitly; the batched
 // DELETE removes exactly the expired rows while a consumer runs, and every event still
 // has exactly one effect; an advisory lock keeps one maintenance at a time.
-#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
+#include "idem/reference/schema.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -20,16 +20,16 @@
 
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/postgres_test_db.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -96,9 +96,10 @@ TEST(PostgresRetention, PartitionsAreCreatedAheadAndDroppedOnlyWhenFullyExpired)
   ManualClock clock(kDayD + 12h);
   auto store = open_store(url);
   idem::migrate_reference_system(*store, partitioned(clock, 2, 1));  // D-2 .. D+1, plus DEFAULT
-  ASSERT_EQ(partitions(*store), (std::set<std::string>{"processed_event_p20260308", "processed_event_p20260309",
-                                                       "processed_event_p20260310", "processed_event_p20260311",
-                                                       "processed_event_default"}));
+  ASSERT_EQ(partitions(*store),
+            (std::set<std::string>{"processed_event_p20260308", "processed_event_p20260309",
+                                   "processed_event_p20260310", "processed_event_p20260311",
+                                   "processed_event_default"}));
   const Uuid early_d_minus_2 = uuid_v7_born_at(kDayD - std::chrono::days(2) + 1h);
   const Uuid late_d_minus_2 = uuid_v7_born_at(kDayD - std::chrono::days(2) + 23h);
   const Uuid d_minus_1 = uuid_v7_born_at(kDayD - std::chrono::days(1) + 6h);
@@ -110,18 +111,21 @@ TEST(PostgresRetention, PartitionsAreCreatedAheadAndDroppedOnlyWhenFullyExpired)
   MaintenanceReport r = run_maintenance(*store, policy_for(clock));
   ASSERT_TRUE(r.ran);
   EXPECT_TRUE(r.partitioned);
-  EXPECT_EQ(r.partitions_created, (std::vector<std::string>{"processed_event_p20260312", "processed_event_p20260313"}));
+  EXPECT_EQ(r.partitions_created,
+            (std::vector<std::string>{"processed_event_p20260312", "processed_event_p20260313"}));
   EXPECT_TRUE(r.partitions_dropped.empty());
-  EXPECT_TRUE(run_maintenance(*store, policy_for(clock)).partitions_created.empty()) << "idempotent";
+  EXPECT_TRUE(run_maintenance(*store, policy_for(clock)).partitions_created.empty())
+      << "idempotent";
 
   // D+5 12:00: the horizon (now - 7 days) is D-2 12:00. Partition D-2 holds an event
   // born at 01:00 (expired) and one at 23:00 (not yet): it must stay.
   clock.set(kDayD + std::chrono::days(5) + 12h);
   r = run_maintenance(*store, policy_for(clock));
   EXPECT_TRUE(r.partitions_dropped.empty());
-  EXPECT_EQ(r.partitions_created, (std::vector<std::string>{"processed_event_p20260314", "processed_event_p20260315",
-                                                            "processed_event_p20260316", "processed_event_p20260317",
-                                                            "processed_event_p20260318"}));
+  EXPECT_EQ(r.partitions_created,
+            (std::vector<std::string>{"processed_event_p20260314", "processed_event_p20260315",
+                                      "processed_event_p20260316", "processed_event_p20260317",
+                                      "processed_event_p20260318"}));
   EXPECT_FALSE(mark(*store, early_d_minus_2)) << "a partially expired partition keeps every row";
   EXPECT_FALSE(mark(*store, late_d_minus_2));
 
@@ -131,9 +135,11 @@ TEST(PostgresRetention, PartitionsAreCreatedAheadAndDroppedOnlyWhenFullyExpired)
   r = run_maintenance(*store, policy_for(clock));
   EXPECT_EQ(r.partitions_dropped, (std::vector<std::string>{"processed_event_p20260308"}));
   EXPECT_EQ(partitions(*store).count("processed_event_p20260309"), 1u);
-  EXPECT_EQ(int_of(*store, "SELECT count(*) FROM processed_event WHERE event_id = $1", d_minus_1), 1);
+  EXPECT_EQ(int_of(*store, "SELECT count(*) FROM processed_event WHERE event_id = $1", d_minus_1),
+            1);
   EXPECT_EQ(rows_in(*store, "processed_event"), 1);
-  EXPECT_NE(r.summary().find("partitions_dropped=processed_event_p20260308"), std::string::npos) << r.summary();
+  EXPECT_NE(r.summary().find("partitions_dropped=processed_event_p20260308"), std::string::npos)
+      << r.summary();
 }
 
 TEST(PostgresRetention, IdsOutsideEveryPartitionAreHandledExplicitly) {
@@ -164,7 +170,8 @@ TEST(PostgresRetention, IdsOutsideEveryPartitionAreHandledExplicitly) {
   EXPECT_EQ(r.rows_moved_from_default, 1);
   EXPECT_EQ(rows_in(*store, "processed_event_p20260320"), 1);
   EXPECT_FALSE(mark(*store, future));
-  EXPECT_EQ(r.dedup_rows_deleted, 1) << "recent_old expired meanwhile (born D-3, horizon D+1 12:00)";
+  EXPECT_EQ(r.dedup_rows_deleted, 1)
+      << "recent_old expired meanwhile (born D-3, horizon D+1 12:00)";
   EXPECT_EQ(rows_in(*store, "processed_event_default"), 0);
 }
 
@@ -175,7 +182,8 @@ TEST(PostgresRetention, UnpartitionedTableDeletesExactlyTheExpiredRowsInBatches)
   idem::migrate_reference_system(*store);
   std::vector<Uuid> expired;
   std::vector<Uuid> kept;
-  for (int i = 0; i < 250; ++i) expired.push_back(uuid_v7_born_at(kDayD - 7 * 24h - 1ms - i * 1min));
+  for (int i = 0; i < 250; ++i)
+    expired.push_back(uuid_v7_born_at(kDayD - 7 * 24h - 1ms - i * 1min));
   for (int i = 0; i < 40; ++i) kept.push_back(uuid_v7_born_at(kDayD - 7 * 24h + i * 1min));
   {
     auto tx = store->begin();
@@ -211,9 +219,11 @@ TEST(PostgresRetention, AnAdvisoryLockKeepsOneMaintenanceAtATime) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
     auto tx = store->begin();
-    const auto held = tx->execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768189294 "
-        "AND objid = 1 AND pid <> pg_backend_pid()")[0].int64(0);
+    const auto held =
+        tx->execute(
+              "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1768189294 "
+              "AND objid = 1 AND pid <> pg_backend_pid()")[0]
+            .int64(0);
     tx->commit();
     if (held == 0) break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the closed session's lock stayed";
@@ -228,7 +238,8 @@ TEST(PostgresRetention, AnAdvisoryLockKeepsOneMaintenanceAtATime) {
 OrderConfirmed make_event(std::int64_t order_id) {
   OrderConfirmed e;
   e.event_id = new_uuid_v7();
-  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
   e.order_id = order_id;
   e.customer_id = 3;
   e.total_amount = Amount::from_hundredths(990);
@@ -248,7 +259,8 @@ void delete_while_consuming(const std::string& url) {
   constexpr int kExpired = 6000;
   for (int chunk = 0; chunk < kExpired / 1000; ++chunk) {
     std::vector<Uuid> ids;
-    for (int i = 0; i < 1000; ++i) ids.push_back(uuid_v7_born_at(now - 8 * 24h - (chunk * 1000 + i) * 5s));
+    for (int i = 0; i < 1000; ++i)
+      ids.push_back(uuid_v7_born_at(now - 8 * 24h - (chunk * 1000 + i) * 5s));
     auto tx = observer->begin();
     static_cast<void>(tx->mark_processed_batch(ids, kGroup));
     tx->commit();
@@ -260,7 +272,8 @@ void delete_while_consuming(const std::string& url) {
   for (int i = 1; i <= 400; ++i) {
     events.push_back(make_event(i));
     const auto& e = events.back();
-    test::TestRecord r{topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
+    test::TestRecord r{
+        topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
     (i <= 200 ? first_half : second_half).push_back(r);
     if (i % 5 == 0) second_half.push_back(r);  // resends of 80 events, after the cleanup started
   }
@@ -327,7 +340,9 @@ void delete_while_consuming(const std::string& url) {
 
   // Exactly the expired rows went; every consumed event is still marked, once; one effect each.
   EXPECT_EQ(deleted.load(), kExpired);
-  EXPECT_EQ(int_of(*observer, "SELECT count(*) FROM processed_event WHERE consumer_group = $1", kGroup), 400);
+  EXPECT_EQ(
+      int_of(*observer, "SELECT count(*) FROM processed_event WHERE consumer_group = $1", kGroup),
+      400);
   EXPECT_EQ(count_effects(*observer, kGroup), 400);
   EXPECT_EQ(max_effects_per_event(*observer, kGroup), 1);
 }

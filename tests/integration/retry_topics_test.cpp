@@ -12,6 +12,7 @@
 // to a retry topic (RetryHeadersAcrossProcesses).
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,7 +24,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <algorithm>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -32,17 +32,17 @@
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/count_handler.hpp"
+#include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem::test {
 namespace {
@@ -67,7 +67,8 @@ class RetryTopicsTest : public OrderEventsSuite<Backend> {
   }
 
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
-    ConsumerConfig c = mock_consumer_config(this->broker_->bootstrap_servers(), this->group_, {this->topic_});
+    ConsumerConfig c =
+        mock_consumer_config(this->broker_->bootstrap_servers(), this->group_, {this->topic_});
     c.batch_size = 1000;
     c.batch_window = 300ms;  // the whole source topic in the first batch
     c.retry_topics.delays = {50ms, 100ms};
@@ -83,8 +84,9 @@ class RetryTopicsTest : public OrderEventsSuite<Backend> {
 
   std::int64_t effects_of(std::int64_t order_id) {
     auto tx = this->observer_->begin();
-    return tx->execute("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
-                       this->ids_.at(order_id), this->group_)[0]
+    return tx
+        ->execute("SELECT count(*) FROM effect_log WHERE event_id = $1 AND consumer_group = $2",
+                  this->ids_.at(order_id), this->group_)[0]
         .int64(0);
   }
 };
@@ -196,7 +198,8 @@ TEST(RetryTopicsConfig, RejectsIllegalRetryTopicNamesAndDelays) {
     Consumer consumer(c, open_store(SqliteBackend::fresh_url()));
     FAIL() << "an illegal retry topic name was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("orders.retry.billing/eu.1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("orders.retry.billing/eu.1"), std::string::npos)
+        << e.what();
   }
   c.group_id = "billing";
   c.retry_topics.delays = {1s, 0ms};
@@ -223,7 +226,8 @@ detail::RetryHeaderCheck check(std::optional<std::string_view> attempts,
   return detail::check_retry_headers(attempts, not_before, level, 2, kDelay, now);
 }
 
-void expect_problem(const detail::RetryHeaderCheck& c, std::string_view header, std::string_view words) {
+void expect_problem(const detail::RetryHeaderCheck& c, std::string_view header,
+                    std::string_view words) {
   EXPECT_FALSE(c.headers.has_value());
   EXPECT_EQ(c.problem.rfind(header, 0), 0u) << c.problem;
   EXPECT_NE(c.problem.find(words), std::string::npos) << c.problem;
@@ -252,16 +256,19 @@ TEST(RetryHeaderCheck, AttemptsMustBeTheTopicsLevel) {
   expect_problem(check("4294967295", "0"), "idem.attempts", "out of range");
   expect_problem(check("0", "0"), "idem.attempts", "out of range");
   expect_problem(check("-1", "0"), "idem.attempts", "out of range");
-  expect_problem(check("3", "0"), "idem.attempts", "out of range");  // max attempts: DLQ, never a retry topic
+  expect_problem(check("3", "0"), "idem.attempts",
+                 "out of range");  // max attempts: DLQ, never a retry topic
   expect_problem(check("2", "0", 1), "idem.attempts", "level 1");
   expect_problem(check("1", "0", 2), "idem.attempts", "level 2");
 }
 
 TEST(RetryHeaderCheck, NotBeforeAtMostTheTopicsDelayPlusTheSkewAllowanceAhead) {
   ASSERT_TRUE(check("1", std::to_string(kLatest)).headers);
-  expect_problem(check("1", std::to_string(kLatest + 1)), "idem.retry.not_before", "delay (1000 ms)");
+  expect_problem(check("1", std::to_string(kLatest + 1)), "idem.retry.not_before",
+                 "delay (1000 ms)");
   const std::int64_t ten_years = std::int64_t{10} * 365 * 24 * 3'600'000;
-  expect_problem(check("1", std::to_string(kNow + ten_years)), "idem.retry.not_before", "later than now");
+  expect_problem(check("1", std::to_string(kNow + ten_years)), "idem.retry.not_before",
+                 "later than now");
   expect_problem(check("1", "9223372036854775807"), "idem.retry.not_before", "later than now");
   expect_problem(check("1", std::nullopt), "idem.retry.not_before", "missing");
   expect_problem(check("1", "soon"), "idem.retry.not_before", "not a time");
@@ -273,7 +280,9 @@ TEST(RetryHeaderCheck, NotBeforeAtMostTheTopicsDelayPlusTheSkewAllowanceAhead) {
 }
 
 TEST(RetryHeaderCheck, ProblemsShowHeaderBytesSafely) {
-  const auto c = check(std::string_view("1\n'\x01\xff" "0123456789012345678901234567890123456789"), "0");
+  const auto c = check(std::string_view("1\n'\x01\xff"
+                                        "0123456789012345678901234567890123456789"),
+                       "0");
   ASSERT_FALSE(c.headers);
   EXPECT_EQ(c.problem.find('\n'), std::string::npos) << c.problem;
   EXPECT_NE(c.problem.find("\\x0a\\x27\\x01\\xff"), std::string::npos) << c.problem;
@@ -329,7 +338,8 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
 
   /// A record on retry topic `level` for a new order.confirmed.v1 event of `order_id`,
   /// carrying its own `event_id` header plus `idem_headers`.
-  [[nodiscard]] TestRecord retry_record(int level, std::int64_t order_id, const Headers& idem_headers) {
+  [[nodiscard]] TestRecord retry_record(int level, std::int64_t order_id,
+                                        const Headers& idem_headers) {
     OrderConfirmed e;
     e.event_id = new_uuid_v7();
     e.occurred_at =
@@ -354,8 +364,9 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
   /// The consumer child, retry delays 1 s and 1 s; `always_retry` order ids ask for a
   /// retry on every attempt.
   ChildProcess start_consumer(const std::vector<std::int64_t>& always_retry = {}) {
-    std::vector<std::string> argv = {"--brokers", bootstrap(), "--topic", topic_, "--group",
-                                     group_, "--db", db_url_, "--retry-delays-ms", "1000,1000"};
+    std::vector<std::string> argv = {"--brokers",         bootstrap(), "--topic", topic_,
+                                     "--group",           group_,      "--db",    db_url_,
+                                     "--retry-delays-ms", "1000,1000"};
     for (const auto id : always_retry) {
       argv.emplace_back("--always-retry");
       argv.push_back(std::to_string(id));
@@ -384,13 +395,14 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
     const bool caught_up = wait_until(
         [&] {
           died = consumer.wait_for(0ms);
-          return died.has_value() || (group_caught_up(bootstrap(), group_, topic_, source_end) &&
-                                      group_caught_up(bootstrap(), group_, retry_topic(1), retry_end));
+          return died.has_value() ||
+                 (group_caught_up(bootstrap(), group_, topic_, source_end) &&
+                  group_caught_up(bootstrap(), group_, retry_topic(1), retry_end));
         },
         kDeadline, 200ms);
     if (died) {
-      return ::testing::AssertionFailure() << "the consumer died (status " << *died
-                                           << "; a negative status is the signal)";
+      return ::testing::AssertionFailure()
+             << "the consumer died (status " << *died << "; a negative status is the signal)";
     }
     if (!caught_up) {
       return ::testing::AssertionFailure()
@@ -425,8 +437,8 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
     ASSERT_NE(it, dlq.end()) << "not in the DLQ";
     EXPECT_EQ(it->second.header("idem.error.class"), "retry.bad_header");
     const std::string message = it->second.header("idem.error.message").value_or("");
-    EXPECT_NE(message.find(header), std::string::npos) << "the message does not name " << header
-                                                       << ": " << message;
+    EXPECT_NE(message.find(header), std::string::npos)
+        << "the message does not name " << header << ": " << message;
   }
 
   std::string db_url_;
@@ -437,13 +449,15 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
 // Item 7: idem.attempts 4294967295 used to wrap to 0 on the next attempt and index
 // delays[-1] (SIGSEGV, then the same again on every restart). An attempt count that is
 // in range but not this retry topic's number is just as impossible for idem to write.
-TEST_F(RetryHeadersAcrossProcesses, AttemptsOutOfRangeOrNotTheTopicsLevelGoToTheDlqAndTheConsumerStaysUp) {
-  constexpr std::int64_t kWrapping = 100;   // its handler asks for a retry: the old crash
+TEST_F(RetryHeadersAcrossProcesses,
+       AttemptsOutOfRangeOrNotTheTopicsLevelGoToTheDlqAndTheConsumerStaysUp) {
+  constexpr std::int64_t kWrapping = 100;  // its handler asks for a retry: the old crash
   constexpr std::int64_t kMismatched = 101;
   constexpr std::int64_t kGarbage = 102;
-  constexpr std::int64_t kGood = 103;       // behind them on the same retry partition
+  constexpr std::int64_t kGood = 103;  // behind them on the same retry partition
   const std::string past = std::to_string(wall_ms() - 1000);
-  produce({retry_record(1, kWrapping, {{"idem.attempts", "4294967295"}, {"idem.retry.not_before", past}}),
+  produce({retry_record(1, kWrapping,
+                        {{"idem.attempts", "4294967295"}, {"idem.retry.not_before", past}}),
            retry_record(1, kMismatched, {{"idem.attempts", "3"}, {"idem.retry.not_before", past}}),
            retry_record(1, kGarbage, {{"idem.attempts", "1x"}, {"idem.retry.not_before", past}}),
            retry_record(1, kGood, {{"idem.attempts", "1"}, {"idem.retry.not_before", past}})});
@@ -470,7 +484,8 @@ TEST_F(RetryHeadersAcrossProcesses, AttemptsOutOfRangeOrNotTheTopicsLevelGoToThe
 // Item 8: idem.retry.not_before far in the future used to pause the retry partition until
 // then (ten years here), and past ~292 years overflowed the steady clock. A retry is never
 // due later than its topic's delay (plus a clock-skew allowance) from now.
-TEST_F(RetryHeadersAcrossProcesses, NotBeforeBeyondTheTopicsDelayGoesToTheDlqAndDoesNotPauseThePartition) {
+TEST_F(RetryHeadersAcrossProcesses,
+       NotBeforeBeyondTheTopicsDelayGoesToTheDlqAndDoesNotPauseThePartition) {
   constexpr std::int64_t kTenYears = 200;
   constexpr std::int64_t kInt64Max = 201;
   constexpr std::int64_t kGarbage = 202;

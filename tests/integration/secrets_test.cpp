@@ -7,16 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "support/test_env.hpp"
 #include "support/cli_run.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
 
 namespace idem {
 namespace {
 
-const std::vector<std::string> kSecrets = {"fileDbPassword1", "fileSaslPassword2", "envPgPassword3",
-                                           "envSslKeyPassword4", "urlPassword5", "flagClientSecret6",
-                                           "flagSaslPassword7"};
+const std::vector<std::string> kSecrets = {
+    "fileDbPassword1", "fileSaslPassword2", "envPgPassword3",   "envSslKeyPassword4",
+    "urlPassword5",    "flagClientSecret6", "flagSaslPassword7"};
 
 void expect_no_secret(const std::string& output) {
   for (const auto& secret : kSecrets) {
@@ -36,22 +36,22 @@ const test::ChildProcess::Env kSecretEnv = {{"PGPASSWORD", "envPgPassword3"},
 
 TEST(Secrets, ConfigCheckRedactsEverySecret) {
   IDEM_REQUIRE_CLI();
-  const test::CliResult r = test::run_to_completion(
-      IDEM_CLI_PATH,
-      {"config", "check", "--config", secrets_file(), "--db",
-       "postgresql://app:urlPassword5@db.internal/orders", "--kafka",
-       "sasl.oauthbearer.config=flagClientSecret6", "--set",
-       "kafka.sasl.password=flagSaslPassword7"},
-      kSecretEnv);
+  const test::CliResult r =
+      test::run_to_completion(IDEM_CLI_PATH,
+                              {"config", "check", "--config", secrets_file(), "--db",
+                               "postgresql://app:urlPassword5@db.internal/orders", "--kafka",
+                               "sasl.oauthbearer.config=flagClientSecret6", "--set",
+                               "kafka.sasl.password=flagSaslPassword7"},
+                              kSecretEnv);
   ASSERT_EQ(r.status, 0) << r.output;
   expect_no_secret(r.output);
   // The keys are there, with their origins; only the values are hidden.
-  for (const auto* shown : {"postgres.password = <redacted>", "kafka.sasl.password = <redacted>",
-                            "kafka.ssl.key.password = <redacted>",
-                            "kafka.sasl.oauthbearer.config = <redacted>",
-                            "store.url = postgresql://app:<redacted>@db.internal/orders",
-                            "# effective store: postgresql:dbname='orders' host='db.internal' "
-                            "password=<redacted> user='app'"}) {
+  for (const auto* shown :
+       {"postgres.password = <redacted>", "kafka.sasl.password = <redacted>",
+        "kafka.ssl.key.password = <redacted>", "kafka.sasl.oauthbearer.config = <redacted>",
+        "store.url = postgresql://app:<redacted>@db.internal/orders",
+        "# effective store: postgresql:dbname='orders' host='db.internal' "
+        "password=<redacted> user='app'"}) {
     EXPECT_NE(r.output.find(shown), std::string::npos) << shown << " not in:\n" << r.output;
   }
 }
@@ -60,15 +60,18 @@ TEST(Secrets, ConfigErrorsNameSecretKeysWithoutTheirValues) {
   IDEM_REQUIRE_CLI();
   const test::CliResult r = test::run_to_completion(
       IDEM_CLI_PATH,
-      {"config", "check", "--config", secrets_file(), "--db", "postgresql:host password=urlPassword5",
-       "--kafka", "custom.client.secret=flagClientSecret6", "--set",
-       "postgres.port=flagSaslPassword7"},
+      {"config", "check", "--config", secrets_file(), "--db",
+       "postgresql:host password=urlPassword5", "--kafka", "custom.client.secret=flagClientSecret6",
+       "--set", "postgres.port=flagSaslPassword7"},
       kSecretEnv);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("store.url (flag --db): not a valid libpq connection string"),
-            std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("kafka.custom.client.secret (flag --kafka): librdkafka rejects <redacted>: No such configuration property"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("kafka.custom.client.secret (flag --kafka): librdkafka rejects "
+                          "<redacted>: No such configuration property"),
+            std::string::npos)
+      << r.output;
   // postgres.port is not a secret key, so its bad value is quoted: drop it from the grep.
   const std::string without_port = r.output.substr(0, r.output.find("postgres.port"));
   expect_no_secret(without_port);

@@ -11,19 +11,19 @@
 
 #include <fmt/format.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
-#include "idem/reference/order_confirmed.hpp"
-#include "idem/reference/payment_provider.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/billing.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -54,11 +54,12 @@ TEST(TraceContext, RejectsWhatTheSpecRejects) {
   for (const auto* bad : {
            "",
            "00-abc-def-01",
-           "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // unknown version, wrong form
-           "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // upper case
-           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
-           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero span id
-           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", // trailing data
+           "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",    // unknown version, wrong
+                                                                         // form
+           "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",    // upper case
+           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",    // zero trace id
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",    // zero span id
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",  // trailing data
            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
            "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
        }) {
@@ -69,7 +70,8 @@ TEST(TraceContext, RejectsWhatTheSpecRejects) {
 OrderConfirmed order_event(const Uuid& id, std::int64_t order_id) {
   OrderConfirmed e;
   e.event_id = id;
-  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
   e.order_id = order_id;
   e.customer_id = 7;
   e.total_amount = Amount::from_hundredths(1250);
@@ -87,13 +89,15 @@ void relay_everything(const std::string& db, const DevBroker& broker) {
   ASSERT_TRUE(relay.run_until_empty(60s));
 }
 
-ConsumerConfig consumer_config(const DevBroker& broker, const std::string& topic, const std::string& group) {
+ConsumerConfig consumer_config(const DevBroker& broker, const std::string& topic,
+                               const std::string& group) {
   ConsumerConfig config;
   config.bootstrap_servers = broker.bootstrap_servers();
   config.group_id = group;
   config.topics = {topic};
   config.batch_window = 20ms;
-  config.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  config.kafka = {
+      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
   return config;
 }
 
@@ -125,7 +129,8 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
     auto tx = store->begin();
     for (std::int64_t order = 1; order <= 3; ++order) {
       outbox.enqueue(*tx, [&](const Uuid& id) {
-        OutboxMessage m{"order", std::to_string(order), topic, to_json(order_event(id, order)), {}, {}};
+        OutboxMessage m{"order", std::to_string(order), topic, to_json(order_event(id, order)), {},
+                        {}};
         if (order == 3) m.headers.emplace_back(std::string(kTraceparentHeader), callers);
         return m;
       });
@@ -149,12 +154,13 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   Consumer consumer(consumer_config(broker, topic, "traced"), open_store(db));
   std::mutex mutex;
   std::map<std::string, std::string> seen;  // event_id -> traceparent the handler saw
-  consumer.on<OrderConfirmed>(topic, [&](const OrderConfirmed& e, const RecordInfo& r, Transaction&) {
-    const auto trace = trace_context(r);
-    std::lock_guard lock(mutex);
-    seen[e.event_id.to_string()] = trace ? trace->traceparent() : "none";
-    return Outcome::Done;
-  });
+  consumer.on<OrderConfirmed>(
+      topic, [&](const OrderConfirmed& e, const RecordInfo& r, Transaction&) {
+        const auto trace = trace_context(r);
+        std::lock_guard lock(mutex);
+        seen[e.event_id.to_string()] = trace ? trace->traceparent() : "none";
+        return Outcome::Done;
+      });
   std::thread runner([&] { consumer.run(); });
   const bool all_seen = test::eventually(
       [&] {

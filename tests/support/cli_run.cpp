@@ -19,9 +19,9 @@ CliResult run_to_completion(const std::string& program, const std::vector<std::s
     if (left.count() <= 0) break;
     if (auto line = child.read_line(left)) result.output += *line + "\n";
   }
-  result.status = child.wait(std::max(std::chrono::milliseconds(1),
-                                      std::chrono::duration_cast<std::chrono::milliseconds>(
-                                          deadline - std::chrono::steady_clock::now())));
+  result.status = child.wait(
+      std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - std::chrono::steady_clock::now())));
   return result;
 }
 

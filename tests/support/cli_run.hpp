@@ -16,9 +16,9 @@ struct CliResult {
 
 /// Runs `program args...` with `extra_env` added to the environment, waits up to
 /// `timeout` (then kills it and throws std::runtime_error).
-[[nodiscard]] CliResult run_to_completion(const std::string& program,
-                                          const std::vector<std::string>& args,
-                                          const ChildProcess::Env& extra_env = {},
-                                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+[[nodiscard]] CliResult run_to_completion(
+    const std::string& program, const std::vector<std::string>& args,
+    const ChildProcess::Env& extra_env = {},
+    std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace idem::test

@@ -61,7 +61,7 @@ namespace {
 std::string v4_uuid(std::mt19937_64& rng) {
   std::uint64_t hi = rng();
   std::uint64_t lo = rng();
-  hi = (hi & ~0xF000ULL) | 0x4000ULL;                          // version 4
+  hi = (hi & ~0xF000ULL) | 0x4000ULL;                         // version 4
   lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // RFC variant
   return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", hi >> 32, (hi >> 16) & 0xFFFF,
                      hi & 0xFFFF, lo >> 48, lo & 0xFFFFFFFFFFFFULL);
@@ -70,8 +70,8 @@ std::string v4_uuid(std::mt19937_64& rng) {
 OrderConfirmed make_event(std::int64_t order_id) {
   OrderConfirmed e;
   e.event_id = new_uuid_v7();
-  e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
-      std::chrono::system_clock::now());
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
   e.order_id = order_id;
   e.customer_id = 1 + order_id % 97;
   e.total_amount = Amount::from_hundredths(100 + order_id % 10000);
@@ -82,33 +82,41 @@ OrderConfirmed make_event(std::int64_t order_id) {
 // `n` makes every payload unique, so each can be found again in the topic.
 MalformedMessage malformed(int kind, std::int64_t n, std::mt19937_64& rng) {
   const std::string id = new_uuid_v7().to_string();
-  constexpr const char* kTail = R"("occurred_at":"2024-05-01T12:00:00Z","order_id":{},"customer_id":7)";
+  constexpr const char* kTail =
+      R"("occurred_at":"2024-05-01T12:00:00Z","order_id":{},"customer_id":7)";
   const std::string tail = fmt::format(fmt::runtime(kTail), n);
   switch (kind) {
     case 0:
-      return {fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":)",
-                          id, tail),  // truncated: not well-formed JSON
-              "validation.invalid_json"};
+      return {
+          fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":)",
+                      id, tail),  // truncated: not well-formed JSON
+          "validation.invalid_json"};
     case 1:  // schema failure: a required field is missing
       return {fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1","occurred_at":)"
                           R"("2024-05-01T12:00:00Z","order_id":{},"total_amount":"10.00"}})",
                           id, n),
               "validation.missing"};
     case 2:  // schema failure: a numeric amount (money is an exact decimal string)
-      return {fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":10.5}})",
-                          id, tail),
+      return {fmt::format(
+                  R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":10.5}})",
+                  id, tail),
               "validation.wrong_type"};
     case 3:  // no event_id at all
-      return {fmt::format(R"({{"event_type":"order.confirmed.v1",{},"total_amount":"10.00"}})", tail),
-              "validation.missing"};
+      return {
+          fmt::format(R"({{"event_type":"order.confirmed.v1",{},"total_amount":"10.00"}})", tail),
+          "validation.missing"};
     case 4:  // a UUID, but version 4
-      return {fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":"10.00"}})",
-                          v4_uuid(rng), tail),
-              "validation.not_uuid_v7"};
+      return {
+          fmt::format(
+              R"({{"event_id":"{}","event_type":"order.confirmed.v1",{},"total_amount":"10.00"}})",
+              v4_uuid(rng), tail),
+          "validation.not_uuid_v7"};
     default:  // an event type no handler knows
-      return {fmt::format(R"({{"event_id":"{}","event_type":"order.exploded.v9",{},"total_amount":"10.00"}})",
-                          id, tail),
-              "validation.unknown_event_type"};
+      return {
+          fmt::format(
+              R"({{"event_id":"{}","event_type":"order.exploded.v9",{},"total_amount":"10.00"}})",
+              id, tail),
+          "validation.unknown_event_type"};
   }
 }
 
@@ -120,10 +128,12 @@ Workload make_workload(const std::string& topic, std::size_t total, double dupli
                        double malformed_ratio_per_kind, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Workload w;
-  const auto per_kind = static_cast<std::size_t>(static_cast<double>(total) * malformed_ratio_per_kind);
+  const auto per_kind =
+      static_cast<std::size_t>(static_cast<double>(total) * malformed_ratio_per_kind);
   w.malformed = per_kind * kMalformedKinds;
   w.duplicates = static_cast<std::size_t>(static_cast<double>(total) * duplicate_ratio);
-  if (w.malformed + w.duplicates >= total) throw std::invalid_argument("workload: too few valid events");
+  if (w.malformed + w.duplicates >= total)
+    throw std::invalid_argument("workload: too few valid events");
   const std::size_t valid = total - w.malformed - w.duplicates;
 
   std::vector<TestRecord> records;
@@ -133,8 +143,11 @@ Workload make_workload(const std::string& topic, std::size_t total, double dupli
     const OrderConfirmed e = make_event(static_cast<std::int64_t>(i) + 1);
     w.valid_ids.insert(e.event_id.to_string());
     valid_index.push_back(records.size());
-    records.push_back({topic, std::to_string(e.order_id), to_json(e),
-                       {{"event_id", e.event_id.to_string()}}, -1});
+    records.push_back({topic,
+                       std::to_string(e.order_id),
+                       to_json(e),
+                       {{"event_id", e.event_id.to_string()}},
+                       -1});
   }
   // Resends: the very same record again (same key, so the same partition; new offset).
   std::uniform_int_distribution<std::size_t> pick(0, valid - 1);
@@ -165,8 +178,8 @@ MalformedLocations locate_malformed(const std::string& bootstrap, const std::str
   for (auto o : end) count += static_cast<std::size_t>(o);
   const auto records = read_topic(bootstrap, topic, partitions, count, 60s);
   if (records.size() != count) {
-    throw std::runtime_error(fmt::format("locate_malformed: read {} of {} records of {}",
-                                         records.size(), count, topic));
+    throw std::runtime_error(
+        fmt::format("locate_malformed: read {} of {} records of {}", records.size(), count, topic));
   }
   MalformedLocations out;
   for (const auto& r : records) {
@@ -179,11 +192,22 @@ MalformedLocations locate_malformed(const std::string& bootstrap, const std::str
 // --- consumer processes -------------------------------------------------------------
 
 ChildProcess start_consumer(const std::string& program, const ConsumerArgs& a) {
-  std::vector<std::string> argv = {
-      "--brokers", a.brokers, "--topic", a.topic, "--group", a.group, "--db", a.db,
-      "--batch", std::to_string(a.batch), "--crash-point", a.crash_point,
-      "--crash-probability", fmt::format("{}", a.crash_probability), "--seed",
-      std::to_string(a.seed)};
+  std::vector<std::string> argv = {"--brokers",
+                                   a.brokers,
+                                   "--topic",
+                                   a.topic,
+                                   "--group",
+                                   a.group,
+                                   "--db",
+                                   a.db,
+                                   "--batch",
+                                   std::to_string(a.batch),
+                                   "--crash-point",
+                                   a.crash_point,
+                                   "--crash-probability",
+                                   fmt::format("{}", a.crash_probability),
+                                   "--seed",
+                                   std::to_string(a.seed)};
   for (const char* kv : {"session.timeout.ms=6000", "heartbeat.interval.ms=1000", "log_level=3",
                          "reconnect.backoff.max.ms=1000"}) {
     argv.emplace_back("--kafka");
@@ -287,9 +311,10 @@ std::int64_t effect_rows(const std::string& db_url, const std::string& group) {
       problems << "\n  effect for an id that was never sent as a valid event: " << id;
   }
   if (missing + doubled + unknown > 0) {
-    problems << fmt::format("\n  valid events: {}, with no effect: {}, with >1 effect: {}, "
-                            "unknown ids: {}",
-                            w.valid_ids.size(), missing, doubled, unknown);
+    problems << fmt::format(
+        "\n  valid events: {}, with no effect: {}, with >1 effect: {}, "
+        "unknown ids: {}",
+        w.valid_ids.size(), missing, doubled, unknown);
   }
 
   // 2. Every malformed message in the DLQ with its reason; no valid record there.
@@ -347,8 +372,8 @@ std::int64_t effect_rows(const std::string& db_url, const std::string& group) {
 
   const std::string text = problems.str();
   if (text.empty()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "exactly-once invariant violated for group " << group
-                                       << ":" << text;
+  return ::testing::AssertionFailure()
+         << "exactly-once invariant violated for group " << group << ":" << text;
 }
 
 // --- private PostgreSQL ----------------------------------------------------------------------
@@ -363,8 +388,10 @@ int free_port() {
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -379,15 +406,18 @@ std::string read_file(const std::filesystem::path& p) {
 }  // namespace
 
 std::optional<std::string> PrivatePostgres::find_bin_dir() {
-  if (auto bin = env("IDEM_TEST_PG_BIN"); bin && std::filesystem::exists(*bin + "/initdb")) return bin;
+  if (auto bin = env("IDEM_TEST_PG_BIN"); bin && std::filesystem::exists(*bin + "/initdb"))
+    return bin;
   std::vector<std::filesystem::path> candidates;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/usr/lib/postgresql", ec)) {
-    if (std::filesystem::exists(entry.path() / "bin" / "initdb")) candidates.push_back(entry.path() / "bin");
+    if (std::filesystem::exists(entry.path() / "bin" / "initdb"))
+      candidates.push_back(entry.path() / "bin");
   }
   if (candidates.empty()) return std::nullopt;
   std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
-    return std::stoi(a.parent_path().filename().string()) < std::stoi(b.parent_path().filename().string());
+    return std::stoi(a.parent_path().filename().string()) <
+           std::stoi(b.parent_path().filename().string());
   });
   return candidates.back().string();
 }
@@ -395,17 +425,20 @@ std::optional<std::string> PrivatePostgres::find_bin_dir() {
 PrivatePostgres::PrivatePostgres(const std::string& bin_dir) : bin_(bin_dir) {
   if (::geteuid() == 0) run_as_ = env("IDEM_TEST_PG_RUN_AS").value_or("postgres");
   std::string pattern = "/tmp/idem-pgfault-XXXXXX";  // short: the socket path must fit
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::system_error(errno, std::generic_category(), "mkdtemp");
   dir_ = pattern;
   const std::string prefix = run_as_.empty() ? "" : "runuser -u " + run_as_ + " -- ";
   if (!run_as_.empty()) {
-    if (std::system(("chown " + shell_quote(run_as_) + " " + shell_quote(dir_.string())).c_str()) != 0)
+    if (std::system(("chown " + shell_quote(run_as_) + " " + shell_quote(dir_.string())).c_str()) !=
+        0)
       throw std::runtime_error("chown of " + dir_.string() + " failed");
   }
   const std::string initdb = fmt::format(
       "cd {} && {}{}/initdb -D {}/data -U postgres -E UTF8 --no-locale --auth-local=trust "
       "--auth-host=trust --no-sync > {}/initdb.log 2>&1",
-      shell_quote(dir_.string()), prefix, bin_, shell_quote(dir_.string()), shell_quote(dir_.string()));
+      shell_quote(dir_.string()), prefix, bin_, shell_quote(dir_.string()),
+      shell_quote(dir_.string()));
   if (std::system(initdb.c_str()) != 0)
     throw std::runtime_error("initdb failed: " + read_file(dir_ / "initdb.log"));
   {
@@ -425,7 +458,8 @@ PrivatePostgres::PrivatePostgres(const std::string& bin_dir) : bin_(bin_dir) {
       break;
     }
   }
-  if (!running_) throw std::runtime_error("postgres did not start: " + read_file(dir_ / "server.log"));
+  if (!running_)
+    throw std::runtime_error("postgres did not start: " + read_file(dir_ / "server.log"));
   const std::string create = fmt::format(
       "{}/psql -X -q -h 127.0.0.1 -p {} -U postgres -d postgres -c 'CREATE DATABASE idem_test' "
       ">> {}/server.log 2>&1",
@@ -446,9 +480,10 @@ std::string PrivatePostgres::url() const {
 
 int PrivatePostgres::run_pg_ctl(const std::string& args) const {
   const std::string prefix = run_as_.empty() ? "" : "runuser -u " + run_as_ + " -- ";
-  const std::string cmd = fmt::format("cd {} && {}{}/pg_ctl -D {}/data -l {}/server.log {} > /dev/null 2>&1",
-                                      shell_quote(dir_.string()), prefix, bin_,
-                                      shell_quote(dir_.string()), shell_quote(dir_.string()), args);
+  const std::string cmd =
+      fmt::format("cd {} && {}{}/pg_ctl -D {}/data -l {}/server.log {} > /dev/null 2>&1",
+                  shell_quote(dir_.string()), prefix, bin_, shell_quote(dir_.string()),
+                  shell_quote(dir_.string()), args);
   return std::system(cmd.c_str());
 }
 

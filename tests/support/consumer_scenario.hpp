@@ -53,8 +53,8 @@ struct MalformedMessage {
 /// What a producer sends: distinct valid events, resends of some of them (same event_id,
 /// same payload, new offset) and malformed messages of every kind, shuffled.
 struct Workload {
-  std::vector<TestRecord> records;            // in send order
-  std::set<std::string> valid_ids;            // canonical event_id text of each distinct event
+  std::vector<TestRecord> records;  // in send order
+  std::set<std::string> valid_ids;  // canonical event_id text of each distinct event
   std::map<std::string, std::string> malformed_class_by_payload;
   std::size_t duplicates = 0;
   std::size_t malformed = 0;

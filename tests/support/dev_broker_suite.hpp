@@ -5,8 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -15,14 +15,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/reference/schema.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"  // unique_name, produce_order_events
+#include "support/wait.hpp"
 
 namespace idem::test {
 
@@ -105,9 +105,12 @@ class RunningConsumer {
   bool stop(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     if (!thread_.joinable()) return true;
     consumer_->stop();
-    const bool returned = eventually([&] { return finished_.load(); }, timeout, std::chrono::milliseconds(10));
-    if (returned) thread_.join();
-    else thread_.detach();
+    const bool returned =
+        eventually([&] { return finished_.load(); }, timeout, std::chrono::milliseconds(10));
+    if (returned)
+      thread_.join();
+    else
+      thread_.detach();
     return returned;
   }
   [[nodiscard]] bool finished() const { return finished_.load(); }

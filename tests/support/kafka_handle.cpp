@@ -6,7 +6,8 @@
 
 namespace idem::test {
 
-KafkaHandle make_kafka_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf, const KafkaProps& props) {
+KafkaHandle make_kafka_handle(rd_kafka_type_t type, rd_kafka_conf_t* conf,
+                              const KafkaProps& props) {
   char errstr[512];
   KafkaProps all{{"log_level", "2"}};
   all.insert(all.end(), props.begin(), props.end());

@@ -19,7 +19,9 @@ struct HandleDeleter {
 };
 using Handle = std::unique_ptr<rd_kafka_t, HandleDeleter>;
 
-int ms(std::chrono::milliseconds d) { return static_cast<int>(d.count()); }
+int ms(std::chrono::milliseconds d) {
+  return static_cast<int>(d.count());
+}
 
 Handle make_handle(rd_kafka_type_t type, const Headers& props,
                    void (*dr)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr,
@@ -130,7 +132,8 @@ std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_s
     e.customer_id = 42;
     e.total_amount = Amount::from_hundredths(1999);
     ids[i] = e.event_id;
-    producer.send({topic, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, partition});
+    producer.send(
+        {topic, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, partition});
   }
   producer.flush();
   return ids;

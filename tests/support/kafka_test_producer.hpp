@@ -60,8 +60,8 @@ using idem::read_topic;
 /// Produces `count` valid order.confirmed.v1 events (order ids 1..count, customer 42,
 /// 19.99) to partition `partition` of `topic`, keyed by order id with an `event_id`
 /// header, and waits for the broker. Returns order id -> event id.
-[[nodiscard]] std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_servers,
-                                                                const std::string& topic, int count,
-                                                                std::int32_t partition = 0);
+[[nodiscard]] std::map<std::int64_t, Uuid> produce_order_events(
+    const std::string& bootstrap_servers, const std::string& topic, int count,
+    std::int32_t partition = 0);
 
 }  // namespace idem::test

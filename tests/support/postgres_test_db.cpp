@@ -28,7 +28,8 @@ class DatabaseFactory {
     if (::getpid() != owner_pid_ || conn_ == nullptr) return;
     if (PQstatus(conn_) == CONNECTION_OK) {
       for (const std::string& name : created_) {
-        PGresult* r = PQexec(conn_, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", name).c_str());
+        PGresult* r =
+            PQexec(conn_, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", name).c_str());
         PQclear(r);  // best effort: the throwaway cluster is removed anyway
       }
     }
@@ -44,9 +45,11 @@ class DatabaseFactory {
         const std::string why = PQerrorMessage(conn_);
         PQfinish(conn_);
         conn_ = nullptr;
-        throw std::runtime_error("fresh_postgres_url: cannot connect with IDEM_TEST_PG_DSN: " + why);
+        throw std::runtime_error("fresh_postgres_url: cannot connect with IDEM_TEST_PG_DSN: " +
+                                 why);
       }
-      PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
+      PQsetNoticeProcessor(
+          conn_, [](void*, const char*) {}, nullptr);
     }
     const std::string name = fmt::format("idem_t_{:012x}", random_() & 0xFFFFFFFFFFFFULL);
     // template0: nobody is ever connected to it, so concurrent test processes can

@@ -31,7 +31,7 @@ namespace idem::test {
 
 /// Use inside a TEST body: declares `var` as the URL of a fresh empty database, or
 /// skips the test when IDEM_TEST_PG_DSN is unset (fails instead under CI=true).
-#define IDEM_FRESH_POSTGRES_URL(var)       \
-  IDEM_REQUIRE_POSTGRES_DSN(var##_dsn);    \
-  (void)var##_dsn;                         \
+#define IDEM_FRESH_POSTGRES_URL(var)    \
+  IDEM_REQUIRE_POSTGRES_DSN(var##_dsn); \
+  (void)var##_dsn;                      \
   const std::string var = ::idem::test::fresh_postgres_url()

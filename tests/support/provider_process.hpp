@@ -39,8 +39,8 @@ struct JsonAnswer {
 /// GET `base_url` + `path`.
 [[nodiscard]] JsonAnswer http_get(const std::string& base_url, const std::string& path);
 /// POST `body` to `base_url` + `path` with the given headers (no retries).
-[[nodiscard]] JsonAnswer http_post(const std::string& base_url, const std::string& path,
-                                   const std::string& body,
-                                   const std::vector<std::pair<std::string, std::string>>& headers = {});
+[[nodiscard]] JsonAnswer http_post(
+    const std::string& base_url, const std::string& path, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 }  // namespace idem::test

@@ -992,11 +992,12 @@ REGISTER_TYPED_TEST_SUITE_P(
     SavepointRollbackKeepsTheRestOfTheTransaction, SavepointReleaseKeepsWork,
     ExecuteBindsParametersAndReturnsRows, ExecuteReportsAffectedRows,
     ExecuteRejectsAMissingOrExtraParameter, SqlErrorNamesTheProblem,
-    ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase, MigrationSetsAreVersionedApart, MigrateIsIdempotent,
-    ConcurrentMigratorsApplyEachMigrationOnce, LazySavepointFailingStatementRollsBackOnlyItsEvent,
-    LazySavepointsNestAndUndoInnerWork, LazySavepointErrorIsAttributedToTheOpenSavepoint,
-    TransactionWithOnlyEmptySavepointsCommits, DeferredStatementsKeepTheirOrderWithSynchronousOnes,
-    DeferredStatementErrorSurfacesBySync, DeferredStatementErrorFailsCommit,
-    DeferredStatementsUndoneBySavepointRollback, DeferredStatementRejectsAWrongParameterCountAtOnce);
+    ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase,
+    MigrationSetsAreVersionedApart, MigrateIsIdempotent, ConcurrentMigratorsApplyEachMigrationOnce,
+    LazySavepointFailingStatementRollsBackOnlyItsEvent, LazySavepointsNestAndUndoInnerWork,
+    LazySavepointErrorIsAttributedToTheOpenSavepoint, TransactionWithOnlyEmptySavepointsCommits,
+    DeferredStatementsKeepTheirOrderWithSynchronousOnes, DeferredStatementErrorSurfacesBySync,
+    DeferredStatementErrorFailsCommit, DeferredStatementsUndoneBySavepointRollback,
+    DeferredStatementRejectsAWrongParameterCountAtOnce);
 
 }  // namespace idem::test

@@ -16,6 +16,8 @@ bool in_ci() {
   return ci && (*ci == "true" || *ci == "1");
 }
 
-std::optional<std::string> postgres_dsn() { return env("IDEM_TEST_PG_DSN"); }
+std::optional<std::string> postgres_dsn() {
+  return env("IDEM_TEST_PG_DSN");
+}
 
 }  // namespace idem::test

@@ -50,9 +50,9 @@ TEST(Amount, RoundTripsThroughText) {
 }
 
 TEST(Amount, RejectsWhatIsNotAPlainDecimal) {
-  const char* bad[] = {"",    "abc", "1e5", "+1",  " 1",   "1 ",     "1.",     ".5",   "1,5",
-                       "0x10", "-",  "--1", "1.2.3", "1..2", "1.-2", "١",  // Arabic-Indic one
-                       "1\xd9\xa1", "NaN", "inf", "1_000", "\t1", "-.5", "- 1"};
+  const char* bad[] = {"",          "abc", "1e5", "+1",    " 1",   "1 ",   "1.", ".5", "1,5",
+                       "0x10",      "-",   "--1", "1.2.3", "1..2", "1.-2", "١",  // Arabic-Indic one
+                       "1\xd9\xa1", "NaN", "inf", "1_000", "\t1",  "-.5",  "- 1"};
   for (const char* text : bad) EXPECT_EQ(error_of(text), PE::NotDecimal) << '"' << text << '"';
 }
 

@@ -80,7 +80,10 @@ CallResult call_once(AsyncClient& client, const std::string& url, const std::str
                      std::vector<std::pair<std::string, std::string>> headers = {}) {
   std::promise<CallResult> answered;
   std::future<CallResult> result = answered.get_future();
-  client.start(Request{.url = url, .json_body = "{}", .idempotency_key = key, .extra_headers = std::move(headers)},
+  client.start(Request{.url = url,
+                       .json_body = "{}",
+                       .idempotency_key = key,
+                       .extra_headers = std::move(headers)},
                [&answered](CallResult r) { answered.set_value(std::move(r)); });
   return result.get();
 }
@@ -145,7 +148,8 @@ TEST(AsyncClientTest, AThousandConcurrentSlowCallsEachCompleteOnceOverFewConnect
   {
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
-      client.start(Request{.url = provider.url(), .json_body = R"({"amount":"1.00"})",
+      client.start(Request{.url = provider.url(),
+                           .json_body = R"({"amount":"1.00"})",
                            .idempotency_key = SlowProvider::key(i)},
                    results.callback(i));
     }
@@ -182,8 +186,10 @@ TEST(AsyncClientTest, ConnectionLimitHoldsForASmallLimit) {
   {
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
-      client.start(Request{.url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
-                   results.callback(i));
+      client.start(
+          Request{
+              .url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
+          results.callback(i));
     }
     ASSERT_TRUE(results.wait_for(kCalls));
   }
@@ -205,8 +211,10 @@ TEST(AsyncClientTest, WaitingForAConnectionIsNotPartOfTheAttemptsTimeout) {
   {
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
-      client.start(Request{.url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
-                   results.callback(i));
+      client.start(
+          Request{
+              .url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
+          results.callback(i));
     }
     ASSERT_TRUE(results.wait_for(kCalls));
   }
@@ -222,7 +230,9 @@ struct RetryCase {
   int attempts;
 };
 
-void PrintTo(const RetryCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const RetryCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class AsyncRetryTest : public ::testing::TestWithParam<RetryCase> {};
 
@@ -232,7 +242,9 @@ TEST_P(AsyncRetryTest, SameKeyOnEveryAttempt) {
   ClientConfig config = fast_config();
   config.max_attempts = 3;
   std::vector<std::chrono::milliseconds> waits;
-  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) { waits.push_back(wait); };
+  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) {
+    waits.push_back(wait);
+  };
   CallResult r;
   {
     AsyncClient client(config);
@@ -302,7 +314,9 @@ TEST(AsyncClientTest, InvalidRequestsAreRejectedBeforeAnythingIsSent) {
   AsyncClient client(fast_config());
   const auto start = [&](std::string url, std::string key,
                          std::vector<std::pair<std::string, std::string>> headers = {}) {
-    client.start(Request{.url = std::move(url), .json_body = "{}", .idempotency_key = std::move(key),
+    client.start(Request{.url = std::move(url),
+                         .json_body = "{}",
+                         .idempotency_key = std::move(key),
                          .extra_headers = std::move(headers)},
                  [](CallResult) { ADD_FAILURE() << "a rejected call has no callback"; });
   };
@@ -311,8 +325,9 @@ TEST(AsyncClientTest, InvalidRequestsAreRejectedBeforeAnythingIsSent) {
   EXPECT_THROW(start(server.url(), "k", {{"traceparent", "x\ny"}}), Error);
   EXPECT_THROW(start(server.url(), "k", {{"Bad Name", "v"}}), Error);
   EXPECT_THROW(start("gopherx://nowhere/", "k"), Error);
-  EXPECT_THROW(client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "k"}, {}),
-               Error);
+  EXPECT_THROW(
+      client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "k"}, {}),
+      Error);
   EXPECT_EQ(client.in_flight(), 0u);
   EXPECT_TRUE(call_once(client, server.url(), "k").ok());
   EXPECT_EQ(server.keys(), std::vector<std::string>{"k"});
@@ -339,12 +354,16 @@ TEST(AsyncClientTest, DestructorCancelsCallsInFlightEachCallbackOnce) {
   Results results(kHanging + kWaiting);
   auto client = std::make_unique<AsyncClient>(config);
   for (std::size_t i = 0; i < kHanging; ++i) {
-    client->start(Request{.url = hanging.url(), .json_body = "{}", .idempotency_key = "h" + std::to_string(i)},
-                  results.callback(i));
+    client->start(
+        Request{
+            .url = hanging.url(), .json_body = "{}", .idempotency_key = "h" + std::to_string(i)},
+        results.callback(i));
   }
   for (std::size_t i = 0; i < kWaiting; ++i) {
-    client->start(Request{.url = refusing.url(), .json_body = "{}", .idempotency_key = "w" + std::to_string(i)},
-                  results.callback(kHanging + i));
+    client->start(
+        Request{
+            .url = refusing.url(), .json_body = "{}", .idempotency_key = "w" + std::to_string(i)},
+        results.callback(kHanging + i));
   }
   ASSERT_TRUE(hanging.wait_for_requests(config.max_host_connections));
   {
@@ -372,8 +391,9 @@ TEST(AsyncClientTest, CallbacksMayStartFurtherCalls) {
   client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "first"},
                [&](CallResult first) {
                  EXPECT_TRUE(first.ok());
-                 client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "second"},
-                              [&second](CallResult r) { second.set_value(std::move(r)); });
+                 client.start(
+                     Request{.url = server.url(), .json_body = "{}", .idempotency_key = "second"},
+                     [&second](CallResult r) { second.set_value(std::move(r)); });
                });
   EXPECT_TRUE(second_result.get().ok());
   EXPECT_EQ(server.keys(), (std::vector<std::string>{"first", "second"}));

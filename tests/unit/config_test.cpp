@@ -40,7 +40,9 @@ ConfigSources from_file(std::string path, Env environment = {}) {
   s.environment = std::move(environment);
   return s;
 }
-ConfigSources from_env(Env environment) { return from_file("", std::move(environment)); }
+ConfigSources from_env(Env environment) {
+  return from_file("", std::move(environment));
+}
 ConfigSources from_flags(std::vector<FlagSetting> flags) {
   ConfigSources s;
   s.flags = std::move(flags);
@@ -136,9 +138,9 @@ TEST(ConfigLoader, ListsEveryKeyOfEveryCommandEvenWhenUnset) {
   EXPECT_EQ(entry(c, "dlq.topic").value, "");
   EXPECT_EQ(entry(c, "dlq.topic").origin.layer, ConfigLayer::Default);
   const std::string text = c.describe();
-  for (const auto* key : {"consumer.retry_topics.delays", "dedup.retention", "maintenance.interval",
-                          "dlq.timeout", "provider.key_retention", "dev_broker.brokers",
-                          "demo.orders", "relay.shutdown_timeout"}) {
+  for (const auto* key :
+       {"consumer.retry_topics.delays", "dedup.retention", "maintenance.interval", "dlq.timeout",
+        "provider.key_retention", "dev_broker.brokers", "demo.orders", "relay.shutdown_timeout"}) {
     EXPECT_NE(text.find(std::string(key) + " = "), std::string::npos) << key << " not in\n" << text;
   }
 }
@@ -158,8 +160,10 @@ partitioned = true
 topics = ["a", "b:7"]
 )");
   ConfigSources s = from_file(file);
-  s.environment = {{"IDEM_MAINTENANCE_INTERVAL", "15m"}, {"IDEM_PROVIDER_LISTEN", "0.0.0.0:9000"},
-                   {"IDEM_DLQ_TIMEOUT", "5s"}, {"IDEM_RELAY_LISTEN", "false"}};
+  s.environment = {{"IDEM_MAINTENANCE_INTERVAL", "15m"},
+                   {"IDEM_PROVIDER_LISTEN", "0.0.0.0:9000"},
+                   {"IDEM_DLQ_TIMEOUT", "5s"},
+                   {"IDEM_RELAY_LISTEN", "false"}};
   s.flags = {{"dedup.safety_margin", "2h", "--safety-margin-hours"},
              {"demo.faults", "resend,malformed", "--faults"},
              {"provider.latency", "250ms", "--latency-ms"},
@@ -197,8 +201,8 @@ topics = ["a", "b:7"]
 
 TEST(ConfigLoader, MillisecondKeysTakeBareNumbersAndUnits) {
   using namespace std::chrono_literals;
-  const Config c = load_config(from_flags({{"consumer.batch_window_ms", "2s", "--set"},
-                                           {"relay.poll_interval_ms", "75", "--set"}}));
+  const Config c = load_config(from_flags(
+      {{"consumer.batch_window_ms", "2s", "--set"}, {"relay.poll_interval_ms", "75", "--set"}}));
   EXPECT_EQ(c.consumer.batch_window, 2s);
   EXPECT_EQ(c.relay.poll_interval, 75ms);
 }
@@ -220,8 +224,9 @@ TEST(Duration, ParsesANumberAndAUnit) {
 }
 
 TEST(Duration, RefusesAnythingElse) {
-  for (const auto* text : {"", "s", "10", "-5s", "+5s", "5 s", "5sec", "5S", "1e3ms", "inf", "nans",
-                           "1.2.3s", ".s", "5ms5", "99999999999999999999ms", "9223372036854775807d"}) {
+  for (const auto* text :
+       {"", "s", "10", "-5s", "+5s", "5 s", "5sec", "5S", "1e3ms", "inf", "nans", "1.2.3s", ".s",
+        "5ms5", "99999999999999999999ms", "9223372036854775807d"}) {
     EXPECT_EQ(parse_duration(text), std::nullopt) << text;
   }
   EXPECT_EQ(parse_duration("10", "weeks"), std::nullopt);
@@ -248,7 +253,8 @@ topics = ["a", "b"]
 )");
   ConfigSources s;
   s.file = file;
-  s.environment = {{"IDEM_CONSUMER_BATCH_WINDOW_MS", "20"}, {"IDEM_CONSUMER_RETRY_INITIAL_MS", "8"}};
+  s.environment = {{"IDEM_CONSUMER_BATCH_WINDOW_MS", "20"},
+                   {"IDEM_CONSUMER_RETRY_INITIAL_MS", "8"}};
   s.flags = {{"consumer.retry_initial_ms", "9", "--retry-initial-ms"}};
   const Config c = load_config(s);
 
@@ -324,7 +330,8 @@ TEST(ConfigLoader, LibpqVariablesComposeWithTheStoreUrl) {
   EXPECT_EQ(load_config(s).store_url,
             "postgresql:host='db.internal' password='hunter2' sslmode='require'");
 
-  // A URL plus PG*: the variables fill in and override its parameters; IDEM_POSTGRES_* wins over PG*.
+  // A URL plus PG*: the variables fill in and override its parameters; IDEM_POSTGRES_* wins over
+  // PG*.
   s.flags = {{"store.url", "postgresql://app@old-host:5433/orders?sslmode=disable", "--db"}};
   s.environment.emplace_back("IDEM_POSTGRES_HOST", "idem-host");
   EXPECT_EQ(load_config(s).store_url,
@@ -344,9 +351,13 @@ TEST(ConfigLoader, QuotesLibpqValuesSoTheyCannotAddParameters) {
 
 TEST(ConfigLoader, IgnoresTheTestHarnessVariables) {
   ConfigSources s;
-  s.environment = {{"IDEM_TEST_PG_DSN", "postgresql://x"}, {"IDEM_BENCH_BATCH", "1"},
-                   {"IDEM_PG_BINDIR", "/usr/lib"}, {"IDEM_BUILD_DIR", "/tmp/b"},
-                   {"IDEM_JOBS", "2"}, {"IDEM_WERROR", "ON"}, {"PATH", "/bin"}};
+  s.environment = {{"IDEM_TEST_PG_DSN", "postgresql://x"},
+                   {"IDEM_BENCH_BATCH", "1"},
+                   {"IDEM_PG_BINDIR", "/usr/lib"},
+                   {"IDEM_BUILD_DIR", "/tmp/b"},
+                   {"IDEM_JOBS", "2"},
+                   {"IDEM_WERROR", "ON"},
+                   {"PATH", "/bin"}};
   EXPECT_NO_THROW(static_cast<void>(load_config(s)));
 }
 
@@ -370,58 +381,107 @@ std::vector<BadCase> bad_cases() {
   const std::string table_array = write_toml("[consumer]\ntopics = [[\"a\"]]\n");
   const std::string date_value = write_toml("[consumer]\ngroup = 1979-05-27\n");
   return {
-      {"UnknownKeyInFile", from_file(unknown_in_file), "consumer.batchsize", "file " + unknown_in_file + ":2", "unknown key"},
-      {"UnparsableFile", from_file(broken), broken, "flag --config", "cannot parse TOML file (line 1)"},
-      {"MissingFile", from_file("/nonexistent/idem.toml"), "/nonexistent/idem.toml", "flag --config", "cannot read TOML file"},
-      {"MissingFileNamedByEnv", env("IDEM_CONFIG", "/nonexistent/x.toml"), "/nonexistent/x.toml", "env IDEM_CONFIG", "cannot read"},
-      {"NestedArray", from_file(table_array), "consumer.topics", "file " + table_array + ":2", "array elements must be strings or numbers"},
-      {"DateValue", from_file(date_value), "consumer.group", "file " + date_value + ":2", "expected a string, number or boolean"},
-      {"UnknownEnvVariable", env("IDEM_CONSUMER_BATCHSIZE", "5"), "IDEM_CONSUMER_BATCHSIZE", "env IDEM_CONSUMER_BATCHSIZE", "unknown environment variable"},
+      {"UnknownKeyInFile", from_file(unknown_in_file), "consumer.batchsize",
+       "file " + unknown_in_file + ":2", "unknown key"},
+      {"UnparsableFile", from_file(broken), broken, "flag --config",
+       "cannot parse TOML file (line 1)"},
+      {"MissingFile", from_file("/nonexistent/idem.toml"), "/nonexistent/idem.toml",
+       "flag --config", "cannot read TOML file"},
+      {"MissingFileNamedByEnv", env("IDEM_CONFIG", "/nonexistent/x.toml"), "/nonexistent/x.toml",
+       "env IDEM_CONFIG", "cannot read"},
+      {"NestedArray", from_file(table_array), "consumer.topics", "file " + table_array + ":2",
+       "array elements must be strings or numbers"},
+      {"DateValue", from_file(date_value), "consumer.group", "file " + date_value + ":2",
+       "expected a string, number or boolean"},
+      {"UnknownEnvVariable", env("IDEM_CONSUMER_BATCHSIZE", "5"), "IDEM_CONSUMER_BATCHSIZE",
+       "env IDEM_CONSUMER_BATCHSIZE", "unknown environment variable"},
       {"UnknownFlagKey", flag("consumer.nope", "1"), "consumer.nope", "flag --set", "unknown key"},
-      {"NotAnInteger", flag("consumer.batch_size", "ten"), "consumer.batch_size", "flag --set", "expected an integer from 1 to 100000, got 'ten'"},
-      {"IntegerTooSmall", env("IDEM_CONSUMER_BATCH_SIZE", "0"), "consumer.batch_size", "env IDEM_CONSUMER_BATCH_SIZE", "from 1 to 100000"},
-      {"IntegerTooLarge", flag("relay.in_flight", "65"), "relay.in_flight", "flag --set", "from 1 to 64"},
+      {"NotAnInteger", flag("consumer.batch_size", "ten"), "consumer.batch_size", "flag --set",
+       "expected an integer from 1 to 100000, got 'ten'"},
+      {"IntegerTooSmall", env("IDEM_CONSUMER_BATCH_SIZE", "0"), "consumer.batch_size",
+       "env IDEM_CONSUMER_BATCH_SIZE", "from 1 to 100000"},
+      {"IntegerTooLarge", flag("relay.in_flight", "65"), "relay.in_flight", "flag --set",
+       "from 1 to 64"},
       {"BadPort", env("PGPORT", "99999"), "postgres.port", "env PGPORT", "from 1 to 65535"},
-      {"NotANumber", flag("consumer.retry_jitter", "lots"), "consumer.retry_jitter", "flag --set", "expected a number from 0 to 1"},
-      {"NumberOutOfRange", flag("consumer.retry_multiplier", "0.5"), "consumer.retry_multiplier", "flag --set", "from 1 to 1000"},
-      {"NotABoolean", flag("tracing.enabled", "maybe"), "tracing.enabled", "flag --set", "expected true or false"},
-      {"BadLogLevel", flag("log.level", "verbose"), "log.level", "flag --set", "expected one of debug, info, warn, error"},
-      {"BadLogFormat", flag("log.format", "xml"), "log.format", "flag --set", "expected one of plain, json"},
-      {"BadSslMode", env("PGSSLMODE", "sometimes"), "postgres.sslmode", "env PGSSLMODE", "expected one of disable"},
-      {"EmptyListElement", flag("consumer.topics", "a,,b"), "consumer.topics", "flag --set", "empty list element"},
-      {"DuplicateTopic", flag("consumer.topics", "a,a"), "consumer.topics", "flag --set", "topic 'a' is listed twice"},
-      {"TopicIsDlqOfAnother", flag("consumer.topics", "a,a.dlq"), "consumer.topics", "flag --set", "is also the DLQ of 'a'"},
-      {"EmptyDlqSuffix", flag("consumer.dlq_suffix", ""), "consumer.dlq_suffix", "flag --set", "must not be empty"},
-      {"RetryCapBelowInitial", flag("consumer.retry_max_ms", "50"), "consumer.retry_max_ms", "flag --set", "at least consumer.retry_initial_ms"},
-      {"BadStoreScheme", flag("store.url", "mysql://x"), "store.url", "flag --set", "expected a postgresql://"},
-      {"MalformedPostgresUrl", flag("store.url", "postgresql:host"), "store.url", "flag --set", "not a valid libpq connection string"},
-      {"BadAdminListen", flag("admin.listen", "localhost"), "admin.listen", "flag --set", "expected host:port"},
-      {"BadAdminPort", flag("admin.listen", "127.0.0.1:70000"), "admin.listen", "flag --set", "expected host:port"},
-      {"UnknownKafkaProperty", env("IDEM_KAFKA_NO_SUCH_PROPERTY", "1"), "kafka.no.such.property", "env IDEM_KAFKA_NO_SUCH_PROPERTY", "librdkafka rejects '1': No such configuration property"},
-      {"BadKafkaValue", flag("kafka.security.protocol", "carrier-pigeon"), "kafka.security.protocol", "flag --set", "librdkafka rejects 'carrier-pigeon'"},
-      {"OwnedAutoCommit", flag("kafka.enable.auto.commit", "true"), "kafka.enable.auto.commit", "flag --set", "owned by idem"},
-      {"OwnedOffsetStore", flag("kafka.enable.auto.offset.store", "true"), "kafka.enable.auto.offset.store", "flag --set", "owned by idem"},
-      {"OwnedGroupId", flag("kafka.group.id", "g"), "kafka.group.id", "flag --set", "consumer.group"},
-      {"OwnedIdempotence", flag("kafka.enable.idempotence", "false"), "kafka.enable.idempotence", "flag --set", "owned by idem"},
+      {"NotANumber", flag("consumer.retry_jitter", "lots"), "consumer.retry_jitter", "flag --set",
+       "expected a number from 0 to 1"},
+      {"NumberOutOfRange", flag("consumer.retry_multiplier", "0.5"), "consumer.retry_multiplier",
+       "flag --set", "from 1 to 1000"},
+      {"NotABoolean", flag("tracing.enabled", "maybe"), "tracing.enabled", "flag --set",
+       "expected true or false"},
+      {"BadLogLevel", flag("log.level", "verbose"), "log.level", "flag --set",
+       "expected one of debug, info, warn, error"},
+      {"BadLogFormat", flag("log.format", "xml"), "log.format", "flag --set",
+       "expected one of plain, json"},
+      {"BadSslMode", env("PGSSLMODE", "sometimes"), "postgres.sslmode", "env PGSSLMODE",
+       "expected one of disable"},
+      {"EmptyListElement", flag("consumer.topics", "a,,b"), "consumer.topics", "flag --set",
+       "empty list element"},
+      {"DuplicateTopic", flag("consumer.topics", "a,a"), "consumer.topics", "flag --set",
+       "topic 'a' is listed twice"},
+      {"TopicIsDlqOfAnother", flag("consumer.topics", "a,a.dlq"), "consumer.topics", "flag --set",
+       "is also the DLQ of 'a'"},
+      {"EmptyDlqSuffix", flag("consumer.dlq_suffix", ""), "consumer.dlq_suffix", "flag --set",
+       "must not be empty"},
+      {"RetryCapBelowInitial", flag("consumer.retry_max_ms", "50"), "consumer.retry_max_ms",
+       "flag --set", "at least consumer.retry_initial_ms"},
+      {"BadStoreScheme", flag("store.url", "mysql://x"), "store.url", "flag --set",
+       "expected a postgresql://"},
+      {"MalformedPostgresUrl", flag("store.url", "postgresql:host"), "store.url", "flag --set",
+       "not a valid libpq connection string"},
+      {"BadAdminListen", flag("admin.listen", "localhost"), "admin.listen", "flag --set",
+       "expected host:port"},
+      {"BadAdminPort", flag("admin.listen", "127.0.0.1:70000"), "admin.listen", "flag --set",
+       "expected host:port"},
+      {"UnknownKafkaProperty", env("IDEM_KAFKA_NO_SUCH_PROPERTY", "1"), "kafka.no.such.property",
+       "env IDEM_KAFKA_NO_SUCH_PROPERTY", "librdkafka rejects '1': No such configuration property"},
+      {"BadKafkaValue", flag("kafka.security.protocol", "carrier-pigeon"),
+       "kafka.security.protocol", "flag --set", "librdkafka rejects 'carrier-pigeon'"},
+      {"OwnedAutoCommit", flag("kafka.enable.auto.commit", "true"), "kafka.enable.auto.commit",
+       "flag --set", "owned by idem"},
+      {"OwnedOffsetStore", flag("kafka.enable.auto.offset.store", "true"),
+       "kafka.enable.auto.offset.store", "flag --set", "owned by idem"},
+      {"OwnedGroupId", flag("kafka.group.id", "g"), "kafka.group.id", "flag --set",
+       "consumer.group"},
+      {"OwnedIdempotence", flag("kafka.enable.idempotence", "false"), "kafka.enable.idempotence",
+       "flag --set", "owned by idem"},
       {"OwnedAcks", flag("kafka.acks", "1"), "kafka.acks", "flag --set", "owned by idem"},
-      {"NotADuration", env("IDEM_DLQ_TIMEOUT", "soon"), "dlq.timeout", "env IDEM_DLQ_TIMEOUT", "expected a duration from 1s to 1h"},
-      {"DurationWithoutUnit", flag("dedup.retention", "48"), "dedup.retention", "flag --set", "(a number and ms, s, m, h or d)"},
-      {"DurationOutOfRange", flag("provider.latency", "11m"), "provider.latency", "flag --set", "from 0s to 10m"},
-      {"MsKeyNamesItsBareUnit", flag("consumer.batch_window_ms", "2m"), "consumer.batch_window_ms", "flag --set", "a bare number is ms"},
-      {"RetentionNotWholeHours", flag("dedup.retention", "90m"), "dedup.retention", "flag --set", "whole number of hours"},
-      {"MarginNotBelowRetention", flag("dedup.safety_margin", "7d"), "dedup.safety_margin", "flag --set", "must be below dedup.retention (7d)"},
-      {"BadRetryDelay", flag("consumer.retry_topics.delays", "1s,later"), "consumer.retry_topics.delays", "flag --set", "got 'later'"},
-      {"BadStalePolicy", env("IDEM_CONSUMER_STALE_EVENTS", "ignore"), "consumer.stale_events", "env IDEM_CONSUMER_STALE_EVENTS", "expected one of quarantine, process, skip"},
-      {"BadHandler", flag("consumer.handler", "email"), "consumer.handler", "flag --set", "expected one of count, billing, analytics"},
-      {"BadProviderUrl", flag("consumer.provider_url", "127.0.0.1:8080"), "consumer.provider_url", "flag --set", "expected an http://"},
-      {"BadProviderListen", flag("provider.listen", "anywhere"), "provider.listen", "flag --set", "expected host:port"},
-      {"ProbabilityAboveOne", flag("provider.unavailable", "1.5"), "provider.unavailable", "flag --set", "from 0 to 1"},
-      {"TooManyBrokers", flag("dev_broker.brokers", "33"), "dev_broker.brokers", "flag --set", "from 1 to 32"},
-      {"BadTopicSpec", flag("dev_broker.topics", "t:many"), "dev_broker.topics", "flag --set", "expected NAME or NAME:PARTITIONS"},
-      {"UnknownFault", flag("demo.faults", "resend,meteor"), "demo.faults", "flag --set", "'meteor' is not one of all, none"},
-      {"AllInAFaultList", flag("demo.faults", "all,resend"), "demo.faults", "flag --set", "stand alone"},
-      {"DemoTimeoutTooShort", flag("demo.timeout", "5s"), "demo.timeout", "flag --set", "from 10s to 1h"},
-      {"NegativeMaxBatches", env("IDEM_MAINTENANCE_MAX_BATCHES", "-1"), "maintenance.max_batches", "env IDEM_MAINTENANCE_MAX_BATCHES", "expected an integer"},
+      {"NotADuration", env("IDEM_DLQ_TIMEOUT", "soon"), "dlq.timeout", "env IDEM_DLQ_TIMEOUT",
+       "expected a duration from 1s to 1h"},
+      {"DurationWithoutUnit", flag("dedup.retention", "48"), "dedup.retention", "flag --set",
+       "(a number and ms, s, m, h or d)"},
+      {"DurationOutOfRange", flag("provider.latency", "11m"), "provider.latency", "flag --set",
+       "from 0s to 10m"},
+      {"MsKeyNamesItsBareUnit", flag("consumer.batch_window_ms", "2m"), "consumer.batch_window_ms",
+       "flag --set", "a bare number is ms"},
+      {"RetentionNotWholeHours", flag("dedup.retention", "90m"), "dedup.retention", "flag --set",
+       "whole number of hours"},
+      {"MarginNotBelowRetention", flag("dedup.safety_margin", "7d"), "dedup.safety_margin",
+       "flag --set", "must be below dedup.retention (7d)"},
+      {"BadRetryDelay", flag("consumer.retry_topics.delays", "1s,later"),
+       "consumer.retry_topics.delays", "flag --set", "got 'later'"},
+      {"BadStalePolicy", env("IDEM_CONSUMER_STALE_EVENTS", "ignore"), "consumer.stale_events",
+       "env IDEM_CONSUMER_STALE_EVENTS", "expected one of quarantine, process, skip"},
+      {"BadHandler", flag("consumer.handler", "email"), "consumer.handler", "flag --set",
+       "expected one of count, billing, analytics"},
+      {"BadProviderUrl", flag("consumer.provider_url", "127.0.0.1:8080"), "consumer.provider_url",
+       "flag --set", "expected an http://"},
+      {"BadProviderListen", flag("provider.listen", "anywhere"), "provider.listen", "flag --set",
+       "expected host:port"},
+      {"ProbabilityAboveOne", flag("provider.unavailable", "1.5"), "provider.unavailable",
+       "flag --set", "from 0 to 1"},
+      {"TooManyBrokers", flag("dev_broker.brokers", "33"), "dev_broker.brokers", "flag --set",
+       "from 1 to 32"},
+      {"BadTopicSpec", flag("dev_broker.topics", "t:many"), "dev_broker.topics", "flag --set",
+       "expected NAME or NAME:PARTITIONS"},
+      {"UnknownFault", flag("demo.faults", "resend,meteor"), "demo.faults", "flag --set",
+       "'meteor' is not one of all, none"},
+      {"AllInAFaultList", flag("demo.faults", "all,resend"), "demo.faults", "flag --set",
+       "stand alone"},
+      {"DemoTimeoutTooShort", flag("demo.timeout", "5s"), "demo.timeout", "flag --set",
+       "from 10s to 1h"},
+      {"NegativeMaxBatches", env("IDEM_MAINTENANCE_MAX_BATCHES", "-1"), "maintenance.max_batches",
+       "env IDEM_MAINTENANCE_MAX_BATCHES", "expected an integer"},
   };
 }
 
@@ -430,7 +490,8 @@ class ConfigValidation : public testing::TestWithParam<BadCase> {};
 TEST_P(ConfigValidation, ReportsTheKeyAndWhereItsValueCameFrom) {
   const BadCase& c = GetParam();
   const std::vector<ConfigProblem> problems = problems_of(c.sources);
-  ASSERT_EQ(problems.size(), 1U) << (problems.empty() ? "no problem reported" : problems[1].message);
+  ASSERT_EQ(problems.size(), 1U) << (problems.empty() ? "no problem reported"
+                                                      : problems[1].message);
   EXPECT_EQ(problems[0].key, c.key);
   EXPECT_EQ(problems[0].origin.describe(), c.origin);
   EXPECT_NE(problems[0].message.find(c.message), std::string::npos) << problems[0].message;
@@ -453,17 +514,20 @@ TEST(ConfigLoader, ReportsEveryProblemTogether) {
   const auto problems = problems_of(all);
   std::set<std::string> keys;
   for (const auto& p : problems) keys.insert(p.key);
-  for (const auto* key : {"consumer.batchsize", "IDEM_CONSUMER_BATCHSIZE", "consumer.batch_size",
-                          "postgres.port", "postgres.sslmode", "log.level", "kafka.enable.auto.commit",
-                          "kafka.no.such.property"}) {
+  for (const auto* key :
+       {"consumer.batchsize", "IDEM_CONSUMER_BATCHSIZE", "consumer.batch_size", "postgres.port",
+        "postgres.sslmode", "log.level", "kafka.enable.auto.commit", "kafka.no.such.property"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
   try {
     static_cast<void>(load_config(all));
   } catch (const ConfigError& e) {
     const std::string text = e.what();
-    EXPECT_NE(text.find(fmt::format("configuration has {} problems:", problems.size())), std::string::npos);
-    EXPECT_NE(text.find("consumer.batch_size (flag --batch): expected an integer"), std::string::npos) << text;
+    EXPECT_NE(text.find(fmt::format("configuration has {} problems:", problems.size())),
+              std::string::npos);
+    EXPECT_NE(text.find("consumer.batch_size (flag --batch): expected an integer"),
+              std::string::npos)
+        << text;
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
     EXPECT_EQ(e.source(), ErrorSource::Config);
   }
@@ -484,10 +548,10 @@ TEST(ConfigLoader, RequireNamesEveryMissingKeyAndItsVariable) {
 }
 
 TEST(ConfigRedaction, SecretKeysAreRecognisedByName) {
-  for (const auto* key : {"postgres.password", "kafka.sasl.password", "kafka.ssl.key.password",
-                          "kafka.ssl.keystore.password", "kafka.ssl.key.pem",
-                          "kafka.sasl.oauthbearer.client.secret", "kafka.sasl.oauthbearer.config",
-                          "kafka.sasl.jaas.config"}) {
+  for (const auto* key :
+       {"postgres.password", "kafka.sasl.password", "kafka.ssl.key.password",
+        "kafka.ssl.keystore.password", "kafka.ssl.key.pem", "kafka.sasl.oauthbearer.client.secret",
+        "kafka.sasl.oauthbearer.config", "kafka.sasl.jaas.config"}) {
     EXPECT_TRUE(is_secret_key(key)) << key;
   }
   for (const auto* key : {"kafka.sasl.username", "kafka.ssl.key.location", "kafka.ssl.ca.location",

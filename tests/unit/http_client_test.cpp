@@ -42,8 +42,8 @@ TEST(HttpClientTest, RetriesTransientFailuresWithTheSameKey) {
   ScriptedServer server{answer(503), broken_off(), answer(409), answer(500),
                         answer(200, R"({"payment_id":"p1"})")};
   IdempotentClient client(fast_config());
-  const CallResult r = client.post_json(server.url(), R"({"x":1})", "key-123",
-                                        {{"traceparent", "00-trace-01"}});
+  const CallResult r =
+      client.post_json(server.url(), R"({"x":1})", "key-123", {{"traceparent", "00-trace-01"}});
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.http_status, 200);
   EXPECT_EQ(r.body, R"({"payment_id":"p1"})");
@@ -82,7 +82,9 @@ TEST(HttpClientTest, HonoursRetryAfterOf429) {
   ScriptedServer server{retry_after(429, "1"), answer(200)};
   ClientConfig config = fast_config();
   std::vector<std::chrono::milliseconds> waits;
-  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) { waits.push_back(wait); };
+  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) {
+    waits.push_back(wait);
+  };
   IdempotentClient client(config);
   const CallResult r = client.post_json(server.url(), "{}", "k");
   EXPECT_TRUE(r.ok());
@@ -96,7 +98,9 @@ TEST(HttpClientTest, RetryAfterIsCapped) {
   ClientConfig config = fast_config();
   config.max_retry_after = 20ms;
   std::vector<std::chrono::milliseconds> waits;
-  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) { waits.push_back(wait); };
+  config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) {
+    waits.push_back(wait);
+  };
   IdempotentClient client(config);
   EXPECT_TRUE(client.post_json(server.url(), "{}", "k").ok());
   ASSERT_EQ(waits.size(), 1u);
@@ -143,9 +147,9 @@ TEST(HttpClientTest, ConnectionRefusedIsRetried) {
 
 TEST(HttpClientTest, KeysAreValidated) {
   EXPECT_NO_THROW(validate_idempotency_key(std::string(kMaxIdempotencyKeyLength, 'k')));
-  for (const std::string& bad :
-       {std::string(), std::string(kMaxIdempotencyKeyLength + 1, 'k'), std::string("a\r\nX-Evil: 1"),
-        std::string("a\nb"), std::string("a\rb"), std::string("a\0b", 3)}) {
+  for (const std::string& bad : {std::string(), std::string(kMaxIdempotencyKeyLength + 1, 'k'),
+                                 std::string("a\r\nX-Evil: 1"), std::string("a\nb"),
+                                 std::string("a\rb"), std::string("a\0b", 3)}) {
     try {
       validate_idempotency_key(bad);
       ADD_FAILURE() << "accepted a bad key of length " << bad.size();
@@ -189,7 +193,8 @@ TEST(HttpClientTest, ConsecutiveCallsReuseOneConnection) {
     EXPECT_TRUE(client.post_json(server.url(), "{}", "key-" + std::to_string(i)).ok());
   }
   EXPECT_EQ(server.keys().size(), 21u);
-  EXPECT_EQ(server.connections_accepted(), 1u) << "keep-alive: every call and retry on one connection";
+  EXPECT_EQ(server.connections_accepted(), 1u)
+      << "keep-alive: every call and retry on one connection";
 }
 
 TEST(HttpClientTest, ConfigurationIsValidated) {

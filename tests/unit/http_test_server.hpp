@@ -56,7 +56,8 @@ class ConnectionCounter {
 
 class CountingTaskQueue final : public httplib::TaskQueue {
  public:
-  CountingTaskQueue(std::size_t threads, ConnectionCounter& counter) : pool_(threads), counter_(counter) {}
+  CountingTaskQueue(std::size_t threads, ConnectionCounter& counter)
+      : pool_(threads), counter_(counter) {}
   void enqueue(std::function<void()> serve_connection) override {
     counter_.accepted();
     pool_.enqueue([this, serve = std::move(serve_connection)] {
@@ -116,7 +117,9 @@ class LoopbackServer {
   LoopbackServer(const LoopbackServer&) = delete;
   LoopbackServer& operator=(const LoopbackServer&) = delete;
 
-  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/call"; }
+  [[nodiscard]] std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/call";
+  }
   [[nodiscard]] std::size_t connections_accepted() const { return counter_.total_accepted(); }
   [[nodiscard]] std::size_t max_open_connections() const { return counter_.max_open(); }
 
@@ -165,11 +168,13 @@ inline Scripted no_answer() {
 /// records each request's Idempotency-Key and traceparent.
 class ScriptedServer {
  public:
-  ScriptedServer(std::initializer_list<Scripted> script) : ScriptedServer(std::vector<Scripted>(script)) {}
+  ScriptedServer(std::initializer_list<Scripted> script)
+      : ScriptedServer(std::vector<Scripted>(script)) {}
   explicit ScriptedServer(const std::vector<Scripted>& script, std::size_t threads = 8)
       : script_(script.begin(), script.end()),
         server_(std::make_unique<LoopbackServer>(
-            [this](const httplib::Request& req, httplib::Response& res) { serve(req, res); }, threads)) {}
+            [this](const httplib::Request& req, httplib::Response& res) { serve(req, res); },
+            threads)) {}
   ~ScriptedServer() {
     {
       std::lock_guard lock(mutex_);

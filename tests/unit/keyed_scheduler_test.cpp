@@ -113,8 +113,10 @@ TEST(KeyedScheduler, RandomWorkloadKeepsEachKeyInOrderAndUnderTheLimit) {
       const std::size_t i = rng() % flying.size();
       const Ticket t = flying[i];
       flying.erase(flying.begin() + static_cast<std::ptrdiff_t>(i));
-      if (rng() % 5 == 0) s.retry_at(key_of[t], now + std::chrono::milliseconds(rng() % 20));
-      else s.finish(key_of[t]);
+      if (rng() % 5 == 0)
+        s.retry_at(key_of[t], now + std::chrono::milliseconds(rng() % 20));
+      else
+        s.finish(key_of[t]);
     }
   }
   for (const auto& [key, order] : started) {

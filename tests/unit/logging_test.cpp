@@ -24,7 +24,9 @@ TEST(Logger, FiltersByLevelAndWritesPlainKeyValues) {
   const Logger log(LogSettings{LogLevel::Info, LogFormat::Plain}, out.sink());
   log.log(LogLevel::Debug, "consumer", "per-message detail");
   log.log(LogLevel::Warn, "consumer", "dead-lettered",
-          {{"topic", "orders"}, {"reason", "validation.invalid_json"}, {"note", "two words"},
+          {{"topic", "orders"},
+           {"reason", "validation.invalid_json"},
+           {"note", "two words"},
            {"sasl.password", "hunter2"}});
   ASSERT_EQ(out.lines.size(), 1U);
   const std::string& line = out.lines[0];

@@ -54,7 +54,9 @@ std::string without(const std::string& key) {
   return to_payload(f);
 }
 
-std::string valid_payload() { return to_payload(valid_fields()); }
+std::string valid_payload() {
+  return to_payload(valid_fields());
+}
 
 idem::OrderConfirmed expected_event() {
   idem::OrderConfirmed e;
@@ -124,7 +126,8 @@ TEST(OrderConfirmed, AcceptsTheLargestInt64Ids) {
 TEST(OrderConfirmed, AcceptsTheLargestAmountTheLedgerStores) {
   for (const char* text : {"9999999999999999.99", "9999999999999999", "0009999999999999999.99"}) {
     SCOPED_TRACE(text);
-    const auto r = idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
+    const auto r =
+        idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_TRUE(r.value().total_amount <= idem::kMaxOrderAmount);
   }
@@ -136,10 +139,12 @@ TEST(OrderConfirmed, AcceptsTheLargestAmountTheLedgerStores) {
 
 TEST(OrderConfirmed, RejectsAmountsAboveWhatTheLedgerStores) {
   // The first value above numeric(18,2), the largest Amount, and beyond Amount itself.
-  for (const char* text : {"10000000000000000", "10000000000000000.00", "9999999999999999.991",
-                           "92233720368547758.07", "92233720368547758.08", "99999999999999999999"}) {
+  for (const char* text :
+       {"10000000000000000", "10000000000000000.00", "9999999999999999.991", "92233720368547758.07",
+        "92233720368547758.08", "99999999999999999999"}) {
     SCOPED_TRACE(text);
-    const auto r = idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
+    const auto r =
+        idem::parse_order_confirmed(with("total_amount", std::string("\"") + text + "\""));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().field, "total_amount");
     if (std::string_view(text).ends_with(".991")) {
@@ -157,10 +162,11 @@ TEST(OrderConfirmed, RejectsAmountsAboveWhatTheLedgerStores) {
 TEST(OrderConfirmed, RoundTripsThroughToJson) {
   const idem::OrderConfirmed e = expected_event();
   const std::string json = idem::to_json(e);
-  EXPECT_EQ(json,
-            R"({"event_id":"01932c07-8a5e-7c3b-9f1a-3d2e4c5b6a79","event_type":"order.confirmed.v1",)"
-            R"("occurred_at":"2026-11-29T22:33:47.123456Z","order_id":1234567,"customer_id":987654,)"
-            R"("total_amount":"1299.90"})");
+  EXPECT_EQ(
+      json,
+      R"({"event_id":"01932c07-8a5e-7c3b-9f1a-3d2e4c5b6a79","event_type":"order.confirmed.v1",)"
+      R"("occurred_at":"2026-11-29T22:33:47.123456Z","order_id":1234567,"customer_id":987654,)"
+      R"("total_amount":"1299.90"})");
   const auto r = idem::parse_order_confirmed(json);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r.value(), e);
@@ -194,7 +200,8 @@ std::vector<Case> cases() {
   const std::string v4 = "\"01932c07-8a5e-4c3b-9f1a-3d2e4c5b6a79\"";
   std::vector<Case> c = {
       {"too large", valid_payload(), "", R::TooLarge, idem::ParseLimits{100}},
-      {"too large is checked before UTF-8", std::string(200, '\xff'), "", R::TooLarge, idem::ParseLimits{100}},
+      {"too large is checked before UTF-8", std::string(200, '\xff'), "", R::TooLarge,
+       idem::ParseLimits{100}},
       {"0xff in a string value", with("event_type", "\"order\xff\""), "", R::InvalidUtf8},
       {"lone continuation byte", with("total_amount", "\"1\x80\""), "", R::InvalidUtf8},
       {"invalid UTF-8 in an unknown field", valid_payload().insert(1, "\"x\":\"\xc3\x28\","), "",
@@ -203,7 +210,8 @@ std::vector<Case> cases() {
       {"empty", "", "", R::InvalidJson},
       {"whitespace only", "  \n ", "", R::InvalidJson},
       {"truncated after key", "{\"event_id\": ", "", R::InvalidJson},
-      {"truncated object", valid_payload().substr(0, valid_payload().size() - 1), "", R::InvalidJson},
+      {"truncated object", valid_payload().substr(0, valid_payload().size() - 1), "",
+       R::InvalidJson},
       {"unclosed string", "{\"event_id\": \"abc", "", R::InvalidJson},
       {"top-level array", "[" + valid_payload() + "]", "", R::InvalidJson},
       {"top-level number", "123", "", R::InvalidJson},
@@ -211,25 +219,30 @@ std::vector<Case> cases() {
       {"top-level null", "null", "", R::InvalidJson},
       {"trailing garbage", valid_payload() + "x", "", R::InvalidJson},
       {"two objects", valid_payload() + valid_payload(), "", R::InvalidJson},
-      {"trailing comma", valid_payload().insert(valid_payload().size() - 1, ","), "", R::InvalidJson},
+      {"trailing comma", valid_payload().insert(valid_payload().size() - 1, ","), "",
+       R::InvalidJson},
       {"missing colon", "{\"event_id\" \"x\"}", "", R::InvalidJson},
       {"single quotes", "{'event_id':'x'}", "", R::InvalidJson},
       {"bad escape", with("event_type", R"("order\x")"), "", R::InvalidJson},
       {"lone surrogate escape", with("event_type", R"("\ud800")"), "", R::InvalidJson},
-      {"raw control char in string", with("event_type", "\"order\nconfirmed\""), "", R::InvalidJson},
+      {"raw control char in string", with("event_type", "\"order\nconfirmed\""), "",
+       R::InvalidJson},
       {"leading zero", with("order_id", "01"), "", R::InvalidJson},
       {"bare minus", with("order_id", "-"), "", R::InvalidJson},
       {"number with junk", with("order_id", "12x"), "", R::InvalidJson},
       {"bad literal in unknown field", valid_payload().insert(1, "\"x\":tru,"), "", R::InvalidJson},
       {"bad null in unknown field", valid_payload().insert(1, "\"x\":nul,"), "", R::InvalidJson},
-      {"bad array in unknown field", valid_payload().insert(1, "\"x\":[1,,2],"), "", R::InvalidJson},
+      {"bad array in unknown field", valid_payload().insert(1, "\"x\":[1,,2],"), "",
+       R::InvalidJson},
       {"bad number in unknown field", valid_payload().insert(1, "\"x\":1.,"), "", R::InvalidJson},
-      {"mismatched brackets in unknown field", valid_payload().insert(1, "\"x\":[},"), "", R::InvalidJson},
-      {"malformed JSON wins over an earlier schema error", with("order_id", "\"1\"") + "x",
-       "", R::InvalidJson},
+      {"mismatched brackets in unknown field", valid_payload().insert(1, "\"x\":[},"), "",
+       R::InvalidJson},
+      {"malformed JSON wins over an earlier schema error", with("order_id", "\"1\"") + "x", "",
+       R::InvalidJson},
       {"malformed wrong-typed value", with("order_id", "[1,]"), "", R::InvalidJson},
-      {"duplicate event_id", valid_payload().insert(1, "\"event_id\":\"" + std::string(kEventId) + "\","),
-       "event_id", R::DuplicateField},
+      {"duplicate event_id",
+       valid_payload().insert(1, "\"event_id\":\"" + std::string(kEventId) + "\","), "event_id",
+       R::DuplicateField},
       {"duplicate via escaped key", valid_payload().insert(1, R"("order\u005fid":1,)"), "order_id",
        R::DuplicateField},
       {"missing event_id", without("event_id"), "event_id", R::Missing},
@@ -250,7 +263,8 @@ std::vector<Case> cases() {
       {"amount as number", with("total_amount", "12.30"), "total_amount", R::WrongType},
       {"amount as integer", with("total_amount", "12"), "total_amount", R::WrongType},
       {"not a uuid", with("event_id", "\"not-a-uuid\""), "event_id", R::NotUuid},
-      {"uuid in braces", with("event_id", "\"{" + std::string(kEventId) + "}\""), "event_id", R::NotUuid},
+      {"uuid in braces", with("event_id", "\"{" + std::string(kEventId) + "}\""), "event_id",
+       R::NotUuid},
       {"uuid without dashes", with("event_id", "\"01932c078a5e7c3b9f1a3d2e4c5b6a79\""), "event_id",
        R::NotUuid},
       {"uuid v4", with("event_id", v4), "event_id", R::NotUuidV7},
@@ -322,16 +336,18 @@ TEST(OrderConfirmed, MessageNamesTheFieldAndTheReason) {
 }
 
 TEST(OrderConfirmed, MessagesAreSpecific) {
-  EXPECT_EQ(idem::parse_order_confirmed(with("event_id", "\"01932c07-8a5e-4c3b-9f1a-3d2e4c5b6a79\""))
-                .error()
-                .message,
-            "event_id: not a UUIDv7 (version 4)");
+  EXPECT_EQ(
+      idem::parse_order_confirmed(with("event_id", "\"01932c07-8a5e-4c3b-9f1a-3d2e4c5b6a79\""))
+          .error()
+          .message,
+      "event_id: not a UUIDv7 (version 4)");
   const auto amount = idem::parse_order_confirmed(with("total_amount", "12.30")).error().message;
   EXPECT_NE(amount.find("string"), std::string::npos) << amount;
   EXPECT_NE(amount.find("float"), std::string::npos) << amount;
   EXPECT_EQ(idem::parse_order_confirmed(without("customer_id")).error().message,
             "customer_id: required field is missing");
-  const auto big = idem::parse_order_confirmed(valid_payload(), idem::ParseLimits{10}).error().message;
+  const auto big =
+      idem::parse_order_confirmed(valid_payload(), idem::ParseLimits{10}).error().message;
   EXPECT_NE(big.find("10 bytes"), std::string::npos) << big;
 }
 
@@ -351,7 +367,8 @@ TEST(OrderConfirmed, MessageQuotesOffendingValuesSafely) {
 
 TEST(OrderConfirmed, ReportsTheFirstMissingFieldInSchemaOrder) {
   Fields f = valid_fields();
-  std::erase_if(f, [](const auto& kv) { return kv.first == "total_amount" || kv.first == "occurred_at"; });
+  std::erase_if(
+      f, [](const auto& kv) { return kv.first == "total_amount" || kv.first == "occurred_at"; });
   const auto r = idem::parse_order_confirmed(to_payload(f));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().field, "occurred_at");
@@ -407,17 +424,21 @@ TEST(OrderConfirmed, NeverThrowsOnMutatedPayloads) {
 
 TEST(OrderConfirmed, BoundsNestingInUnknownFields) {
   const auto nested = [](int depth) {
-    return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+    return std::string(static_cast<std::size_t>(depth), '[') +
+           std::string(static_cast<std::size_t>(depth), ']');
   };
-  EXPECT_TRUE(idem::parse_order_confirmed(valid_payload().insert(1, "\"x\":" + nested(100) + ",")).ok());
-  const auto deep = idem::parse_order_confirmed(valid_payload().insert(1, "\"x\":" + nested(5000) + ","));
+  EXPECT_TRUE(
+      idem::parse_order_confirmed(valid_payload().insert(1, "\"x\":" + nested(100) + ",")).ok());
+  const auto deep =
+      idem::parse_order_confirmed(valid_payload().insert(1, "\"x\":" + nested(5000) + ","));
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.error().reason, R::InvalidJson);
 }
 
 TEST(OrderConfirmed, ParsesLargePayloadsWhenTheLimitAllows) {
   // Beyond the size the per-thread buffers keep; later small events still parse.
-  const std::string big = valid_payload().insert(1, "\"blob\":\"" + std::string(3 << 20, 'z') + "\",");
+  const std::string big =
+      valid_payload().insert(1, "\"blob\":\"" + std::string(3 << 20, 'z') + "\",");
   EXPECT_EQ(idem::parse_order_confirmed(big).error().reason, R::TooLarge);
   const auto r = idem::parse_order_confirmed(big, idem::ParseLimits{big.size()});
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -1,7 +1,7 @@
 // The outbox on SQLite: the event_id is born once, in enqueue, and is the same in the
 // payload and the row; a rolled-back transaction leaves no row; shards are stable.
-#include "idem/reference/schema.hpp"
 #include "idem/outbox.hpp"
+#include "idem/reference/schema.hpp"
 
 #include <string>
 
@@ -97,12 +97,14 @@ TEST_F(OutboxTest, RolledBackBusinessTransactionLeavesNoOrderChangeAndNoRow) {
 TEST_F(OutboxTest, RejectsAnEventIdHeaderAndEmptyTopic) {
   Outbox outbox;
   auto tx = store_->begin();
-  EXPECT_THROW(outbox.enqueue(*tx,
-                              [](const Uuid&) {
-                                return OutboxMessage{"order", "1", "t", "{}", {{"event_id", "x"}}, {}};
-                              }),
-               Error);
-  EXPECT_THROW(outbox.enqueue(*tx, [](const Uuid&) { return OutboxMessage{"order", "1", "", "{}", {}, {}}; }),
+  EXPECT_THROW(
+      outbox.enqueue(*tx,
+                     [](const Uuid&) {
+                       return OutboxMessage{"order", "1", "t", "{}", {{"event_id", "x"}}, {}};
+                     }),
+      Error);
+  EXPECT_THROW(outbox.enqueue(
+                   *tx, [](const Uuid&) { return OutboxMessage{"order", "1", "", "{}", {}, {}}; }),
                Error);
 }
 

@@ -2,8 +2,8 @@
 // removes exactly the rows of events born before the horizon (event time, not
 // processed_at), in bounded batches; published outbox rows go by published_at; a lease
 // keeps one maintenance at a time; the background task runs passes until destroyed.
-#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
+#include "idem/reference/schema.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -15,10 +15,10 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
-#include "support/wait.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem {
 namespace {
@@ -39,7 +39,8 @@ std::int64_t scalar(Store& store, const std::string& sql) {
 bool is_marked(Store& store, const Uuid& id) {
   auto tx = store.begin();
   const Rows rows = tx->execute(
-      "SELECT count(*) FROM processed_event WHERE event_id = $1 AND consumer_group = $2", id, kGroup);
+      "SELECT count(*) FROM processed_event WHERE event_id = $1 AND consumer_group = $2", id,
+      kGroup);
   tx->commit();
   return rows[0].int64(0) == 1;
 }
@@ -74,7 +75,7 @@ TEST_F(RetentionTest, BatchedDeleteRemovesExactlyTheEventsBornBeforeTheRetention
   std::vector<Uuid> kept;
   for (int i = 0; i < 23; ++i) expired.push_back(uuid_v7_born_at(now - 8 * 24h - i * 1min));
   expired.push_back(uuid_v7_born_at(horizon - 1ms));  // one millisecond too old
-  kept.push_back(uuid_v7_born_at(horizon));             // exactly at the horizon: kept
+  kept.push_back(uuid_v7_born_at(horizon));           // exactly at the horizon: kept
   for (int i = 0; i < 14; ++i) kept.push_back(uuid_v7_born_at(now - i * 12h));  // up to 6.5 days
   kept.push_back(uuid_v7_born_at(now + 2h));  // a producer clock ahead of ours
   mark_all(*store_, expired);
@@ -89,7 +90,8 @@ TEST_F(RetentionTest, BatchedDeleteRemovesExactlyTheEventsBornBeforeTheRetention
   EXPECT_GE(report.batches, 48u / 7u);  // bounded batches, not one statement
   for (const Uuid& id : expired) EXPECT_FALSE(is_marked(*store_, id)) << id.to_string();
   for (const Uuid& id : kept) EXPECT_TRUE(is_marked(*store_, id)) << id.to_string();
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM processed_event"), static_cast<std::int64_t>(kept.size()));
+  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM processed_event"),
+            static_cast<std::int64_t>(kept.size()));
 
   // Ageing is by event time: marking an old event again now does not make it young.
   mark_all(*store_, {expired[0]});
@@ -146,10 +148,11 @@ TEST_F(RetentionTest, OneMaintenanceAtATimeThroughALease) {
   // Another process holds the lease for five more minutes.
   {
     auto tx = store_->begin();
-    tx->execute("INSERT INTO idem_lease (name, holder, expires_at) VALUES ('maintenance', 'other', $1)",
-                static_cast<std::int64_t>(std::chrono::floor<std::chrono::milliseconds>(clock_.now() + 5min)
-                                              .time_since_epoch()
-                                              .count()));
+    tx->execute(
+        "INSERT INTO idem_lease (name, holder, expires_at) VALUES ('maintenance', 'other', $1)",
+        static_cast<std::int64_t>(std::chrono::floor<std::chrono::milliseconds>(clock_.now() + 5min)
+                                      .time_since_epoch()
+                                      .count()));
     tx->commit();
   }
   const MaintenanceReport blocked = run_maintenance(*store_, policy_);
@@ -180,7 +183,8 @@ TEST_F(RetentionTest, BackgroundTaskRunsPassesUntilDestroyed) {
   std::atomic<int> errors{0};
   {
     MaintenanceTask task(
-        url_, policy_, 20ms, [&](const MaintenanceReport& r) { deleted.fetch_add(r.dedup_rows_deleted); },
+        url_, policy_, 20ms,
+        [&](const MaintenanceReport& r) { deleted.fetch_add(r.dedup_rows_deleted); },
         [&](std::string_view) { errors.fetch_add(1); });
     ASSERT_TRUE(test::eventually([&] { return task.passes() >= 2; }, 10s));
     // A row that expires while the task runs goes on a later pass.

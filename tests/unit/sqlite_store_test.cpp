@@ -14,8 +14,8 @@
 
 #include "stores/migration.hpp"
 
-#include "idem/reference/schema.hpp"
 #include "idem/error.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/stores/sqlite.hpp"
 #include "idem/uuid.hpp"
@@ -244,10 +244,10 @@ TEST(SqliteStore, MigrateWhileATransactionIsOpenIsRefused) {
 TEST(SqliteStore, MigrationsAreRecordedByVersionAndName) {
   auto store = migrated_store(fresh_sqlite_url());
   auto tx = store->begin();
-  const auto rows =
-      tx->execute("SELECT version, name, applied_at FROM idem_schema_migrations "
-                  "WHERE migration_set = $1 ORDER BY version",
-                  std::string(idem::kIdemMigrations));
+  const auto rows = tx->execute(
+      "SELECT version, name, applied_at FROM idem_schema_migrations "
+      "WHERE migration_set = $1 ORDER BY version",
+      std::string(idem::kIdemMigrations));
   const auto& embedded = idem::detail::sqlite_sql::migrations();
   ASSERT_EQ(rows.size(), embedded.size());
   for (std::size_t i = 0; i < embedded.size(); ++i) {

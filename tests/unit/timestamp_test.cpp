@@ -17,7 +17,8 @@ idem::Timestamp utc(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s
 
 TEST(Rfc3339, ParsesUtcWithAndWithoutFraction) {
   EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47Z"), utc(2026, 11, 29, 22, 33, 47));
-  EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47.123456Z"), utc(2026, 11, 29, 22, 33, 47, 123456));
+  EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47.123456Z"),
+            utc(2026, 11, 29, 22, 33, 47, 123456));
   EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47.1Z"), utc(2026, 11, 29, 22, 33, 47, 100000));
   EXPECT_EQ(idem::parse_rfc3339("1970-01-01T00:00:00Z"), idem::Timestamp{});
 }
@@ -40,7 +41,8 @@ TEST(Rfc3339, AppliesNumericOffsets) {
   EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47+00:00"), utc(2026, 11, 29, 22, 33, 47));
   EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47-00:00"), utc(2026, 11, 29, 22, 33, 47));
   EXPECT_EQ(idem::parse_rfc3339("2026-01-01T00:00:00+23:59"), utc(2025, 12, 31, 0, 1, 0));
-  EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47.5+01:00"), utc(2026, 11, 29, 21, 33, 47, 500000));
+  EXPECT_EQ(idem::parse_rfc3339("2026-11-29T22:33:47.5+01:00"),
+            utc(2026, 11, 29, 21, 33, 47, 500000));
 }
 
 TEST(Rfc3339, ValidatesDayAgainstMonthAndLeapYears) {
@@ -80,18 +82,18 @@ TEST(Rfc3339, RejectsMalformedText) {
   const char* bad[] = {
       "",
       "2026-11-29",
-      "2026-11-29T22:33:47",            // no offset
-      "2026-11-29 22:33:47Z",           // space separator
+      "2026-11-29T22:33:47",   // no offset
+      "2026-11-29 22:33:47Z",  // space separator
       "2026-11-29_22:33:47Z",
-      "2026-11-29T22:33Z",              // no seconds
-      "2026-11-29T22:33:47.Z",          // empty fraction
+      "2026-11-29T22:33Z",                // no seconds
+      "2026-11-29T22:33:47.Z",            // empty fraction
       "2026-11-29T22:33:47.1234567890Z",  // 10 fraction digits
-      "2026-11-29T22:33:47,5Z",         // comma fraction
-      "2026-11-29T22:33:47+0300",       // offset without colon
+      "2026-11-29T22:33:47,5Z",           // comma fraction
+      "2026-11-29T22:33:47+0300",         // offset without colon
       "2026-11-29T22:33:47+03",
       "2026-11-29T22:33:47+3:00",
       "2026-11-29T22:33:47UTC",
-      "2026-11-29T22:33:47Z ",          // trailing space
+      "2026-11-29T22:33:47Z ",  // trailing space
       " 2026-11-29T22:33:47Z",
       "2026-11-29T22:33:47ZZ",
       "26-11-29T22:33:47Z",
@@ -100,7 +102,7 @@ TEST(Rfc3339, RejectsMalformedText) {
       "2026/11/29T22:33:47Z",
       "2026-11-29T2:33:47Z",
       "2026-11-29T22:33:4Z",
-      "２026-11-29T22:33:47Z",          // fullwidth digit
+      "２026-11-29T22:33:47Z",  // fullwidth digit
       "2026-11-29T22:33:47+03:00:00",
       "2026-11-29T22:33:47-",
   };
@@ -108,10 +110,12 @@ TEST(Rfc3339, RejectsMalformedText) {
 }
 
 TEST(Rfc3339, FormatsUtcWithSixFractionDigits) {
-  EXPECT_EQ(idem::format_rfc3339(utc(2026, 11, 29, 22, 33, 47, 123456)), "2026-11-29T22:33:47.123456Z");
+  EXPECT_EQ(idem::format_rfc3339(utc(2026, 11, 29, 22, 33, 47, 123456)),
+            "2026-11-29T22:33:47.123456Z");
   EXPECT_EQ(idem::format_rfc3339(utc(2026, 1, 2, 3, 4, 5)), "2026-01-02T03:04:05.000000Z");
   EXPECT_EQ(idem::format_rfc3339(idem::Timestamp{}), "1970-01-01T00:00:00.000000Z");
-  EXPECT_EQ(idem::format_rfc3339(utc(9999, 12, 31, 23, 59, 59, 999999)), "9999-12-31T23:59:59.999999Z");
+  EXPECT_EQ(idem::format_rfc3339(utc(9999, 12, 31, 23, 59, 59, 999999)),
+            "9999-12-31T23:59:59.999999Z");
   EXPECT_EQ(idem::format_rfc3339(utc(1, 1, 1)), "0001-01-01T00:00:00.000000Z");
 }
 
@@ -120,9 +124,12 @@ TEST(Rfc3339, FormatsTimesBefore1970) {
 }
 
 TEST(Rfc3339, RoundTripsThroughText) {
-  const idem::Timestamp samples[] = {
-      utc(2026, 11, 29, 22, 33, 47, 123456), utc(2024, 2, 29, 0, 0, 0, 1), utc(1999, 12, 31, 23, 59, 59, 999999),
-      idem::Timestamp{} - 1us, utc(0, 1, 1), utc(9999, 12, 31, 23, 59, 59, 999999)};
+  const idem::Timestamp samples[] = {utc(2026, 11, 29, 22, 33, 47, 123456),
+                                     utc(2024, 2, 29, 0, 0, 0, 1),
+                                     utc(1999, 12, 31, 23, 59, 59, 999999),
+                                     idem::Timestamp{} - 1us,
+                                     utc(0, 1, 1),
+                                     utc(9999, 12, 31, 23, 59, 59, 999999)};
   for (const auto t : samples) {
     const std::string text = idem::format_rfc3339(t);
     EXPECT_EQ(idem::parse_rfc3339(text), t) << text;

@@ -87,19 +87,19 @@ TEST(Uuid, ParseIsCaseInsensitive) {
 TEST(Uuid, ParseRejectsEverythingButTheCanonicalForm) {
   const char* bad[] = {
       "",
-      "017f22e2-79b0-7cc3-98c4-dc0c0c07398",    // 35 chars
-      "017f22e2-79b0-7cc3-98c4-dc0c0c07398f0",  // 37 chars
-      "017f22e279b0-7cc3-98c4-dc0c0c07398f0",   // missing dash (still 36 chars)
-      "017f22e279b07cc398c4dc0c0c07398f",       // no dashes at all
-      "017f22e2-79b0-7cc3-98c4_dc0c0c07398f",   // wrong separator
-      "017f22e2-79b0-7cc3-98c4-dc0c0c07398g",   // non-hex
-      "017f22e2-79b0-7cc3-98c4-dc0c0c0739 f",   // space inside
+      "017f22e2-79b0-7cc3-98c4-dc0c0c07398",     // 35 chars
+      "017f22e2-79b0-7cc3-98c4-dc0c0c07398f0",   // 37 chars
+      "017f22e279b0-7cc3-98c4-dc0c0c07398f0",    // missing dash (still 36 chars)
+      "017f22e279b07cc398c4dc0c0c07398f",        // no dashes at all
+      "017f22e2-79b0-7cc3-98c4_dc0c0c07398f",    // wrong separator
+      "017f22e2-79b0-7cc3-98c4-dc0c0c07398g",    // non-hex
+      "017f22e2-79b0-7cc3-98c4-dc0c0c0739 f",    // space inside
       "{017f22e2-79b0-7cc3-98c4-dc0c0c07398f}",  // braces
       "urn:uuid:017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
-      "017f22e2-79b0-7cc3-98c4-dc0c0c07398f ",  // trailing space
-      " 017f22e2-79b0-7cc3-98c4-dc0c0c07398f",  // leading space
+      "017f22e2-79b0-7cc3-98c4-dc0c0c07398f ",            // trailing space
+      " 017f22e2-79b0-7cc3-98c4-dc0c0c07398f",            // leading space
       "017f22e2-79b0-7cc3-98c4-dc0c0c07398\xef\xbc\xa6",  // fullwidth F (non-ASCII)
-      "017f22e2-79b0-7cc3-98c4-dc0c0c0739\xc3\xa9",        // 36 bytes, non-ASCII
+      "017f22e2-79b0-7cc3-98c4-dc0c0c0739\xc3\xa9",       // 36 bytes, non-ASCII
       "-17f22e2-79b0-7cc3-98c4-dc0c0c07398f",
       "+17f22e2-79b0-7cc3-98c4-dc0c0c07398f",
   };
@@ -115,7 +115,8 @@ TEST(Uuid, ParseRejectsEmbeddedNul) {
 TEST(Uuid, IsV7RequiresVersion7AndRfcVariant) {
   EXPECT_FALSE(idem::Uuid::parse("017f22e2-79b0-4cc3-98c4-dc0c0c07398f")->is_v7());  // v4
   EXPECT_FALSE(idem::Uuid::parse("017f22e2-79b0-7cc3-18c4-dc0c0c07398f")->is_v7());  // NCS variant
-  EXPECT_FALSE(idem::Uuid::parse("017f22e2-79b0-7cc3-c8c4-dc0c0c07398f")->is_v7());  // Microsoft variant
+  EXPECT_FALSE(
+      idem::Uuid::parse("017f22e2-79b0-7cc3-c8c4-dc0c0c07398f")->is_v7());  // Microsoft variant
   EXPECT_TRUE(idem::Uuid::parse("017f22e2-79b0-7cc3-b8c4-dc0c0c07398f")->is_v7());
 }
 
@@ -152,9 +153,9 @@ TEST(Uuid, LowerBoundSortsAtOrBelowEveryIdOfThatMillisecond) {
 
 TEST(Uuid, LowerBoundClampsTimesOutside48Bits) {
   EXPECT_TRUE(idem::Uuid::lower_bound_for(Ms{-5ms}).is_nil());
-  EXPECT_EQ(idem::Uuid::lower_bound_for(Ms{std::chrono::milliseconds(std::int64_t{1} << 50)})
-                .to_string(),
-            "ffffffff-ffff-0000-0000-000000000000");
+  EXPECT_EQ(
+      idem::Uuid::lower_bound_for(Ms{std::chrono::milliseconds(std::int64_t{1} << 50)}).to_string(),
+      "ffffffff-ffff-0000-0000-000000000000");
 }
 
 TEST(Uuid, HashUsesBothHalves) {
@@ -183,9 +184,11 @@ TEST(UuidV7Generator, StampsTheClockTimeVersionAndVariant) {
 }
 
 TEST(UuidV7Generator, UsesTheSystemClockByDefault) {
-  const auto before = std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
+  const auto before =
+      std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
   const auto id = idem::new_uuid_v7();
-  const auto after = std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
+  const auto after =
+      std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
   EXPECT_TRUE(id.is_v7());
   EXPECT_GE(id.timestamp(), before);
   EXPECT_LE(id.timestamp(), after);
@@ -263,8 +266,10 @@ TEST(UuidV7Generator, NeverStampsBelowTheClockOrThePreviousId) {
     lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
     // Mostly stay, sometimes move forward, sometimes jump back.
     const int step = static_cast<int>((lcg >> 33) % 100);
-    if (step < 5) now += 1;
-    else if (step < 7) now -= 3;
+    if (step < 5)
+      now += 1;
+    else if (step < 7)
+      now -= 3;
     clock.set(at_ms(now));
     const auto id = gen.next();
     ASSERT_LT(prev, id);

@@ -41,19 +41,16 @@ struct KafkaRecord {
 /// Their sum is the number of records ever written to the topic while nothing was
 /// deleted by retention (always so on the dev broker below its 5 MiB per partition).
 /// \throws Error(Kafka) when a partition cannot be queried.
-[[nodiscard]] std::vector<std::int64_t> end_offsets(const std::string& bootstrap_servers,
-                                                    const std::string& topic, int partitions,
-                                                    std::chrono::milliseconds timeout =
-                                                        std::chrono::seconds(10));
+[[nodiscard]] std::vector<std::int64_t> end_offsets(
+    const std::string& bootstrap_servers, const std::string& topic, int partitions,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 /// The offsets `group` has committed for `topic` partitions 0..partitions-1 (-1 where
 /// nothing is committed). Asks the coordinator without joining the group.
 /// \throws Error(Kafka) on failure (e.g. the coordinator is busy with a rebalance).
-[[nodiscard]] std::vector<std::int64_t> committed_offsets(const std::string& bootstrap_servers,
-                                                          const std::string& group,
-                                                          const std::string& topic, int partitions,
-                                                          std::chrono::milliseconds timeout =
-                                                              std::chrono::seconds(10));
+[[nodiscard]] std::vector<std::int64_t> committed_offsets(
+    const std::string& bootstrap_servers, const std::string& group, const std::string& topic,
+    int partitions, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 /// Reads `topic` (partitions 0..partitions-1) from the beginning, without a consumer
 /// group, until `count` records were read or `timeout` passed. Returns what it read.

@@ -44,8 +44,8 @@ struct ValidationError {
 template <class T>
 class Validated {
  public:
-  Validated(T value) : v_(std::move(value)) {}                 // NOLINT: implicit by design
-  Validated(ValidationError error) : v_(std::move(error)) {}   // NOLINT: implicit by design
+  Validated(T value) : v_(std::move(value)) {}                // NOLINT: implicit by design
+  Validated(ValidationError error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   [[nodiscard]] bool ok() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }

@@ -36,7 +36,7 @@ struct ClientConfig {
   /// Whole request/answer, per attempt. Its clock starts when the attempt gets one of
   /// the host's connections: the wait for a free one (max_host_connections) is not in it.
   std::chrono::milliseconds total_timeout{10000};
-  int max_attempts = 6;                             ///< attempts per call, >= 1
+  int max_attempts = 6;  ///< attempts per call, >= 1
   /// Backoff between attempts (RetryPolicy, with the HTTP client's defaults).
   RetryPolicy retry{.initial_backoff = std::chrono::milliseconds(50),
                     .max_backoff = std::chrono::milliseconds(2000),
@@ -70,7 +70,7 @@ struct CallResult {
   long http_status = 0;  ///< of the last answer; 0 when the last attempt got none
   std::string body;      ///< of the last answer
   int attempts = 0;
-  std::string error;     ///< the last transient failure (transport error or status)
+  std::string error;  ///< the last transient failure (transport error or status)
 
   [[nodiscard]] bool ok() const noexcept { return status == CallStatus::Success; }
 };

@@ -33,9 +33,11 @@ inline constexpr std::string_view kDuplicatesSkipped = "idem_consumer_duplicates
 inline constexpr std::string_view kDeadLettered = "idem_consumer_dead_lettered_total";  // + reason
 inline constexpr std::string_view kRetries = "idem_consumer_retries_total";
 inline constexpr std::string_view kTransactions = "idem_consumer_transactions_total";
-inline constexpr std::string_view kTransactionSeconds = "idem_consumer_transaction_duration_seconds";
+inline constexpr std::string_view kTransactionSeconds =
+    "idem_consumer_transaction_duration_seconds";
 inline constexpr std::string_view kBatchRecords = "idem_consumer_batch_records";
-inline constexpr std::string_view kHandlerSeconds = "idem_consumer_handler_duration_seconds";  // + topic
+inline constexpr std::string_view kHandlerSeconds =
+    "idem_consumer_handler_duration_seconds";  // + topic
 inline constexpr std::string_view kOffsetCommits = "idem_consumer_offset_commits_total";
 inline constexpr std::string_view kLag = "idem_consumer_lag_records";  // + topic, partition
 inline constexpr std::string_view kAssignedPartitions = "idem_consumer_assigned_partitions";
@@ -96,7 +98,8 @@ class Metrics {
       return inner(event, record, tx);
     };
   }
-  [[nodiscard]] DurationRecorder handler_recorder(const std::string& group, const std::string& topic);
+  [[nodiscard]] DurationRecorder handler_recorder(const std::string& group,
+                                                  const std::string& topic);
 
   /// `observer` plus relay metrics: published rows and batches as they are marked,
   /// backlog, outbox lag, resends, cleanup and owned shards at each progress report.

@@ -17,9 +17,9 @@
 #include <string_view>
 
 #include "idem/consumer.hpp"
-#include "idem/reference/order_confirmed.hpp"
 #include "idem/http/async_client.hpp"
 #include "idem/http/idempotent_client.hpp"
+#include "idem/reference/order_confirmed.hpp"
 
 namespace idem {
 
@@ -55,17 +55,17 @@ void complete_charge(const http::CallResult& result, const CallCompletion<Billin
 
 /// The charge request of `event`: URL, body, Idempotency-Key = event_id, and a child
 /// span of the record's traceparent.
-[[nodiscard]] http::Request charge_request(const std::string& charge_url, const OrderConfirmed& event,
-                                           const RecordInfo& record);
+[[nodiscard]] http::Request charge_request(const std::string& charge_url,
+                                           const OrderConfirmed& event, const RecordInfo& record);
 
 /// The apply phase of billing: marks the order charged and appends its ledger row.
 Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, Transaction& tx);
 
 /// The billing handler, all in the transaction: the HTTP call runs while the batch
 /// transaction is open (and, on SQLite, while it holds the write lock). Kept for
-/// comparison and for callers of the Handler shape; prefer billing_effect. A 2xx answer applies the effects and returns Done; a
-/// permanent answer (402 declined, 422, other 4xx) returns DeadLetter with the
-/// provider's status and body as the dead letter's reason; failures that outlast the
+/// comparison and for callers of the Handler shape; prefer billing_effect. A 2xx answer applies the
+/// effects and returns Done; a permanent answer (402 declined, 422, other 4xx) returns DeadLetter
+/// with the provider's status and body as the dead letter's reason; failures that outlast the
 /// client's retries return Retry (the partition pauses and the event comes again).
 /// The handler owns one HTTP client; a Consumer calls it from one thread only.
 /// \throws Error(InvalidArgument, Config) for an empty provider_url or a bad client config.

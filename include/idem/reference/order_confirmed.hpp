@@ -25,7 +25,7 @@ inline constexpr Amount kMaxOrderAmount = Amount::from_hundredths(999'999'999'99
 
 /// A validated order.confirmed.v1 event.
 struct OrderConfirmed {
-  Uuid event_id;            ///< UUIDv7, born with the event (IDEM-1)
+  Uuid event_id;  ///< UUIDv7, born with the event (IDEM-1)
   Timestamp occurred_at;
   std::int64_t order_id = 0;     ///< > 0; also the Kafka message key
   std::int64_t customer_id = 0;  ///< > 0

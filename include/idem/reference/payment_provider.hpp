@@ -58,7 +58,7 @@ struct ProviderFaults {
 struct ProviderConfig {
   std::chrono::milliseconds key_retention = std::chrono::hours(24);
   ProviderFaults faults;
-  std::uint64_t seed = 42;  ///< fault draws and the decline hash
+  std::uint64_t seed = 42;                        ///< fault draws and the decline hash
   const Clock* clock = &SystemClock::instance();  ///< key age and charge times
   /// TEST ONLY: runs after a new key was claimed and before the charge, so a test can
   /// hold a request in flight without timing assumptions. It runs on a thread of its
@@ -91,10 +91,10 @@ struct ProviderSummary {
 
 /// How the provider works right now: the group commit's effect, and the load it holds.
 struct ProviderStats {
-  std::int64_t transactions = 0;       ///< write transactions committed (one per group)
-  std::int64_t charges_committed = 0;  ///< charges committed by this process
-  std::int64_t largest_batch = 0;      ///< most requests committed by one transaction
-  std::int64_t queued = 0;             ///< store jobs waiting for the store thread
+  std::int64_t transactions = 0;          ///< write transactions committed (one per group)
+  std::int64_t charges_committed = 0;     ///< charges committed by this process
+  std::int64_t largest_batch = 0;         ///< most requests committed by one transaction
+  std::int64_t queued = 0;                ///< store jobs waiting for the store thread
   std::int64_t requests_in_progress = 0;  ///< requests received and not yet answered
   std::int64_t peak_requests_in_progress = 0;
 };

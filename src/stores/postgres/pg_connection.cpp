@@ -175,18 +175,17 @@ Connection::Connection(std::string_view conninfo_view, const StoreOptions& optio
   }
   PQsetNoticeReceiver(conn_, &Connection::on_notice, this);
   if (PQstatus(conn_) != CONNECTION_OK) {
-    const std::string message =
-        fmt::format("postgres: cannot connect to {}: {}", describe(),
-                    scrub(trim(PQerrorMessage(conn_))));
+    const std::string message = fmt::format("postgres: cannot connect to {}: {}", describe(),
+                                            scrub(trim(PQerrorMessage(conn_))));
     PQfinish(conn_);
     conn_ = nullptr;
     throw Error(ErrorCode::Connection, ErrorSource::Postgres, message);
   }
   // PRIMARY KEY on a partitioned table and DEFAULT partitions need PostgreSQL 11.
   if (PQserverVersion(conn_) < 110000) {
-    const std::string message = fmt::format(
-        "postgres: {} runs server version {}; idem needs PostgreSQL 11 or later", describe(),
-        PQserverVersion(conn_));
+    const std::string message =
+        fmt::format("postgres: {} runs server version {}; idem needs PostgreSQL 11 or later",
+                    describe(), PQserverVersion(conn_));
     PQfinish(conn_);
     conn_ = nullptr;
     throw Error(ErrorCode::Schema, ErrorSource::Postgres, message);
@@ -199,7 +198,8 @@ Connection::Connection(std::string_view conninfo_view, const StoreOptions& optio
 // shutdown) is handed to the notice receiver, and it means the session is over.
 void Connection::on_notice(void* self, const PGresult* notice) {
   const char* severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
-  if (severity != nullptr && (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0)) {
+  if (severity != nullptr &&
+      (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0)) {
     static_cast<Connection*>(self)->server_ended_ = true;
   }
 }
@@ -209,7 +209,9 @@ Connection::~Connection() {
 }
 
 std::string Connection::describe() const {
-  const auto or_default = [](const char* v) { return (v != nullptr && *v != '\0') ? v : "(default)"; };
+  const auto or_default = [](const char* v) {
+    return (v != nullptr && *v != '\0') ? v : "(default)";
+  };
   return fmt::format("host={} port={} dbname={} user={}", or_default(PQhost(conn_)),
                      or_default(PQport(conn_)), or_default(PQdb(conn_)), or_default(PQuser(conn_)));
 }
@@ -265,8 +267,7 @@ void Connection::ensure_ready() {
     return;
   }
   switch (PQtransactionStatus(conn_)) {
-    case PQTRANS_IDLE:
-      return;
+    case PQTRANS_IDLE: return;
     case PQTRANS_INTRANS:
     case PQTRANS_INERROR: {
       // A transaction block someone opened through the native handle, or one
@@ -276,8 +277,7 @@ void Connection::ensure_ready() {
       break;
     }
     case PQTRANS_ACTIVE:
-    case PQTRANS_UNKNOWN:
-      break;
+    case PQTRANS_UNKNOWN: break;
   }
   reset();
 }
@@ -430,7 +430,9 @@ Reply Connection::exec_pipelined(std::span<const Command> commands) {
   return reply;
 }
 
-Result Connection::exec_simple(const char* sql) { return Result(PQexec(conn_, sql)); }
+Result Connection::exec_simple(const char* sql) {
+  return Result(PQexec(conn_, sql));
+}
 
 Failure Connection::classify(const PGresult* result) const {
   Failure f;

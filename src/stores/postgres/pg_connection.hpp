@@ -34,7 +34,7 @@ using Result = std::unique_ptr<PGresult, ResultDeleter>;
 struct Statement {
   std::string name;
   std::string sql;
-  std::vector<Oid> types;  ///< empty: the server infers every parameter type
+  std::vector<Oid> types;                 ///< empty: the server infers every parameter type
   std::uint64_t prepared_generation = 0;  ///< == Connection::generation() when prepared
   /// How many parameters the server says the statement takes (from DESCRIBE on its
   /// first PREPARE); -1 until known. Lets a wrong count fail before anything is sent.
@@ -145,7 +145,7 @@ class Connection {
   static void on_notice(void* self, const PGresult* notice);
 
   PGconn* conn_ = nullptr;
-  std::string password_;  // only to scrub it from messages
+  std::string password_;       // only to scrub it from messages
   bool server_ended_ = false;  // a FATAL arrived while no command was running
   std::uint64_t generation_ = 1;
   bool poisoned_ = false;

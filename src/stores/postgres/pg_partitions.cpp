@@ -21,9 +21,9 @@ std::string partition_name(Millis from, std::chrono::hours period) {
   const auto day = std::chrono::floor<std::chrono::days>(from);
   const std::chrono::year_month_day ymd(day);
   const auto hour = std::chrono::duration_cast<std::chrono::hours>(from - day).count();
-  const std::string date = fmt::format("{:04}{:02}{:02}", static_cast<int>(ymd.year()),
-                                       static_cast<unsigned>(ymd.month()),
-                                       static_cast<unsigned>(ymd.day()));
+  const std::string date =
+      fmt::format("{:04}{:02}{:02}", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
   // Whole-day periods start at midnight UTC, so the date names them; any other
   // period can start at another hour and needs the hour in the name.
   if (period % std::chrono::hours(24) == std::chrono::hours(0)) {
@@ -32,7 +32,9 @@ std::string partition_name(Millis from, std::chrono::hours period) {
   return fmt::format("processed_event_p{}{:02}", date, hour);
 }
 
-std::string uuid_literal(Millis at) { return Uuid::lower_bound_for(at).to_string(); }
+std::string uuid_literal(Millis at) {
+  return Uuid::lower_bound_for(at).to_string();
+}
 
 }  // namespace
 
@@ -49,9 +51,9 @@ std::vector<PartitionSpec> plan_partitions(const MigrateOptions& options,
   const std::int64_t count =
       std::int64_t{options.partitions_behind} + std::int64_t{options.partitions_ahead} + 1;
   if (count > kMaxPartitions) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                fmt::format("{} partitions requested; at most {} are allowed", count,
-                            kMaxPartitions));
+    throw Error(
+        ErrorCode::InvalidArgument, ErrorSource::Config,
+        fmt::format("{} partitions requested; at most {} are allowed", count, kMaxPartitions));
   }
   const std::chrono::milliseconds period = options.partition_period;
   const Millis now_ms = std::chrono::floor<std::chrono::milliseconds>(now);
@@ -68,7 +70,8 @@ std::vector<PartitionSpec> plan_partitions(const MigrateOptions& options,
   std::vector<PartitionSpec> out;
   out.reserve(static_cast<std::size_t>(count));
   for (Millis from = first; from < last; from += period) {
-    out.push_back(PartitionSpec{partition_name(from, options.partition_period), from, from + period});
+    out.push_back(
+        PartitionSpec{partition_name(from, options.partition_period), from, from + period});
   }
   return out;
 }
@@ -77,8 +80,9 @@ std::string partition_ddl(const PartitionSpec& spec) {
   // Bounds are the smallest UUIDs of the boundary milliseconds: every UUIDv7 born
   // in [from, to) sorts in ['lower_bound(from)', 'lower_bound(to)'), and the upper
   // bound of a range partition is exclusive, so neighbours neither gap nor overlap.
-  return fmt::format("CREATE TABLE {} PARTITION OF processed_event FOR VALUES FROM ('{}') TO ('{}');\n",
-                     spec.name, uuid_literal(spec.from), uuid_literal(spec.to));
+  return fmt::format(
+      "CREATE TABLE {} PARTITION OF processed_event FOR VALUES FROM ('{}') TO ('{}');\n", spec.name,
+      uuid_literal(spec.from), uuid_literal(spec.to));
 }
 
 std::string partitioned_processed_event_ddl(const MigrateOptions& options,

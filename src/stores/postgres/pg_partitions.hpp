@@ -29,8 +29,8 @@ struct PartitionSpec {
 
 /// The whole replacement for migration 0001: the partitioned parent, the planned
 /// partitions, the DEFAULT partition and the processed_at index.
-[[nodiscard]] std::string partitioned_processed_event_ddl(const MigrateOptions& options,
-                                                          std::chrono::system_clock::time_point now);
+[[nodiscard]] std::string partitioned_processed_event_ddl(
+    const MigrateOptions& options, std::chrono::system_clock::time_point now);
 
 /// The name migration 1 is recorded under when it created the partitioned table.
 inline constexpr const char* kPartitionedMigrationName = "0001_processed_event_partitioned";

@@ -64,8 +64,8 @@ class PostgresShardClaimer final : public ShardClaimer {
     if (now.size() > share) {
       // Hand back the excess, highest shards first (nothing is in flight for them).
       const std::vector<int> excess(now.begin() + static_cast<std::ptrdiff_t>(share), now.end());
-      tx->execute("SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s",
-                  kShardLockKey, int_array(excess));
+      tx->execute("SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", kShardLockKey,
+                  int_array(excess));
       now.resize(share);
     } else if (now.size() < share) {
       // Try free shards from a random starting point, so relays starting together do

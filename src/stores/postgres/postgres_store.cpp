@@ -211,8 +211,8 @@ class PostgresTransaction final : public Transaction {
   // A command waiting for the next round trip, in the order it was issued.
   struct Queued {
     enum class Kind { Begin, Savepoint, Release, Statement } kind;
-    std::string text;         // the command; for a Statement, its SQL if it is not prepared
-    Statement* stmt = nullptr;  // a deferred statement's cached statement
+    std::string text;             // the command; for a Statement, its SQL if it is not prepared
+    Statement* stmt = nullptr;    // a deferred statement's cached statement
     std::size_t first_param = 0;  // into param_offsets_
     std::size_t param_count = 0;
   };
@@ -248,7 +248,7 @@ class PostgresTransaction final : public Transaction {
   // SAVEPOINTs unnecessary.
   std::vector<Queued> queue_;
   std::size_t queued_statements_ = 0;
-  std::string param_arena_;                  // deferred parameters' text, NUL-terminated
+  std::string param_arena_;                    // deferred parameters' text, NUL-terminated
   std::vector<std::ptrdiff_t> param_offsets_;  // per deferred parameter; -1 for NULL
   // Set by run_queue() when the failure it returned was a deferred statement's: its SQL.
   std::string failed_deferred_;
@@ -259,8 +259,7 @@ class PostgresTransaction final : public Transaction {
 
 class PostgresStore final : public Store {
  public:
-  PostgresStore(std::string_view conninfo, const StoreOptions& options)
-      : conn_(conninfo, options) {
+  PostgresStore(std::string_view conninfo, const StoreOptions& options) : conn_(conninfo, options) {
     mark_one_.name = "idem_mark";
     mark_one_.sql = kMarkOneSql;
     // event_id binary (16 bytes, no parsing on the server), consumer_group text.
@@ -286,7 +285,8 @@ class PostgresStore final : public Store {
   MigrationReport migrate(const MigrateOptions& options) override;
   MigrationReport migrate_set(const MigrationSet& set) override;
   int schema_version(std::string_view set) override;
-  MigrationReport apply_migrations(std::string_view set, std::span<const SchemaMigration> migrations,
+  MigrationReport apply_migrations(std::string_view set,
+                                   std::span<const SchemaMigration> migrations,
                                    const MigrateOptions* options);
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Postgres; }
 
@@ -407,8 +407,7 @@ Reply PostgresTransaction::run_queue(const Command* main) {
     if (conn_.needs_reset()) conn_.reset();
     reply = conn_.exec(commands_);
     if (reply.done == 0 &&
-        (conn_.needs_reset() ||
-         conn_.classify(reply.result.get()).code == ErrorCode::Connection)) {
+        (conn_.needs_reset() || conn_.classify(reply.result.get()).code == ErrorCode::Connection)) {
       // BEGIN did not run because the connection is broken (typically a session the
       // server ended while we were idle, whose FATAL had not arrived when begin()
       // looked). Nothing of this transaction can have committed, so reconnecting and
@@ -527,13 +526,13 @@ void PostgresTransaction::fail(const PGresult* result, std::string_view what_arg
     // "current transaction is aborted": report the failure that aborted it, which
     // the caller swallowed; its code says whether redoing the work can help.
     f.code = failure_->code;
-    f.message = fmt::format("{} (the transaction failed earlier: {})", f.message, failure_->message);
+    f.message =
+        fmt::format("{} (the transaction failed earlier: {})", f.message, failure_->message);
   } else if (!failure_ && state_ == State::Open) {
     failure_ = Earlier{f.code, f.message, f.sqlstate};
   }
   throw Error(f.code, ErrorSource::Postgres,
-              fmt::format("postgres: {}: {}", sql_excerpt(what), f.message),
-              std::move(f.sqlstate));
+              fmt::format("postgres: {}: {}", sql_excerpt(what), f.message), std::move(f.sqlstate));
 }
 
 void PostgresTransaction::check_param_count(const Statement* stmt, std::string_view sql,
@@ -683,8 +682,9 @@ std::vector<bool> PostgresTransaction::mark_processed_batch(std::span<const Uuid
     std::memcpy(bytes.data(), PQgetvalue(r, i, 0), 16);
     const Uuid id(bytes);
     // first_pos is in id order, so the inserted id is found by binary search.
-    const auto it = std::lower_bound(first_pos.begin(), first_pos.end(), id,
-                                     [&](std::uint32_t pos, const Uuid& v) { return event_ids[pos] < v; });
+    const auto it =
+        std::lower_bound(first_pos.begin(), first_pos.end(), id,
+                         [&](std::uint32_t pos, const Uuid& v) { return event_ids[pos] < v; });
     if (it == first_pos.end() || event_ids[*it] != id) {
       throw Error(ErrorCode::Internal, ErrorSource::Postgres,
                   "postgres: mark_processed_batch: the server returned an id that was not sent");
@@ -710,7 +710,8 @@ std::vector<bool> PostgresTransaction::processed_among(std::span<const Uuid> eve
   array += '}';
   const std::array<Param, 2> params{Param(array), Param(consumer_group)};
   const Rows rows = execute_params(
-      "SELECT event_id FROM processed_event WHERE event_id = ANY($1::uuid[]) AND consumer_group = $2",
+      "SELECT event_id FROM processed_event WHERE event_id = ANY($1::uuid[]) AND consumer_group = "
+      "$2",
       params);
   std::vector<Uuid> found;
   found.reserve(rows.size());
@@ -762,16 +763,16 @@ void PostgresTransaction::rollback_to_savepoint(std::string_view name) {
   savepoints_.resize(i + 1);
   SavepointMark& sp = savepoints_[i];
   switch (sp.state) {
-    case SavepointState::Recorded:
-      break;  // nothing was issued after it
+    case SavepointState::Recorded: break;  // nothing was issued after it
     case SavepointState::Queued: {
       // Its SAVEPOINT and everything issued after it never left the client: forget them
       // (deferred statements included, errors and all).
       queue_.resize(sp.queue_pos);
       sp.state = SavepointState::Recorded;
-      queued_statements_ = static_cast<std::size_t>(
-          std::count_if(queue_.begin(), queue_.end(),
-                        [](const Queued& q) { return q.kind == Queued::Kind::Statement; }));
+      queued_statements_ =
+          static_cast<std::size_t>(std::count_if(queue_.begin(), queue_.end(), [](const Queued& q) {
+            return q.kind == Queued::Kind::Statement;
+          }));
       break;
     }
     case SavepointState::Sent:
@@ -854,10 +855,10 @@ void PostgresTransaction::commit() {
   const char* severity =
       r != nullptr ? PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED) : nullptr;
   const std::string sqlstate = state != nullptr ? state : "";
-  const bool session_ended =
-      r == nullptr || PQstatus(conn_.native()) != CONNECTION_OK || sqlstate.empty() ||
-      is_connection_sqlstate(sqlstate) ||
-      (severity != nullptr && (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0));
+  const bool session_ended = r == nullptr || PQstatus(conn_.native()) != CONNECTION_OK ||
+                             sqlstate.empty() || is_connection_sqlstate(sqlstate) ||
+                             (severity != nullptr && (std::strcmp(severity, "FATAL") == 0 ||
+                                                      std::strcmp(severity, "PANIC") == 0));
   if (session_ended) {
     // COMMIT was sent and the session ended without a verdict: the server may have
     // committed before the connection broke, or not. Never guess (libpqxx's
@@ -897,7 +898,8 @@ void PostgresTransaction::rollback() noexcept {
 // ---------------------------------------------------------------------------
 // PostgresStore: migrations
 
-Result PostgresStore::query(const char* sql, std::span<const char* const> params, const char* what) {
+Result PostgresStore::query(const char* sql, std::span<const char* const> params,
+                            const char* what) {
   Result r(PQexecParams(conn_.native(), sql, static_cast<int>(params.size()), nullptr,
                         params.data(), nullptr, nullptr, 0));
   if (!ok_status(r.get())) conn_.fail(r.get(), what);
@@ -963,8 +965,8 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Postgres,
                 "postgres: migrate() while a transaction is open on this store");
   }
-  const Clock& clock = options != nullptr && options->clock != nullptr ? *options->clock
-                                                                        : SystemClock::instance();
+  const Clock& clock =
+      options != nullptr && options->clock != nullptr ? *options->clock : SystemClock::instance();
   if (options != nullptr && options->partitioned) {
     // Validate before touching the database.
     (void)plan_partitions(*options, clock.now());
@@ -982,7 +984,8 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
       open_ = true;
       const std::string key = std::to_string(kMigrationLockKey);
       const char* params[1] = {key.c_str()};
-      s_.query("SELECT pg_advisory_xact_lock($1::bigint)", params, "migrate: take the migration lock");
+      s_.query("SELECT pg_advisory_xact_lock($1::bigint)", params,
+               "migrate: take the migration lock");
     }
     Tx(const Tx&) = delete;
     Tx& operator=(const Tx&) = delete;
@@ -1005,13 +1008,14 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
   MigrationReport report;
   {
     Tx tx(*this);
-    query("CREATE TABLE IF NOT EXISTS idem_schema_migrations ("
-          "migration_set text NOT NULL, "
-          "version int NOT NULL, "
-          "name text NOT NULL, "
-          "applied_at timestamptz NOT NULL DEFAULT now(), "
-          "PRIMARY KEY (migration_set, version))",
-          {}, "migrate: create idem_schema_migrations");
+    query(
+        "CREATE TABLE IF NOT EXISTS idem_schema_migrations ("
+        "migration_set text NOT NULL, "
+        "version int NOT NULL, "
+        "name text NOT NULL, "
+        "applied_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (migration_set, version))",
+        {}, "migrate: create idem_schema_migrations");
     const char* set_param[1] = {set_name.c_str()};
     const Result r = query(
         "SELECT coalesce(max(version), 0) FROM idem_schema_migrations WHERE migration_set = $1",
@@ -1047,9 +1051,10 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
     const Result r = conn_.exec_simple(ddl.c_str());
     if (!ok_status(r.get())) conn_.fail(r.get(), fmt::format("migration {} of '{}'", name, set));
     const char* record[3] = {set_name.c_str(), version.c_str(), name.c_str()};
-    query("INSERT INTO idem_schema_migrations (migration_set, version, name) "
-          "VALUES ($1, $2::int, $3)",
-          record, "migrate: record the migration");
+    query(
+        "INSERT INTO idem_schema_migrations (migration_set, version, name) "
+        "VALUES ($1, $2::int, $3)",
+        record, "migrate: record the migration");
     tx.commit();
     report.applied.push_back(name);
   }
@@ -1060,14 +1065,14 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
 
 int PostgresStore::schema_version(std::string_view set) {
   if (active_ == nullptr) conn_.ensure_ready();
-  const Result exists = query("SELECT to_regclass('idem_schema_migrations') IS NOT NULL", {},
-                              "schema_version");
+  const Result exists =
+      query("SELECT to_regclass('idem_schema_migrations') IS NOT NULL", {}, "schema_version");
   if (std::strcmp(PQgetvalue(exists.get(), 0, 0), "t") != 0) return 0;
   const std::string set_name(set);
   const char* params[1] = {set_name.c_str()};
-  const Result r = query(
-      "SELECT coalesce(max(version), 0) FROM idem_schema_migrations WHERE migration_set = $1",
-      params, "schema_version");
+  const Result r =
+      query("SELECT coalesce(max(version), 0) FROM idem_schema_migrations WHERE migration_set = $1",
+            params, "schema_version");
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 

@@ -448,9 +448,8 @@ void SqliteStore::apply_migration(std::string_view set, const SchemaMigration& m
   // migration is applied exactly once.
   exec_control("BEGIN IMMEDIATE", "cannot begin migration transaction");
   try {
-    Statement check(db_,
-                    "SELECT 1 FROM idem_schema_migrations WHERE migration_set = ?1 AND version = ?2",
-                    0);
+    Statement check(
+        db_, "SELECT 1 FROM idem_schema_migrations WHERE migration_set = ?1 AND version = ?2", 0);
     StatementUse use_check(check);
     sqlite3_bind_text(check.get(), 1, set.data(), static_cast<int>(set.size()), SQLITE_TRANSIENT);
     sqlite3_bind_int(check.get(), 2, migration.version);
@@ -468,7 +467,8 @@ void SqliteStore::apply_migration(std::string_view set, const SchemaMigration& m
                        "applied_at) VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                        0);
       StatementUse use_record(record);
-      sqlite3_bind_text(record.get(), 1, set.data(), static_cast<int>(set.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_text(record.get(), 1, set.data(), static_cast<int>(set.size()),
+                        SQLITE_TRANSIENT);
       sqlite3_bind_int(record.get(), 2, migration.version);
       sqlite3_bind_text(record.get(), 3, name.c_str(), -1, SQLITE_TRANSIENT);
       const int ins = sqlite3_step(record.get());
@@ -657,9 +657,10 @@ std::vector<bool> SqliteTransaction::processed_among(std::span<const Uuid> event
   std::vector<bool> out(event_ids.size(), false);
   for (std::size_t i = 0; i < event_ids.size(); ++i) {
     const std::array<Param, 2> params{Param(event_ids[i]), Param(consumer_group)};
-    out[i] = !execute_params("SELECT 1 FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
-                             params)
-                  .empty();
+    out[i] =
+        !execute_params("SELECT 1 FROM processed_event WHERE event_id = $1 AND consumer_group = $2",
+                        params)
+             .empty();
   }
   return out;
 }

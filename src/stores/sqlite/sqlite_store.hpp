@@ -64,7 +64,8 @@ class SqliteStore final : public Store {
   void exec(const char* sql, std::string_view what);
   std::unique_ptr<Statement> prepare_schema_statement(const std::string& sql);
   [[nodiscard]] bool has_table(const char* name);
-  MigrationReport apply_migrations(std::string_view set, std::span<const SchemaMigration> migrations);
+  MigrationReport apply_migrations(std::string_view set,
+                                   std::span<const SchemaMigration> migrations);
   void apply_migration(std::string_view set, const SchemaMigration& migration, bool& applied);
 
   sqlite3* db_ = nullptr;
