@@ -10,6 +10,7 @@ packages=(
   libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libtomlplusplus-dev prometheus-cpp-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 postgresql-client-15
+  python3-confluent-kafka
 )
 
 sudo_cmd=()
