@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   postgresql-15 postgresql-client-15
+  python3-confluent-kafka
 )
 
 sudo_cmd=()
