@@ -75,8 +75,12 @@ constexpr auto kChildLifeDeadline = 120s;
 constexpr auto kCatchUpDeadline = 180s;
 
 enum class Db { Sqlite, Postgres };
-std::string db_name(Db db) { return db == Db::Sqlite ? "sqlite" : "postgres"; }
-void PrintTo(Db db, std::ostream* os) { *os << db_name(db); }
+std::string db_name(Db db) {
+  return db == Db::Sqlite ? "sqlite" : "postgres";
+}
+void PrintTo(Db db, std::ostream* os) {
+  *os << db_name(db);
+}
 
 using Location = std::pair<std::int32_t, std::int64_t>;  // original partition, offset
 
@@ -146,7 +150,8 @@ void require_outside_client(std::string& python, std::filesystem::path& script) 
   }
   const auto s = producer_script();
   if (!s) {
-    idem::test::skip_or_fail("tests/fault/outside_producer.py not found (set IDEM_TEST_OUTSIDE_PRODUCER)");
+    idem::test::skip_or_fail(
+        "tests/fault/outside_producer.py not found (set IDEM_TEST_OUTSIDE_PRODUCER)");
     return;
   }
   python = *py;
@@ -178,7 +183,8 @@ std::vector<SentRecord> run_outside_producer(const std::string& python,
     }
     SentRecord r;
     r.kind = j.at("kind").get<std::string>();
-    if (!j.at("expected_class").is_null()) r.expected_class = j.at("expected_class").get<std::string>();
+    if (!j.at("expected_class").is_null())
+      r.expected_class = j.at("expected_class").get<std::string>();
     if (!j.at("event_id").is_null()) r.event_id = j.at("event_id").get<std::string>();
     r.at = {j.at("partition").get<std::int32_t>(), j.at("offset").get<std::int64_t>()};
     r.size = j.at("size").get<std::size_t>();
@@ -187,8 +193,9 @@ std::vector<SentRecord> run_outside_producer(const std::string& python,
   }
   const int status = producer.wait(60s);
   if (status != 0 || !done || *done != sent.size()) {
-    throw std::runtime_error(fmt::format("outside_producer.py: exit status {}, reported {} of {} records",
-                                         status, sent.size(), done ? std::to_string(*done) : "?"));
+    throw std::runtime_error(
+        fmt::format("outside_producer.py: exit status {}, reported {} of {} records", status,
+                    sent.size(), done ? std::to_string(*done) : "?"));
   }
   return sent;
 }
@@ -280,7 +287,8 @@ class OutsideClient : public ::testing::TestWithParam<Db> {
   /// outside" when the test killed it).
   std::string expect_killed(ChildProcess& child, bool self_inflicted) {
     const auto status = child.wait_for(kChildLifeDeadline);
-    EXPECT_EQ(status, std::optional<int>(-SIGKILL)) << "a consumer meant to be killed ended otherwise";
+    EXPECT_EQ(status, std::optional<int>(-SIGKILL))
+        << "a consumer meant to be killed ended otherwise";
     if (!status) child.kill(SIGKILL);
     std::string crash_line = self_inflicted ? "" : "killed from outside";
     while (auto line = child.read_line(5s)) {
@@ -307,7 +315,8 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
   SCOPED_TRACE(fmt::format("seed {}", seed_));
 
   // 1. The outside client produces everything.
-  const std::vector<SentRecord> sent = run_outside_producer(python_, script_, bootstrap(), topic_, seed_);
+  const std::vector<SentRecord> sent =
+      run_outside_producer(python_, script_, bootstrap(), topic_, seed_);
   std::set<std::string> kinds;
   for (const SentRecord& r : sent) {
     if (r.expected_class.empty()) {
@@ -334,9 +343,11 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
   //    dead-lettered the record at each partition's head, is delivered again, so the
   //    DLQ surely holds letters twice for the collapse to be checked on.
   std::mt19937_64 rng(seed_);
-  const std::vector<std::pair<std::string, double>> points = {
-      {"after_db_commit", 0.15}, {"before_db_commit", 0.15}, {"after_handler", 0.02},
-      {"batch_polled", 0.15},   {"after_offset_commit", 0.15}};
+  const std::vector<std::pair<std::string, double>> points = {{"after_db_commit", 0.15},
+                                                              {"before_db_commit", 0.15},
+                                                              {"after_handler", 0.02},
+                                                              {"batch_polled", 0.15},
+                                                              {"after_offset_commit", 0.15}};
   std::vector<std::string> crash_log;
   bool finished_early = false;
   for (int k = 0; k < kCrashes && !finished_early; ++k) {
@@ -351,17 +362,20 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
       const std::int64_t before = idem::test::effect_rows(db_url_, group_);
       const std::int64_t target = std::min<std::int64_t>(
           before + std::uniform_int_distribution<std::int64_t>(5, 60)(rng), kValidEvents);
-      const bool progressed = idem::test::eventually(
-          [&] { return idem::test::effect_rows(db_url_, group_) >= target; }, kChildLifeDeadline, 50ms);
+      const bool progressed =
+          idem::test::eventually([&] { return idem::test::effect_rows(db_url_, group_) >= target; },
+                                 kChildLifeDeadline, 50ms);
       ASSERT_TRUE(progressed) << "the consumer made no progress";
       child.kill(SIGKILL);
       crash_log.push_back(expect_killed(child, false));
     } else {
-      const auto& [point, p] = points[std::uniform_int_distribution<std::size_t>(0, points.size() - 1)(rng)];
+      const auto& [point, p] =
+          points[std::uniform_int_distribution<std::size_t>(0, points.size() - 1)(rng)];
       ChildProcess child = start(point, p, child_seed);
       // It dies at its point, or finishes the work first (then it is stopped).
-      const bool ended = idem::test::eventually(
-          [&] { return child.wait_for(0ms).has_value() || all_consumed(); }, kChildLifeDeadline, 200ms);
+      const bool ended =
+          idem::test::eventually([&] { return child.wait_for(0ms).has_value() || all_consumed(); },
+                                 kChildLifeDeadline, 200ms);
       ASSERT_TRUE(ended) << "a consumer crashing at " << point << " neither crashed nor finished";
       if (const auto status = child.wait_for(0ms)) {
         EXPECT_EQ(*status, -SIGKILL);
@@ -384,7 +398,9 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
 
   // 3. A clean consumer finishes what is left, then stops gracefully (its last commit
   //    is synchronous): after that the group must have committed everything.
-  const auto caught_up = [&] { return idem::test::group_caught_up(bootstrap(), group_, topic_, end); };
+  const auto caught_up = [&] {
+    return idem::test::group_caught_up(bootstrap(), group_, topic_, end);
+  };
   {
     ChildProcess child = start("none", 0.0, seed_ + 1);
     ASSERT_TRUE(idem::test::eventually([&] { return all_consumed(); }, kCatchUpDeadline, 500ms))
@@ -426,8 +442,8 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
   for (const auto& l : letters) {
     ASSERT_TRUE(l.original_partition && l.original_offset);
     const Location at{*l.original_partition, *l.original_offset};
-    EXPECT_TRUE(by_origin.emplace(at, &l).second) << "read_dead_letters returned [" << at.first
-                                                   << "]@" << at.second << " twice";
+    EXPECT_TRUE(by_origin.emplace(at, &l).second)
+        << "read_dead_letters returned [" << at.first << "]@" << at.second << " twice";
     EXPECT_EQ(l.copies, written[at]) << "copies of [" << at.first << "]@" << at.second;
     collapsed += l.copies - 1;
   }
@@ -459,8 +475,8 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
       << "no kill left a letter written twice (the injected commit failure should have)";
   EXPECT_EQ(collapsed, duplicates_written);
   std::printf("[ dlq      ] %s: %zu malformed records, %zu letters written, %zu collapsed copies\n",
-              db_name(GetParam()).c_str(), malformed_.size(), malformed_.size() + duplicates_written,
-              collapsed);
+              db_name(GetParam()).c_str(), malformed_.size(),
+              malformed_.size() + duplicates_written, collapsed);
 
   // 4c. The CLI lists each original offset once.
   const auto listed = idem::test::run_to_completion(
@@ -471,8 +487,8 @@ TEST_P(OutsideClient, PythonProducedEventsHaveOneEffectEachAndEveryBadRecordOneL
   EXPECT_EQ(lines, malformed_.size()) << listed.output;
   std::set<Location> seen;
   for (const auto& at : origins) {
-    EXPECT_TRUE(seen.insert(at).second) << "idem dlq list shows [" << at.first << "]@" << at.second
-                                        << " twice";
+    EXPECT_TRUE(seen.insert(at).second)
+        << "idem dlq list shows [" << at.first << "]@" << at.second << " twice";
   }
   for (const auto& [at, record] : malformed_) {
     EXPECT_TRUE(seen.contains(at)) << "idem dlq list misses " << record.kind;
