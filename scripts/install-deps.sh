@@ -9,7 +9,7 @@ packages=(
   libsimdjson-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libboost-dev libtomlplusplus-dev prometheus-cpp-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 postgresql-client-15
   python3-confluent-kafka
 )
