@@ -28,6 +28,7 @@
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace {
 
@@ -120,7 +121,7 @@ TEST_P(ConcurrentEffectsFault, JoinThenKillWithCallsInFlightKeepsEveryEffectOnce
   const auto malformed = idem::test::locate_malformed(bootstrap, topic_, kPartitions, workload_);
   const auto end = idem::test::end_offsets(bootstrap, topic_, kPartitions);
 
-  ASSERT_TRUE(idem::test::wait_until(
+  ASSERT_TRUE(idem::test::eventually(
       [&] { return idem::test::group_caught_up(bootstrap, group, topic_, end); }, 240s, 500ms))
       << "the survivor did not finish the killed member's partitions";
   ASSERT_EQ(b.wait_for(0ms), std::nullopt) << "the survivor died";

@@ -29,6 +29,7 @@
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
+#include "support/wait.hpp"
 
 namespace idem::test {
 namespace {
@@ -160,10 +161,10 @@ TYPED_TEST(ConcurrentEffectsTest, CallsEachKeyInOffsetOrderAndAppliesEachOrderOn
           .ordering_key = {}});
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
-  const bool all = wait_until([&] { return observed.stats().processed >= kOrders; }, 120s, 50ms);
+  const bool all = eventually([&] { return observed.stats().processed >= kOrders; }, 120s, 50ms);
   const std::vector<std::int64_t> end =
       end_offsets(this->broker_->bootstrap_servers(), this->topic_, kPartitions);
-  const bool committed = wait_until(
+  const bool committed = eventually(
       [&] {
         return group_caught_up(this->broker_->bootstrap_servers(), this->group_, this->topic_, end);
       },
@@ -223,7 +224,7 @@ TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
 
-  const bool others = wait_until(
+  const bool others = eventually(
       [&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders - bad_count); },
       120s, 50ms);
   EXPECT_TRUE(others) << "the other keys were not all applied while one key failed";
@@ -234,7 +235,7 @@ TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
   }
   recovered.store(true);
   const bool all =
-      wait_until([&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); },
+      eventually([&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); },
                  120s, 50ms);
   ASSERT_TRUE(running.stop());
   if (running.error()) std::rethrow_exception(running.error());
@@ -289,7 +290,7 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
           .ordering_key = {}});
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
-  const bool done = wait_until(
+  const bool done = eventually(
       [&] {
         const ConsumerStats s = observed.stats();
         return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;

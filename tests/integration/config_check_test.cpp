@@ -11,14 +11,10 @@
 
 #include "support/cli_run.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
 
 namespace idem {
 namespace {
-
-#define IDEM_REQUIRE_CLI()                                            \
-  if (std::string(IDEM_CLI_PATH).empty()) {                           \
-    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
-  }
 
 // The line of `key` in a describe() listing: `key = value  # origin`.
 std::string line_of(const std::string& output, const std::string& key) {

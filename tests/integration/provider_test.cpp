@@ -361,7 +361,7 @@ TEST_F(ProviderTest, ConcurrentChargesCommitTogether) {
   auto answers =
       std::async(std::launch::async, [&] { return charge_all_at_once(port_, kRequests, "group"); });
   ASSERT_TRUE(
-      test::wait_until([&] { return provider_->stats().requests_in_progress == kRequests; }, 60s))
+      test::eventually([&] { return provider_->stats().requests_in_progress == kRequests; }, 60s))
       << "in progress: " << provider_->stats().requests_in_progress;
   write_lock->rollback();
   const std::vector<int> statuses = answers.get();
@@ -391,7 +391,7 @@ TEST_F(ProviderTest, StopReleasesARequestWaitingOutItsLatency) {
   config.faults.latency = 1h;
   start(config);
   auto waiting = std::async(std::launch::async, [&] { return charge("key-1", 7, "1.00"); });
-  ASSERT_TRUE(test::wait_until([&] { return provider_->stats().transactions == 1; }, 30s))
+  ASSERT_TRUE(test::eventually([&] { return provider_->stats().transactions == 1; }, 30s))
       << "the claim commits before the latency";
   provider_->stop();
   EXPECT_EQ(waiting.get().http_status, 503);

@@ -392,7 +392,7 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
     const auto source_end = end_offsets(bootstrap(), topic_, 1);
     const auto retry_end = end_offsets(bootstrap(), retry_topic(1), 1);
     std::optional<int> died;
-    const bool caught_up = wait_until(
+    const bool caught_up = eventually(
         [&] {
           died = consumer.wait_for(0ms);
           return died.has_value() ||

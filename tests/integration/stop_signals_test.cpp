@@ -11,16 +11,12 @@
 #include "support/cli_run.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
+#include "support/test_env.hpp"
 
 namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define IDEM_REQUIRE_CLI()                                            \
-  if (std::string(IDEM_CLI_PATH).empty()) {                           \
-    GTEST_SKIP() << "the idem CLI is not built (IDEM_BUILD_CLI=OFF)"; \
-  }
 
 struct Serving {
   std::vector<std::string> args;
