@@ -64,10 +64,10 @@ struct DeadLetterRecord {
   /// The event's id: the payload's top-level "event_id" when it is a UUID, else the
   /// `event_id` header when it is one. nullopt for a record that carries none.
   std::optional<Uuid> event_id;
-  /// Letters read for the same original record (topic, partition, offset): a consumer that
-  /// crashed after its letter was acknowledged but before its offset commit sends the
-  /// letter again. read_dead_letters returns the first and counts the rest here, so a
-  /// record is listed and replayed once.
+  /// Letters read for the same original record (topic, partition, offset, event id): a consumer
+  /// that crashed after its letter was acknowledged but before its offset commit sends the letter
+  /// again. read_dead_letters returns the first and counts the rest here, so a record is listed and
+  /// replayed once.
   std::size_t copies = 1;
 
   /// The value of the first header named `name`, or nullopt.

@@ -101,16 +101,20 @@ int partition_count(rd_kafka_t* rk, const std::string& topic, milliseconds timeo
   return partitions;
 }
 
-// Keeps the first letter of each original record (topic, partition, offset) and counts
-// the others on it. Letters without complete original coordinates are all kept.
+// Keeps the first letter of each original record and counts the others on it. A record
+// is its original topic, partition and offset plus its event id: the same coordinates
+// with another event id are another record (a topic deleted and created again reuses
+// offsets). Letters without complete original coordinates are all kept.
 std::vector<DeadLetterRecord> collapse_copies(std::vector<DeadLetterRecord> letters) {
   std::vector<DeadLetterRecord> out;
   out.reserve(letters.size());
-  std::map<std::tuple<std::string, std::int32_t, std::int64_t>, std::size_t> first;
+  std::map<std::tuple<std::string, std::int32_t, std::int64_t, std::string>, std::size_t> first;
   for (DeadLetterRecord& r : letters) {
     if (!r.original_topic.empty() && r.original_partition && r.original_offset) {
-      const auto [it, inserted] = first.try_emplace(
-          std::tuple(r.original_topic, *r.original_partition, *r.original_offset), out.size());
+      const auto [it, inserted] =
+          first.try_emplace(std::tuple(r.original_topic, *r.original_partition, *r.original_offset,
+                                       r.event_id ? r.event_id->to_string() : std::string()),
+                            out.size());
       if (!inserted) {
         ++out[it->second].copies;
         continue;
