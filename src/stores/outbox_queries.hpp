@@ -117,4 +117,21 @@ class OutboxQueries {
 /// The statements for `store`'s backend.
 [[nodiscard]] const OutboxQueries& outbox_queries(const Store& store);
 
+// The parts of OutboxQueries that differ between backends only in their SQL, written
+// once for both.
+
+/// Marks `ids` with `mark_sql` ($1: the ids as one list literal `open id,id,... close`),
+/// `ids_per_statement` per statement, deferred, in one transaction. `list` is the
+/// caller's reusable buffer.
+void mark_ids_in_chunks(Store& store, std::string_view mark_sql, std::span<const std::int64_t> ids,
+                        std::size_t ids_per_statement, char open, char close, std::string& list);
+
+/// Runs `lag_sql` (one row: backlog, age in ms of the oldest unpublished row or -1).
+[[nodiscard]] OutboxLag read_lag(Store& store, std::string_view lag_sql);
+
+/// Runs `delete_sql` ($1: age in ms, $2: limit) in one transaction; the rows deleted.
+[[nodiscard]] std::int64_t delete_published_rows(Store& store, std::string_view delete_sql,
+                                                 std::chrono::milliseconds older_than,
+                                                 std::int64_t limit);
+
 }  // namespace idem::detail

@@ -4,11 +4,6 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
-#include <algorithm>
-#include <iterator>
-
-#include <fmt/format.h>
-
 #include "idem/stores/postgres.hpp"
 #include "stores/postgres/pg_outbox_sql.hpp"
 
@@ -74,36 +69,14 @@ class PostgresOutboxQueries final : public OutboxQueries {
   // more than twenty marks of 1,000. The statements are deferred: one round trip.
   void mark_published(Store& store, std::span<const std::int64_t> ids,
                       std::size_t ids_per_statement, std::string& list) const override {
-    auto tx = store.begin();
-    for (std::size_t from = 0; from < ids.size(); from += ids_per_statement) {
-      const std::size_t to = std::min(ids.size(), from + ids_per_statement);
-      list.clear();
-      list.reserve((to - from) * 8 + 2);
-      list.push_back('{');
-      for (std::size_t i = from; i < to; ++i) {
-        if (i > from) list.push_back(',');
-        fmt::format_to(std::back_inserter(list), "{}", ids[i]);
-      }
-      list.push_back('}');
-      tx->execute_deferred(kMarkOutboxSql, list);
-    }
-    tx->commit();
+    mark_ids_in_chunks(store, kMarkOutboxSql, ids, ids_per_statement, '{', '}', list);
   }
 
-  OutboxLag lag(Store& store) const override {
-    auto tx = store.begin_read();
-    const Rows r = tx->execute(kLagSql);
-    tx->commit();
-    return lag_of(r);
-  }
+  OutboxLag lag(Store& store) const override { return read_lag(store, kLagSql); }
 
   std::int64_t delete_published(Store& store, milliseconds older_than,
                                 std::int64_t limit) const override {
-    auto tx = store.begin();
-    const Rows r =
-        tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
-    tx->commit();
-    return r.affected();
+    return delete_published_rows(store, kDeletePublishedSql, older_than, limit);
   }
 
   std::size_t concurrent_writers() const noexcept override { return static_cast<std::size_t>(-1); }
@@ -120,14 +93,6 @@ class PostgresOutboxQueries final : public OutboxQueries {
     PQclear(r);
     if (!ok) return nullptr;
     return std::make_unique<PostgresOutboxListener>(std::move(store));
-  }
-
-  static OutboxLag lag_of(const Rows& r) {
-    OutboxLag lag;
-    lag.backlog = r[0].int64(0);
-    const std::int64_t age = r[0].int64(1);
-    if (age >= 0) lag.oldest_unpublished_age = milliseconds(age);
-    return lag;
   }
 };
 

@@ -3,9 +3,6 @@
 #include "stores/sqlite/sqlite_outbox.hpp"
 
 #include <algorithm>
-#include <iterator>
-
-#include <fmt/format.h>
 
 #include "stores/sqlite/sqlite_outbox_sql.hpp"
 
@@ -39,40 +36,14 @@ class SqliteOutboxQueries final : public OutboxQueries {
   // on PostgreSQL.
   void mark_published(Store& store, std::span<const std::int64_t> ids,
                       std::size_t ids_per_statement, std::string& list) const override {
-    auto tx = store.begin();
-    for (std::size_t from = 0; from < ids.size(); from += ids_per_statement) {
-      const std::size_t to = std::min(ids.size(), from + ids_per_statement);
-      list.clear();
-      list.reserve((to - from) * 8 + 2);
-      list.push_back('[');
-      for (std::size_t i = from; i < to; ++i) {
-        if (i > from) list.push_back(',');
-        fmt::format_to(std::back_inserter(list), "{}", ids[i]);
-      }
-      list.push_back(']');
-      tx->execute_deferred(kMarkOutboxSql, list);
-    }
-    tx->commit();
+    mark_ids_in_chunks(store, kMarkOutboxSql, ids, ids_per_statement, '[', ']', list);
   }
 
-  OutboxLag lag(Store& store) const override {
-    auto tx = store.begin_read();
-    const Rows r = tx->execute(kLagSql);
-    tx->commit();
-    OutboxLag lag;
-    lag.backlog = r[0].int64(0);
-    const std::int64_t age = r[0].int64(1);
-    if (age >= 0) lag.oldest_unpublished_age = milliseconds(age);
-    return lag;
-  }
+  OutboxLag lag(Store& store) const override { return read_lag(store, kLagSql); }
 
   std::int64_t delete_published(Store& store, milliseconds older_than,
                                 std::int64_t limit) const override {
-    auto tx = store.begin();
-    const Rows r =
-        tx->execute(kDeletePublishedSql, static_cast<std::int64_t>(older_than.count()), limit);
-    tx->commit();
-    return r.affected();
+    return delete_published_rows(store, kDeletePublishedSql, older_than, limit);
   }
 
   // One writer at a time: a second marker would only wait for the first.
