@@ -8,6 +8,7 @@ build="${IDEM_BUILD_DIR:-$root/build-test}"
 jobs="${IDEM_JOBS:-2}"
 
 "$root/scripts/check-style.sh" --format-only  # clang-format drift fails before anything is built
+"$root/scripts/check-size.sh"  # no source file over 600 lines, no class over 300 (tests exempt)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON
 cmake --build "$build" -j"$jobs"
 "$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
