@@ -43,11 +43,16 @@ int main() {
     // the payload. Key = the aggregate id, so one account's events keep their order.
     outbox.enqueue(*tx, [&](const idem::Uuid& event_id) {
       idem::OutboxMessage message;
-      message.aggregate_type = "account";
-      message.aggregate_id = "7";
-      message.topic = "accounts.deposit";
-      message.payload = "{\"event_id\":\"" + event_id.to_string() +
-                        "\",\"amount\":" + std::to_string(amount) + "}";
+      // std::string values (not char literals assigned): GCC 12 at -O3 gives a false
+      // -Wrestrict warning for operator=(const char*) here (GCC bug 105329).
+      message.aggregate_type = std::string("account");
+      message.aggregate_id = std::string("7");
+      message.topic = std::string("accounts.deposit");
+      message.payload = R"({"event_id":")";
+      message.payload += event_id.to_string();
+      message.payload += R"(","amount":)";
+      message.payload += std::to_string(amount);
+      message.payload += "}";
       return message;
     });
     tx->commit();  // the balance and its event, or neither

@@ -55,7 +55,7 @@ class Validator {
   }
   // What a message may quote of a value: never a secret.
   [[nodiscard]] std::string shown(std::string_view key) const {
-    return is_secret_key(key) ? "<redacted>" : "'" + text(key) + "'";
+    return is_secret_key(key) ? "<redacted>" : fmt::format("'{}'", text(key));
   }
 
   template <class T>
@@ -90,7 +90,7 @@ class Validator {
                             spec.unit_of_bare_number.empty()
                                 ? std::string()
                                 : fmt::format("; a bare number is {}", spec.unit_of_bare_number),
-                            is_secret_key(key) ? "<redacted>" : "'" + std::string(text) + "'"));
+                            is_secret_key(key) ? "<redacted>" : fmt::format("'{}'", text)));
       return std::nullopt;
     }
     return d;

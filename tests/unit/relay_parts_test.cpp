@@ -94,7 +94,7 @@ TEST_F(ClaimReaderTest, ReadsUnpublishedRowsInIdOrderWithTheirOwnEventIds) {
 }
 
 TEST_F(ClaimReaderTest, ClaimsPastTheCursorInBatchesOfTheConfiguredSize) {
-  for (int i = 0; i < 5; ++i) enqueue("k" + std::to_string(i));
+  for (int i = 0; i < 5; ++i) enqueue(std::string("k").append(std::to_string(i)));
   detail::ClaimReader reader(*connection_, queries(), 2);
 
   const detail::ClaimedBatch one = claim(reader, 0);
@@ -108,7 +108,7 @@ TEST_F(ClaimReaderTest, ClaimsPastTheCursorInBatchesOfTheConfiguredSize) {
 }
 
 TEST_F(ClaimReaderTest, MarkedRowsAreNotClaimedAgain) {
-  for (int i = 0; i < 3; ++i) enqueue("k" + std::to_string(i));
+  for (int i = 0; i < 3; ++i) enqueue(std::string("k").append(std::to_string(i)));
   detail::ClaimReader reader(*connection_, queries(), 10);
   detail::ClaimedBatch batch = claim(reader, 0);
   ASSERT_EQ(batch.ids.size(), 3U);
@@ -129,7 +129,7 @@ TEST_F(ClaimReaderTest, MarkedRowsAreNotClaimedAgain) {
 }
 
 TEST_F(ClaimReaderTest, MarkerThreadsMarkOnTheirOwnConnection) {
-  for (int i = 0; i < 4; ++i) enqueue("k" + std::to_string(i));
+  for (int i = 0; i < 4; ++i) enqueue(std::string("k").append(std::to_string(i)));
   detail::ClaimReader reader(*connection_, queries(), 10);
   const detail::ClaimedBatch batch = claim(reader, 0);
   ASSERT_EQ(batch.ids.size(), 4U);
