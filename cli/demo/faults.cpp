@@ -103,6 +103,21 @@ std::size_t produce_malformed(const RunScope& scope, Injected& injected) {
   return bad.size();
 }
 
+std::int64_t resend_outbox_rows(Store& store, const RunScope& scope, std::int64_t events,
+                                double share, std::mt19937_64& rng) {
+  const auto count = static_cast<std::int64_t>(static_cast<double>(events) * share);
+  if (count <= 0) return 0;
+  const std::int64_t first =
+      scope.outbox_after + 1 + std::uniform_int_distribution<std::int64_t>(0, events - count)(rng);
+  auto tx = store.begin();
+  const std::int64_t resent =
+      tx->execute("UPDATE outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
+                  first + count)
+          .affected();
+  tx->commit();
+  return resent;
+}
+
 std::int64_t run_dlq_replay(const RunScope& scope, const std::filesystem::path& log) {
   ChildProcess replayer = ChildProcess::spawn(
       self_program(),

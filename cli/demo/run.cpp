@@ -247,21 +247,9 @@ class Demo {
 
   void inject_resend() {
     if (!mix_.resend) return;
-    // A producer resend: a range of published outbox rows becomes unpublished again, as
-    // if the relay had lost its marks, and the relay sends the same events (same
-    // event_id) once more.
-    const Counts c = progress_->counts();
-    const auto count = static_cast<std::int64_t>(static_cast<double>(c.events) * o_.resend_share);
-    if (count <= 0) return;
-    const std::int64_t first =
-        scope_.outbox_after + 1 +
-        std::uniform_int_distribution<std::int64_t>(0, c.events - count)(rng_);
-    auto tx = store_->begin();
     injected_.resent_rows =
-        tx->execute("UPDATE outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
-                    first + count)
-            .affected();
-    tx->commit();
+        resend_outbox_rows(*store_, scope_, progress_->counts().events, o_.resend_share, rng_);
+    if (injected_.resent_rows == 0) return;
     progress_->step(fmt::format(
         "phase 2: producer resend: {} outbox rows published again with the same event_id",
         injected_.resent_rows));
