@@ -55,22 +55,6 @@ std::string sha256_hex(const void* data, std::size_t size) {
 
 }  // namespace
 
-bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept {
-  switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT: return true;
-    default: return false;
-  }
-}
-
 DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config,
                                        const RetryTopicMap& retry_topics, const LogFn* log,
                                        bool forward_kafka_logs)
@@ -270,8 +254,7 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
   std::vector<std::size_t> too_large;
   std::vector<std::size_t> too_large_slots;
   for (std::size_t k = 0; k < to_send.size(); ++k) {
-    if (errors[k] == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
-        errors[k] == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) {
+    if (too_large_produce_error(errors[k])) {
       if (letters[to_send[k]].retry_level == 0) {
         too_large.push_back(to_send[k]);
         too_large_slots.push_back(k);

@@ -17,6 +17,7 @@
 
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
+#include "kafka/produce_errors.hpp"
 
 namespace idem::detail {
 
@@ -27,11 +28,6 @@ namespace idem::detail {
 /// in the source topic at the offset the letter names.
 inline constexpr std::size_t kDeadLetterMaxPayload = 512 * 1024;
 inline constexpr std::size_t kDeadLetterPayloadPrefix = 4 * 1024;
-
-/// Whether a failed produce can succeed if tried again as it is. Permanent errors (too
-/// large, invalid record, unauthorized, unknown topic after creation) must never be
-/// retried in place forever.
-[[nodiscard]] bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept;
 
 /// One record to dead-letter.
 struct DeadLetter {
