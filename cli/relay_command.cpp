@@ -104,7 +104,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       admin = std::make_unique<AdminServer>(
           settings.admin.listen, metrics,
           std::vector<ReadinessCheck>{store_readiness(settings.store_url, settings.store_options)});
-      std::cerr << fmt::format("admin server on port {}\n", admin->port());
+      std::cout << fmt::format("admin server on port {}\n", admin->port()) << std::flush;
     }
     Relay relay(std::move(config), std::move(observer));
     const OnStopSignal stop_on_signal(signals, [&relay] { relay.request_stop(); });
