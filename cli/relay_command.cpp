@@ -117,8 +117,8 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = 0;
     }
     const RelayProgress p = relay.progress();
-    std::cout << fmt::format("stopped published={} resent={} rejected={}\n", p.published,
-                             p.resent, p.rejected)
+    std::cout << fmt::format("stopped published={} resent={} rejected={}\n", p.published, p.resent,
+                             p.rejected)
               << std::flush;
   });
 }

@@ -36,8 +36,8 @@ struct MarkJob {
 
 /// What a marker did with a job.
 struct MarkResult {
-  std::size_t rows = 0;                ///< marked published
-  std::vector<RejectedRow> rejected;   ///< set aside (when ok)
+  std::size_t rows = 0;               ///< marked published
+  std::vector<RejectedRow> rejected;  ///< set aside (when ok)
   std::size_t batches = 0;
   bool ok = true;
   std::string error;

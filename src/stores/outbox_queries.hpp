@@ -33,7 +33,7 @@ enum ClaimColumn : std::size_t {
 struct OutboxLag {
   std::int64_t backlog = 0;
   std::optional<std::chrono::milliseconds> oldest_unpublished_age;  ///< nullopt: none left
-  std::int64_t rejected = 0;  ///< rows in the rejected state
+  std::int64_t rejected = 0;                                        ///< rows in the rejected state
 };
 
 /// An outbox row the producer or the broker refused for good, and why.
@@ -88,8 +88,8 @@ class OutboxQueries {
   [[nodiscard]] virtual std::string shard_filter(std::span<const int> shards) const = 0;
 
   /// Up to `limit` unpublished rows with id > `after_id` in the filtered shards, in id
-  /// order, columns as ClaimColumn; never a rejected row; in a read transaction (on SQLite a claim then never
-  /// queues behind a marker's write).
+  /// order, columns as ClaimColumn; never a rejected row; in a read transaction (on SQLite a claim
+  /// then never queues behind a marker's write).
   [[nodiscard]] virtual Rows claim(Store& store, std::int64_t after_id,
                                    std::string_view shard_filter, std::size_t limit) const = 0;
 

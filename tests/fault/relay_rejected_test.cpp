@@ -80,15 +80,19 @@ class RelayRejected : public ::testing::Test {
       const bool refused = i == kRefusedRow;
       // The refused row's key has later rows too: they must be published all the same.
       outbox.enqueue(*tx, [&](const Uuid& id) {
-        return OutboxMessage{"order", fmt::format("agg-{}", i % 2),
-                             refused ? refused_topic : topic_,
-                             refused ? refused_payload : fmt::format(R"({{"event_id":"{}"}})", id.to_string()),
-                             {}, {}};
+        return OutboxMessage{
+            "order",
+            fmt::format("agg-{}", i % 2),
+            refused ? refused_topic : topic_,
+            refused ? refused_payload : fmt::format(R"({{"event_id":"{}"}})", id.to_string()),
+            {},
+            {}};
       });
       tx->commit();
     }
     return Backend::read_scalar(
-        *store_, fmt::format("SELECT id FROM outbox ORDER BY id LIMIT 1 OFFSET {}", kRefusedRow - 1));
+        *store_,
+        fmt::format("SELECT id FROM outbox ORDER BY id LIMIT 1 OFFSET {}", kRefusedRow - 1));
   }
 
   std::int64_t scalar(const std::string& sql) { return Backend::read_scalar(*store_, sql); }
@@ -154,15 +158,16 @@ class RelayRejected : public ::testing::Test {
     ASSERT_TRUE(eventually([&] { return on_topic() == others; }, 60s))
         << "rows after the refused one were not published: " << on_topic() << " of " << others;
     ASSERT_TRUE(eventually(
-        [&] { return scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") ==
-                     kRows - 1; },
+        [&] {
+          return scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == kRows - 1;
+        },
         30s));
     EXPECT_EQ(scalar("SELECT count(*) FROM outbox WHERE rejected_at IS NOT NULL"), 1);
-    EXPECT_EQ(scalar(fmt::format(
-                  "SELECT count(*) FROM outbox WHERE id = {} AND rejected_at IS NOT NULL "
-                  "AND published_at IS NULL",
-                  refused_id)),
-              1);
+    EXPECT_EQ(
+        scalar(fmt::format("SELECT count(*) FROM outbox WHERE id = {} AND rejected_at IS NOT NULL "
+                           "AND published_at IS NULL",
+                           refused_id)),
+        1);
 
     std::string metrics;
     EXPECT_TRUE(metrics_show("idem_relay_outbox_rows_rejected_total 1", metrics)) << metrics;

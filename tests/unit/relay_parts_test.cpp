@@ -115,7 +115,8 @@ TEST_F(ClaimReaderTest, MarkedRowsAreNotClaimedAgain) {
 
   // No connection of their own: the markers mark inline, on the shared connection.
   detail::Markers markers({}, *connection_, queries(), 2);
-  markers.submit(detail::MarkJob{.ids = {batch.ids[0], batch.ids[1]}, .rejected = {}, .batches = 1});
+  markers.submit(
+      detail::MarkJob{.ids = {batch.ids[0], batch.ids[1]}, .rejected = {}, .batches = 1});
   EXPECT_EQ(markers.pending(), 1U);
   const auto results = markers.collect(true);
   ASSERT_EQ(results.size(), 1U);
