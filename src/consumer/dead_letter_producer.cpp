@@ -220,10 +220,10 @@ std::vector<rd_kafka_resp_err_t> DeadLetterProducer::produce_and_wait(
   return errors;
 }
 
-std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
-                                           std::chrono::milliseconds timeout) {
-  std::vector<bool> ok(letters.size(), false);
-  if (letters.empty()) return ok;
+std::vector<rd_kafka_resp_err_t> DeadLetterProducer::send(std::span<const DeadLetter> letters,
+                                                          std::chrono::milliseconds timeout) {
+  std::vector<rd_kafka_resp_err_t> result(letters.size(), RD_KAFKA_RESP_ERR_NO_ERROR);
+  if (letters.empty()) return result;
   if (char reason[256]; rd_kafka_fatal_error(rk_.get(), reason, sizeof reason)) {
     // A fatal idempotent-producer error poisons the handle: rebuild it.
     if (log_ != nullptr && *log_)
@@ -239,13 +239,12 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
   };
   std::vector<std::size_t> to_send;
   for (std::size_t i = 0; i < letters.size(); ++i) {
-    if (acknowledged_.contains(source_of(letters[i]))) {
-      ok[i] = true;  // sent and acknowledged when this batch was tried before
-    } else {
+    if (!acknowledged_.contains(source_of(letters[i]))) {
       to_send.push_back(i);
     }
   }
-  if (to_send.empty()) return ok;
+  // The others were sent and acknowledged when this batch was tried before.
+  if (to_send.empty()) return result;
 
   std::vector<rd_kafka_resp_err_t> errors = produce_and_wait(letters, to_send, false, timeout);
   // Refused as too large (by librdkafka's message.max.bytes or the broker's): once more,
@@ -268,8 +267,8 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
 
   for (std::size_t k = 0; k < to_send.size(); ++k) {
     const std::size_t i = to_send[k];
-    ok[i] = errors[k] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (ok[i]) {
+    result[i] = errors[k];
+    if (errors[k] == RD_KAFKA_RESP_ERR_NO_ERROR) {
       remember(source_of(letters[i]));
     } else if (log_ != nullptr && *log_) {
       (*log_)(fmt::format(
@@ -280,7 +279,7 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
           errors[k] == RD_KAFKA_RESP_ERR__TIMED_OUT ? "timed out" : rd_kafka_err2str(errors[k])));
     }
   }
-  return ok;
+  return result;
 }
 
 }  // namespace idem::detail

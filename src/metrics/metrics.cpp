@@ -73,6 +73,9 @@ class ConsumerCollector final : public prometheus::Collectable {
         {metric::kDuplicatesSkipped, "Records skipped because their event was already processed",
          &ConsumerStats::duplicates},
         {metric::kRetries, "Partition pauses for a retry", &ConsumerStats::retries},
+        {metric::kDeadLettersRefused,
+         "Dead letters refused for good by the producer or the broker (retried in place)",
+         &ConsumerStats::dead_letters_refused},
         {metric::kTransactions, "Database transactions committed", &ConsumerStats::transactions},
         {metric::kOffsetCommits, "Offset commits issued", &ConsumerStats::offset_commits},
     };

@@ -31,6 +31,7 @@ inline constexpr std::string_view kRecordsDelivered = "idem_consumer_records_del
 inline constexpr std::string_view kEventsProcessed = "idem_consumer_events_processed_total";
 inline constexpr std::string_view kDuplicatesSkipped = "idem_consumer_duplicates_skipped_total";
 inline constexpr std::string_view kDeadLettered = "idem_consumer_dead_lettered_total";  // + reason
+inline constexpr std::string_view kDeadLettersRefused = "idem_consumer_dead_letters_refused_total";
 inline constexpr std::string_view kRetries = "idem_consumer_retries_total";
 inline constexpr std::string_view kTransactions = "idem_consumer_transactions_total";
 inline constexpr std::string_view kTransactionSeconds =
