@@ -18,7 +18,6 @@
 
 #include <chrono>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -48,11 +47,6 @@ constexpr int kRefusedRow = 7;  // 1-based position of the row Kafka refuses
 constexpr int kPartitions = 3;
 constexpr int kUnknownTopicOrPartition = 3;
 
-std::string unique_name(std::string_view prefix) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
-}
-
 DevBroker& broker() {
   static DevBroker b;
   return b;
@@ -66,7 +60,7 @@ class RelayRejected : public ::testing::Test {
     if (url_.empty()) return;
     store_ = open_store(url_);
     store_->migrate();
-    topic_ = unique_name("rejected-orders");
+    topic_ = test::unique_name("rejected-orders");
     broker().create_topic(topic_, kPartitions);
   }
 
