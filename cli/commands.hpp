@@ -17,6 +17,7 @@ void register_dev_broker(CLI::App& app, ExitCode& exit_code);
 void register_relay(CLI::App& app, ExitCode& exit_code);
 void register_orders(CLI::App& app, ExitCode& exit_code);
 void register_dlq(CLI::App& app, ExitCode& exit_code);
+void register_outbox(CLI::App& app, ExitCode& exit_code);
 void register_maintain(CLI::App& app, ExitCode& exit_code);
 
 void register_config(CLI::App& app, ExitCode& exit_code);

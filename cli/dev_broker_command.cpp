@@ -91,10 +91,13 @@ std::string run_control_command(DevBroker& broker, const std::vector<std::string
         list.remove_prefix(comma + 1);
       }
       broker.push_request_errors(*arg_int(1), codes);
+    } else if (cmd == "topic-error") {
+      if (words.size() != 3 || !arg_int(2)) return usage_error("topic-error NAME ERR");
+      broker.set_topic_error(words[1], *arg_int(2));
     } else {
       return fmt::format(
           "error: unknown command '{}' (expected create-topic, broker-down, broker-up, rtt, "
-          "request-errors)",
+          "request-errors, topic-error)",
           cmd);
     }
   } catch (const Error& e) {
@@ -219,7 +222,7 @@ void register_dev_broker(CLI::App& app, ExitCode& exit_code) {
             "dev_broker.topics");
   cfg->bind_switch(cmd->add_flag("--no-stdin", opts->no_stdin,
                                  "Do not read control commands from stdin (create-topic, "
-                                 "broker-down, broker-up, rtt, request-errors) "
+                                 "broker-down, broker-up, rtt, request-errors, topic-error) "
                                  "(dev_broker.read_stdin=false)"),
                    "dev_broker.read_stdin", "false");
   // `opts` is captured so the strings the bound flags write into outlive this function.

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   idem::cli::register_relay(app, exit_code);
   idem::cli::register_orders(app, exit_code);
   idem::cli::register_dlq(app, exit_code);
+  idem::cli::register_outbox(app, exit_code);
   idem::cli::register_maintain(app, exit_code);
   idem::cli::register_config(app, exit_code);
   idem::cli::register_provider(app, exit_code);

@@ -88,9 +88,10 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     observer.log = [](std::string_view line) { std::cerr << line << '\n'; };
     observer.on_progress = [](const RelayProgress& p) {
       std::cout << fmt::format(
-                       "progress published={} batches={} resent={} cleaned={} backlog={} "
-                       "lag_ms={} shards={} rebuilds={}\n",
-                       p.published, p.batches, p.resent, p.cleaned, p.backlog,
+                       "progress published={} batches={} resent={} rejected={} cleaned={} "
+                       "backlog={} rejected_rows={} lag_ms={} shards={} rebuilds={}\n",
+                       p.published, p.batches, p.resent, p.rejected, p.cleaned, p.backlog,
+                       p.rejected_rows,
                        p.oldest_unpublished_age ? p.oldest_unpublished_age->count() : 0,
                        p.owned_shards, p.producer_rebuilds)
                 << std::flush;
@@ -103,7 +104,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       admin = std::make_unique<AdminServer>(
           settings.admin.listen, metrics,
           std::vector<ReadinessCheck>{store_readiness(settings.store_url, settings.store_options)});
-      std::cerr << fmt::format("admin server on port {}\n", admin->port());
+      std::cout << fmt::format("admin server on port {}\n", admin->port()) << std::flush;
     }
     Relay relay(std::move(config), std::move(observer));
     const OnStopSignal stop_on_signal(signals, [&relay] { relay.request_stop(); });
@@ -116,7 +117,8 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = 0;
     }
     const RelayProgress p = relay.progress();
-    std::cout << fmt::format("stopped published={} resent={}\n", p.published, p.resent)
+    std::cout << fmt::format("stopped published={} resent={} rejected={}\n", p.published, p.resent,
+                             p.rejected)
               << std::flush;
   });
 }

@@ -208,7 +208,11 @@ struct ConsumerStats {
   std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
   std::uint64_t retries = 0;  ///< partition pauses for a retry (per partition and attempt)
   std::uint64_t retry_topic_sends = 0;  ///< records the broker acknowledged on a retry topic
-  std::uint64_t transactions = 0;       ///< database transactions committed
+  /// Dead letters refused for good (DLQ topic unknown or not authorized, ...): their
+  /// record is never lost, its partition retries it after a backoff, so this keeps
+  /// growing until the DLQ topic is fixed.
+  std::uint64_t dead_letters_refused = 0;
+  std::uint64_t transactions = 0;  ///< database transactions committed
   std::uint64_t offset_commits =
       0;                    ///< offset commits issued (async per batch, sync on revoke/close)
   std::uint64_t stale = 0;  ///< events seen past the dedup horizon (handled per StaleEventPolicy)

@@ -77,6 +77,28 @@ class Outbox {
   UuidV7Generator* generator_ = nullptr;
 };
 
+/// An outbox row the relay set aside because the producer or the broker refused it for
+/// good (docs/outbox.md, "Rows the broker refuses"). It stays unpublished and is never
+/// claimed again until requeued.
+struct RejectedOutboxRow {
+  std::int64_t id = 0;
+  Uuid event_id;
+  std::string topic;
+  std::string message_key;
+  std::int64_t payload_bytes = 0;
+  std::string reason;               ///< the producer's or the broker's error
+  std::int64_t rejected_at_ms = 0;  ///< Unix ms
+};
+
+/// Up to `limit` rejected rows, oldest id first. \throws Error like the store does.
+[[nodiscard]] std::vector<RejectedOutboxRow> list_rejected_outbox_rows(Store& store,
+                                                                       std::int64_t limit = 1000);
+
+/// Puts rejected row `id` back in line once the cause is fixed: the relay claims it again
+/// (after the rows it published meanwhile, so after later rows of its key). Returns false
+/// when no rejected row has that id. \throws Error like the store does.
+bool requeue_rejected_outbox_row(Store& store, std::int64_t id);
+
 /// Serializes headers as a flat JSON object of strings (the outbox `headers` column).
 [[nodiscard]] std::string outbox_headers_to_json(
     const std::vector<std::pair<std::string, std::string>>& headers);

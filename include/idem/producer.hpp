@@ -60,7 +60,11 @@ struct Delivery {
   bool ok = false;           ///< acknowledged by the broker (acks=all)
   std::int32_t partition = -1;
   std::int64_t offset = -1;
-  std::string error;  ///< librdkafka's reason when !ok
+  std::string error;  ///< librdkafka's reason when !ok (its error name and text)
+  /// !ok and sending the same message again cannot succeed until something else changes
+  /// (too large, topic unknown or not authorized, record refused): see
+  /// src/kafka/produce_errors.hpp. Transient failures have permanent = false.
+  bool permanent = false;
 };
 
 /// An idempotent producer: `enable.idempotence=true`, `acks=all`.
@@ -90,8 +94,11 @@ class Producer {
   /// Queues one message and returns its ticket (increasing, starting at 1). The result
   /// arrives later from poll(). Blocks only while librdkafka's local queue is full (at
   /// most config.queue_full_timeout, serving delivery reports meanwhile).
+  /// A message librdkafka refuses for good at once (e.g. larger than its
+  /// `message.max.bytes`) is not queued: its ticket's Delivery (!ok, permanent) comes from
+  /// the next poll()/flush(), like a refusal by the broker, so callers handle both alike.
   /// \throws Error(Timeout, Kafka) when the queue stays full; Error(InvalidArgument,
-  ///   Kafka) when librdkafka refuses the message itself (e.g. too large).
+  ///   Kafka) when librdkafka refuses the message for another reason.
   std::uint64_t send(ProducerMessage message);
 
   /// Serves delivery reports for up to `timeout` (returns early once at least one

@@ -13,6 +13,10 @@
 ///   The first occurrence of each event on the topic is therefore in id order per key;
 ///   later copies are duplicates that consumers drop by event_id.
 /// - SQLite: one relay at a time (an exclusive lock on `<db>-relay.lock`); others wait.
+/// - A row the producer or the broker refuses for good (too large, topic unknown or not
+///   authorized, record invalid) is set aside as rejected, with its reason, and the relay
+///   moves on; later rows, of its key too, are published. Transient errors are retried.
+///   `list_rejected_outbox_rows` / `requeue_rejected_outbox_row` (idem/outbox.hpp).
 
 #include <atomic>
 #include <chrono>
@@ -69,6 +73,7 @@ enum class RelayStep {
   Produced,  ///< handed to the producer, not acknowledged yet
   Acked,     ///< every row acknowledged by the broker, not marked yet
   Marked,    ///< marked published (committed)
+  Rejected,  ///< refused for good by the producer or the broker, set aside (committed)
 };
 
 /// Progress, as reported to the observer and by progress().
@@ -76,12 +81,16 @@ struct RelayProgress {
   std::uint64_t published = 0;  ///< rows marked published by this relay
   std::uint64_t batches = 0;    ///< batches marked
   std::uint64_t resent = 0;     ///< rows sent again after a failure (same event_id)
+  std::uint64_t rejected = 0;   ///< rows set aside as rejected by this relay
   std::uint64_t cleaned = 0;    ///< published rows deleted by retention
   std::uint64_t producer_rebuilds = 0;
   int owned_shards = 0;       ///< of kOutboxShards
   std::int64_t backlog = -1;  ///< unpublished rows (all shards); -1 = not measured yet
-  /// Age of the oldest unpublished row (the lag); nullopt when there is none.
+  /// Age of the oldest unpublished row (the lag); nullopt when there is none. Rejected
+  /// rows count in neither: they wait for an operator, not for the relay.
   std::optional<std::chrono::milliseconds> oldest_unpublished_age;
+  /// Rows in the rejected state (all shards, any relay); -1 = not measured yet.
+  std::int64_t rejected_rows = -1;
 };
 
 /// Callbacks; each is optional and runs on the relay's thread.

@@ -394,6 +394,7 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
     stats.dead_lettered_by_reason[reason] += n;
   stats.retries += delta.retries;
   stats.retry_topic_sends += delta.retry_topic_sends;
+  stats.dead_letters_refused += delta.dead_letters_refused;
   stats.transactions += delta.transactions;
   stats.offset_commits += delta.offset_commits;
   stats.calls += delta.calls;
@@ -402,21 +403,26 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
 
 void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta) {
   if (r.dead_letters.empty()) return;
-  const std::vector<bool> acked = dlq->send(r.dead_letters, config.dlq_ack_timeout);
-  for (std::size_t i = 0; i < acked.size(); ++i) {
+  const std::vector<rd_kafka_resp_err_t> errors = dlq->send(r.dead_letters, config.dlq_ack_timeout);
+  for (std::size_t i = 0; i < errors.size(); ++i) {
     const detail::DeadLetter& letter = r.dead_letters[i];
-    if (acked[i] && letter.retry_level > 0) {
+    const bool acked = errors[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (acked && letter.retry_level > 0) {
       ++delta.retry_topic_sends;
       continue;
     }
-    if (acked[i]) {
+    if (acked) {
       ++delta.dead_lettered;
       ++delta.dead_lettered_by_reason[letter.error_class];
       log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
                       record_location(*letter.original), letter.error_class, letter.attempts));
       continue;
     }
-    // Never lose a bad message: the partition goes back to this record and retries.
+    // Never lose a bad message: the partition goes back to this record and retries. A
+    // refusal for good (DLQ topic unknown or not authorized) is retried the same way,
+    // after the backoff, and counted, so that it is seen rather than spinning silently:
+    // the letter producer logs each one as permanent.
+    if (detail::permanent_produce_error(errors[i])) ++delta.dead_letters_refused;
     const rd_kafka_message_t& m = *letter.original;
     for (auto& p : r.partitions) {
       if (p.tp.partition != m.partition || p.tp.topic != rd_kafka_topic_name(m.rkt)) continue;

@@ -55,22 +55,6 @@ std::string sha256_hex(const void* data, std::size_t size) {
 
 }  // namespace
 
-bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept {
-  switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT: return true;
-    default: return false;
-  }
-}
-
 DeadLetterProducer::DeadLetterProducer(const ConsumerConfig& config,
                                        const RetryTopicMap& retry_topics, const LogFn* log,
                                        bool forward_kafka_logs)
@@ -236,10 +220,10 @@ std::vector<rd_kafka_resp_err_t> DeadLetterProducer::produce_and_wait(
   return errors;
 }
 
-std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
-                                           std::chrono::milliseconds timeout) {
-  std::vector<bool> ok(letters.size(), false);
-  if (letters.empty()) return ok;
+std::vector<rd_kafka_resp_err_t> DeadLetterProducer::send(std::span<const DeadLetter> letters,
+                                                          std::chrono::milliseconds timeout) {
+  std::vector<rd_kafka_resp_err_t> result(letters.size(), RD_KAFKA_RESP_ERR_NO_ERROR);
+  if (letters.empty()) return result;
   if (char reason[256]; rd_kafka_fatal_error(rk_.get(), reason, sizeof reason)) {
     // A fatal idempotent-producer error poisons the handle: rebuild it.
     if (log_ != nullptr && *log_)
@@ -255,13 +239,12 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
   };
   std::vector<std::size_t> to_send;
   for (std::size_t i = 0; i < letters.size(); ++i) {
-    if (acknowledged_.contains(source_of(letters[i]))) {
-      ok[i] = true;  // sent and acknowledged when this batch was tried before
-    } else {
+    if (!acknowledged_.contains(source_of(letters[i]))) {
       to_send.push_back(i);
     }
   }
-  if (to_send.empty()) return ok;
+  // The others were sent and acknowledged when this batch was tried before.
+  if (to_send.empty()) return result;
 
   std::vector<rd_kafka_resp_err_t> errors = produce_and_wait(letters, to_send, false, timeout);
   // Refused as too large (by librdkafka's message.max.bytes or the broker's): once more,
@@ -270,8 +253,7 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
   std::vector<std::size_t> too_large;
   std::vector<std::size_t> too_large_slots;
   for (std::size_t k = 0; k < to_send.size(); ++k) {
-    if (errors[k] == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
-        errors[k] == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) {
+    if (too_large_produce_error(errors[k])) {
       if (letters[to_send[k]].retry_level == 0) {
         too_large.push_back(to_send[k]);
         too_large_slots.push_back(k);
@@ -285,8 +267,8 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
 
   for (std::size_t k = 0; k < to_send.size(); ++k) {
     const std::size_t i = to_send[k];
-    ok[i] = errors[k] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (ok[i]) {
+    result[i] = errors[k];
+    if (errors[k] == RD_KAFKA_RESP_ERR_NO_ERROR) {
       remember(source_of(letters[i]));
     } else if (log_ != nullptr && *log_) {
       (*log_)(fmt::format(
@@ -297,7 +279,7 @@ std::vector<bool> DeadLetterProducer::send(std::span<const DeadLetter> letters,
           errors[k] == RD_KAFKA_RESP_ERR__TIMED_OUT ? "timed out" : rd_kafka_err2str(errors[k])));
     }
   }
-  return ok;
+  return result;
 }
 
 }  // namespace idem::detail

@@ -17,6 +17,7 @@
 
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
+#include "kafka/produce_errors.hpp"
 
 namespace idem::detail {
 
@@ -27,11 +28,6 @@ namespace idem::detail {
 /// in the source topic at the offset the letter names.
 inline constexpr std::size_t kDeadLetterMaxPayload = 512 * 1024;
 inline constexpr std::size_t kDeadLetterPayloadPrefix = 4 * 1024;
-
-/// Whether a failed produce can succeed if tried again as it is. Permanent errors (too
-/// large, invalid record, unauthorized, unknown topic after creation) must never be
-/// retried in place forever.
-[[nodiscard]] bool permanent_produce_error(rd_kafka_resp_err_t err) noexcept;
 
 /// One record to dead-letter.
 struct DeadLetter {
@@ -57,13 +53,15 @@ class DeadLetterProducer : private CallbackContext {
   DeadLetterProducer& operator=(const DeadLetterProducer&) = delete;
 
   /// Produces every letter and waits up to `timeout` for the broker's acknowledgements.
-  /// Element i of the result is true when letters[i] is durably on its DLQ topic.
+  /// Element i of the result is RD_KAFKA_RESP_ERR_NO_ERROR when letters[i] is durably on
+  /// its DLQ topic, else why not (permanent_produce_error() tells whether trying again
+  /// can help).
   /// A letter this producer already got acknowledged for the same source record (its
   /// batch is being retried) is not sent again and counts as acknowledged. A letter
   /// refused as too large is sent once more, truncated. Blocks for at most about
   /// 2 × `timeout`.
-  [[nodiscard]] std::vector<bool> send(std::span<const DeadLetter> letters,
-                                       std::chrono::milliseconds timeout);
+  [[nodiscard]] std::vector<rd_kafka_resp_err_t> send(std::span<const DeadLetter> letters,
+                                                      std::chrono::milliseconds timeout);
 
  private:
   static void delivery_trampoline(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);

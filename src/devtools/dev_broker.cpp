@@ -224,4 +224,13 @@ void DevBroker::push_request_errors(int api_key, std::span<const int> error_code
                                           errors.size(), errors.data());
 }
 
+void DevBroker::set_topic_error(std::string_view name, int error_code) {
+  if (!is_known_error_code(error_code)) {
+    fail(ErrorCode::InvalidArgument,
+         fmt::format("dev broker: {} is not a Kafka error code known to librdkafka", error_code));
+  }
+  rd_kafka_mock_topic_set_error(impl_->cluster.get(), std::string(name).c_str(),
+                                static_cast<rd_kafka_resp_err_t>(error_code));
+}
+
 }  // namespace idem

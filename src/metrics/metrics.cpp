@@ -73,6 +73,9 @@ class ConsumerCollector final : public prometheus::Collectable {
         {metric::kDuplicatesSkipped, "Records skipped because their event was already processed",
          &ConsumerStats::duplicates},
         {metric::kRetries, "Partition pauses for a retry", &ConsumerStats::retries},
+        {metric::kDeadLettersRefused,
+         "Dead letters refused for good by the producer or the broker (retried in place)",
+         &ConsumerStats::dead_letters_refused},
         {metric::kTransactions, "Database transactions committed", &ConsumerStats::transactions},
         {metric::kOffsetCommits, "Offset commits issued", &ConsumerStats::offset_commits},
     };
@@ -169,6 +172,16 @@ struct Metrics::Impl {
           .Name(std::string(metric::kRelayCleaned))
           .Help("Published outbox rows deleted by retention")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& relay_rejected =
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayRejected))
+          .Help("Outbox rows refused for good by the producer or the broker, set aside")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& relay_rejected_rows =
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRelayRejectedRows))
+          .Help("Outbox rows in the rejected state, waiting for `idem outbox requeue`")
+          .Register(*registry);
   prometheus::Family<prometheus::Gauge>& relay_backlog =
       prometheus::BuildGauge()
           .Name(std::string(metric::kRelayBacklog))
@@ -230,11 +243,14 @@ RelayObserver Metrics::instrument(RelayObserver observer) {
   Impl& m = *impl_;
   prometheus::Counter& published = m.relay_published.Add({});
   prometheus::Counter& batches = m.relay_batches.Add({});
-  observer.on_step = [&published, &batches, next = std::move(observer.on_step)](RelayStep step,
-                                                                                std::size_t rows) {
+  prometheus::Counter& rejected = m.relay_rejected.Add({});
+  observer.on_step = [&published, &batches, &rejected, next = std::move(observer.on_step)](
+                         RelayStep step, std::size_t rows) {
     if (step == RelayStep::Marked) {
       published.Increment(static_cast<double>(rows));
       batches.Increment();
+    } else if (step == RelayStep::Rejected) {
+      rejected.Increment(static_cast<double>(rows));
     }
     if (next) next(step, rows);
   };
@@ -249,6 +265,9 @@ RelayObserver Metrics::instrument(RelayObserver observer) {
       m.last_cleaned = std::max(m.last_cleaned, p.cleaned);
     }
     if (p.backlog >= 0) m.relay_backlog.Add({}).Set(static_cast<double>(p.backlog));
+    if (p.rejected_rows >= 0) {
+      m.relay_rejected_rows.Add({}).Set(static_cast<double>(p.rejected_rows));
+    }
     m.relay_lag.Add({}).Set(p.oldest_unpublished_age
                                 ? std::chrono::duration<double>(*p.oldest_unpublished_age).count()
                                 : 0);

@@ -28,6 +28,7 @@ void Housekeeping::measure_lag(RelayProgress& progress) {
   const OutboxLag lag = connection_.with([&](Store& store) { return queries_.lag(store); });
   progress.backlog = lag.backlog;
   progress.oldest_unpublished_age = lag.oldest_unpublished_age;
+  progress.rejected_rows = lag.rejected;
 }
 
 bool Housekeeping::cleanup_due(TimePoint now) const noexcept {

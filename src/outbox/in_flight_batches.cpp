@@ -1,5 +1,7 @@
 #include "outbox/in_flight_batches.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace idem::detail {
@@ -17,6 +19,10 @@ void InFlightBatches::apply(std::span<const Delivery> deliveries) {
       if (d.ticket < b.first_ticket || d.ticket >= b.first_ticket + b.ids.size()) continue;
       if (d.ok) {
         ++b.acked;
+      } else if (d.permanent) {
+        // Sending it again would fail again and hold back every later row of its shards:
+        // it is set aside instead (docs/outbox.md, "Rows the broker refuses").
+        b.rejected.push_back({b.ids[d.ticket - b.first_ticket], d.error});
       } else if (!b.failed) {
         b.failed = true;
         b.error = d.error;
@@ -26,22 +32,34 @@ void InFlightBatches::apply(std::span<const Delivery> deliveries) {
   }
 }
 
-MarkJob InFlightBatches::take_acknowledged() {
+MarkJob InFlightBatches::take_settled() {
   std::size_t ready = 0;
   while (ready < batches_.size() && !batches_[ready].failed &&
-         batches_[ready].acked == batches_[ready].ids.size()) {
+         batches_[ready].acked + batches_[ready].rejected.size() == batches_[ready].ids.size()) {
     ++ready;
   }
   MarkJob job;
   job.batches = ready;
-  if (ready == 1) {
+  if (ready == 1 && batches_.front().rejected.empty()) {
     job.ids = std::move(batches_.front().ids);
-  } else if (ready > 1) {
+  } else if (ready > 0) {
     std::size_t rows = 0;
-    for (std::size_t i = 0; i < ready; ++i) rows += batches_[i].ids.size();
+    for (std::size_t i = 0; i < ready; ++i) rows += batches_[i].acked;
     job.ids.reserve(rows);
     for (std::size_t i = 0; i < ready; ++i) {
-      job.ids.insert(job.ids.end(), batches_[i].ids.begin(), batches_[i].ids.end());
+      Batch& b = batches_[i];
+      if (b.rejected.empty()) {
+        job.ids.insert(job.ids.end(), b.ids.begin(), b.ids.end());
+        continue;
+      }
+      // Rare: a linear look-up per row is cheaper than building a set.
+      for (const std::int64_t id : b.ids) {
+        const bool refused = std::any_of(b.rejected.begin(), b.rejected.end(),
+                                         [id](const RejectedRow& r) { return r.id == id; });
+        if (!refused) job.ids.push_back(id);
+      }
+      job.rejected.insert(job.rejected.end(), std::make_move_iterator(b.rejected.begin()),
+                          std::make_move_iterator(b.rejected.end()));
     }
   }
   batches_.erase(batches_.begin(), batches_.begin() + static_cast<std::ptrdiff_t>(ready));

@@ -1,8 +1,9 @@
 #pragma once
-// The batches handed to the producer and not yet marked, in id order: which of them
-// the broker acknowledged, and which failed. Only a prefix of fully acknowledged
-// batches is ever taken for marking, so no row is marked before every earlier row of
-// this relay was acknowledged. Relay thread only.
+// The batches handed to the producer and not yet marked, in id order: which of their
+// rows the broker acknowledged, which were refused for good (to be set aside as
+// rejected), and which failed transiently. Only a prefix of settled batches (every row
+// acknowledged or refused for good) is ever taken for marking, so no row is marked
+// before every earlier row of this relay was settled. Relay thread only.
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -20,12 +21,16 @@ class InFlightBatches {
   /// A batch whose rows `ids` (in id order) were sent with consecutive tickets from
   /// `first_ticket`.
   void push(std::vector<std::int64_t> ids, std::uint64_t first_ticket);
-  /// Counts acknowledgements and failures against their batches.
+  /// Counts acknowledgements and failures against their batches: a permanent failure
+  /// makes its row rejected (with the delivery's reason), a transient one fails the
+  /// batch.
   void apply(std::span<const Delivery> deliveries);
-  /// Removes the fully acknowledged batches at the front and returns them as one job
-  /// (batches = 0 when the front batch is not fully acknowledged).
-  [[nodiscard]] MarkJob take_acknowledged();
-  /// The error of the front batch when one of its rows failed (it blocks the pipeline).
+  /// Removes the settled batches at the front and returns them as one job: the
+  /// acknowledged rows to mark published, the refused ones to set aside (batches = 0
+  /// when the front batch is not settled).
+  [[nodiscard]] MarkJob take_settled();
+  /// The error of the front batch when one of its rows failed transiently (it blocks
+  /// the pipeline: the relay sends again from the oldest unpublished row).
   [[nodiscard]] const std::string* front_failure() const noexcept;
   /// Drops every batch; returns how many rows they held (they are sent again).
   std::size_t clear() noexcept;
@@ -38,6 +43,7 @@ class InFlightBatches {
     std::vector<std::int64_t> ids;
     std::uint64_t first_ticket = 0;
     std::size_t acked = 0;
+    std::vector<RejectedRow> rejected;  // refused for good: settled, not published
     bool failed = false;
     std::string error;
   };

@@ -1,6 +1,7 @@
 #include "outbox/markers.hpp"
 
 #include <exception>
+#include <iterator>
 #include <utility>
 
 namespace idem::detail {
@@ -26,8 +27,23 @@ Markers::~Markers() {
   for (std::thread& t : threads_) t.join();
 }
 
-void Markers::mark(Store& store, const std::vector<std::int64_t>& ids, std::string& list) const {
-  queries_.mark_published(store, ids, ids_per_statement_, list);
+namespace {
+
+MarkResult result_of(MarkJob& job) {
+  MarkResult r;
+  r.rows = job.ids.size();
+  r.batches = job.batches;
+  r.rejected = std::move(job.rejected);
+  return r;
+}
+
+}  // namespace
+
+void Markers::mark(Store& store, const MarkJob& job, std::string& list) const {
+  // Rejections first, in a transaction of their own: they are rare, and a crash between
+  // the two only means that the acknowledged rows are sent again.
+  if (!job.rejected.empty()) queries_.mark_rejected(store, job.rejected);
+  if (!job.ids.empty()) queries_.mark_published(store, job.ids, ids_per_statement_, list);
 }
 
 void Markers::run(Store& store) noexcept {
@@ -41,17 +57,20 @@ void Markers::run(Store& store) noexcept {
     MarkJob job = std::move(queue_.front());
     queue_.pop_front();
     while (!queue_.empty()) {
-      job.ids.insert(job.ids.end(), queue_.front().ids.begin(), queue_.front().ids.end());
-      job.batches += queue_.front().batches;
+      MarkJob& next = queue_.front();
+      job.ids.insert(job.ids.end(), next.ids.begin(), next.ids.end());
+      job.rejected.insert(job.rejected.end(), std::make_move_iterator(next.rejected.begin()),
+                          std::make_move_iterator(next.rejected.end()));
+      job.batches += next.batches;
       queue_.pop_front();
     }
     ++running_;
     lock.unlock();
     MarkResult r;
-    r.rows = job.ids.size();
     r.batches = job.batches;
     try {
-      mark(store, job.ids, list);
+      mark(store, job, list);
+      r = result_of(job);
     } catch (const std::exception& e) {
       r.ok = false;
       r.error = e.what();  // the store reconnects by itself on its next begin()
@@ -68,12 +87,10 @@ void Markers::run(Store& store) noexcept {
 
 void Markers::submit(MarkJob job) {
   if (threads_.empty()) {
-    MarkResult r;
-    r.rows = job.ids.size();
-    r.batches = job.batches;
     shared_.with(
-        [&](Store& store) { mark(store, job.ids, scratch_); });  // throws: the caller's error path
-    pending_ += job.batches;
+        [&](Store& store) { mark(store, job, scratch_); });  // throws: the caller's error path
+    MarkResult r = result_of(job);
+    pending_ += r.batches;
     std::lock_guard lock(mutex_);
     results_.push_back(std::move(r));
     return;

@@ -26,15 +26,18 @@
 
 namespace idem::detail {
 
-/// A group of acknowledged batches handed to the markers.
+/// A group of settled batches handed to the markers: rows the broker acknowledged, to
+/// mark published, and rows refused for good, to set aside as rejected.
 struct MarkJob {
   std::vector<std::int64_t> ids;
+  std::vector<RejectedRow> rejected;
   std::size_t batches = 0;
 };
 
 /// What a marker did with a job.
 struct MarkResult {
-  std::size_t rows = 0;
+  std::size_t rows = 0;               ///< marked published
+  std::vector<RejectedRow> rejected;  ///< set aside (when ok)
   std::size_t batches = 0;
   bool ok = true;
   std::string error;
@@ -67,7 +70,7 @@ class Markers {
 
  private:
   void run(Store& store) noexcept;
-  void mark(Store& store, const std::vector<std::int64_t>& ids, std::string& list) const;
+  void mark(Store& store, const MarkJob& job, std::string& list) const;
 
   SharedConnection& shared_;
   const OutboxQueries& queries_;

@@ -109,6 +109,16 @@ struct Relay::Impl {
         ok = false;
         continue;
       }
+      for (const detail::RejectedRow& row : r.rejected) {
+        log(fmt::format(
+            "idem relay: outbox row {} rejected, set aside and never sent again until requeued "
+            "(`idem outbox rejected` lists it, `idem outbox requeue {}` puts it back): {}",
+            row.id, row.id, row.reason));
+      }
+      if (!r.rejected.empty()) {
+        prog.rejected += r.rejected.size();
+        step_done(RelayStep::Rejected, r.rejected.size());
+      }
       prog.published += r.rows;
       prog.batches += r.batches;
       step_done(RelayStep::Marked, r.rows);
@@ -193,12 +203,13 @@ struct Relay::Impl {
     deliveries.clear();
   }
 
-  /// Hands the fully acknowledged batches at the front to the markers and takes the
-  /// markers' results. A failed delivery (a permanent error; with no message timeout
-  /// there are no timeouts) or a failed mark stops the pipeline: what was not marked is
-  /// sent again from the oldest unpublished row, so the key's order holds.
+  /// Hands the settled batches at the front to the markers (acknowledged rows are marked
+  /// published, rows refused for good rejected) and takes the markers' results. A
+  /// transiently failed delivery (with no message timeout there are no timeouts) or a
+  /// failed mark stops the pipeline: what was not marked is sent again from the oldest
+  /// unpublished row, so the key's order holds.
   void settle() {
-    if (MarkJob job = in_flight.take_acknowledged(); job.batches > 0) {
+    if (MarkJob job = in_flight.take_settled(); job.batches > 0) {
       step_done(RelayStep::Acked, job.ids.size());
       markers->submit(std::move(job));
     }
@@ -212,7 +223,7 @@ struct Relay::Impl {
     }
     if (const std::string* failure = in_flight.front_failure()) {
       log(
-          fmt::format("idem relay: delivery failed ({}); resending from the oldest "
+          fmt::format("idem relay: delivery failed, transient ({}); resending from the oldest "
                       "unpublished row",
                       *failure));
       reset_pipeline();

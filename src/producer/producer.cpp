@@ -12,6 +12,7 @@
 
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
+#include "kafka/produce_errors.hpp"
 
 namespace idem {
 
@@ -36,6 +37,8 @@ struct Producer::Impl {
   std::vector<Delivery>* sink = nullptr;
   bool fatal = false;
   std::string fatal_reason;
+  // Messages librdkafka refused for good in produce(): reported by the next poll()/flush().
+  std::vector<Delivery> refused;
 
   void log(std::string_view line) const {
     if (config.log) config.log(line);
@@ -104,7 +107,10 @@ struct Producer::Impl {
     d.ok = m.err == RD_KAFKA_RESP_ERR_NO_ERROR;
     d.partition = m.partition;
     d.offset = m.offset;
-    if (!d.ok) d.error = rd_kafka_err2str(m.err);
+    if (!d.ok) {
+      d.error = fmt::format("{}: {}", rd_kafka_err2name(m.err), rd_kafka_err2str(m.err));
+      d.permanent = detail::permanent_produce_error(m.err);
+    }
     erase_pending(*slot);
     if (sink != nullptr) sink->push_back(std::move(d));
   }
@@ -174,6 +180,30 @@ struct Producer::Impl {
     return err;
   }
 
+  // A message librdkafka refused for good: forgotten like a delivered one, its failure
+  // reported by the next poll(). A size refusal names the limit, so that whoever reads
+  // the reason (the relay keeps it with a rejected outbox row) knows what to change.
+  void refuse(std::uint64_t ticket, const ProducerMessage& msg, rd_kafka_resp_err_t err) {
+    Delivery d;
+    d.ticket = ticket;
+    d.permanent = true;
+    d.error = fmt::format("{}: {}", rd_kafka_err2name(err), rd_kafka_err2str(err));
+    if (detail::too_large_produce_error(err)) {
+      char limit[32] = "?";
+      std::size_t size = sizeof limit;
+      rd_kafka_conf_get(rd_kafka_conf(rk.get()), "message.max.bytes", limit, &size);
+      d.error += fmt::format(" (payload {} bytes; the producer's message.max.bytes is {})",
+                             msg.payload.size(), limit);
+    }
+    if (auto* slot = find_pending(ticket)) erase_pending(*slot);  // destroys `msg`
+    refused.push_back(std::move(d));
+  }
+
+  void report_refused(std::vector<Delivery>& out) {
+    for (Delivery& d : refused) out.push_back(std::move(d));
+    refused.clear();
+  }
+
   // Produces, waiting for room while the local queue is full.
   void produce_waiting(std::uint64_t ticket, const ProducerMessage& msg) {
     const auto deadline = std::chrono::steady_clock::now() + config.queue_full_timeout;
@@ -183,6 +213,10 @@ struct Producer::Impl {
       if (err == RD_KAFKA_RESP_ERR__FATAL) {
         fatal = true;
         return;  // stays pending; the rebuild sends it
+      }
+      if (detail::permanent_produce_error(err)) {
+        refuse(ticket, msg, err);
+        return;
       }
       if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
         // Formatted first: erasing the slot destroys `msg`.
@@ -273,8 +307,10 @@ std::uint64_t Producer::send(ProducerMessage message) {
 
 std::size_t Producer::poll(std::chrono::milliseconds timeout, std::vector<Delivery>& out) {
   const std::size_t before = out.size();
+  impl_->report_refused(out);
   impl_->sink = &out;
-  rd_kafka_poll(impl_->rk.get(), detail::to_kafka_ms(timeout));
+  // Refusals are results too: do not wait for more once there are some.
+  rd_kafka_poll(impl_->rk.get(), out.size() > before ? 0 : detail::to_kafka_ms(timeout));
   impl_->sink = nullptr;
   impl_->rebuild_if_fatal();
   return out.size() - before;
@@ -282,6 +318,7 @@ std::size_t Producer::poll(std::chrono::milliseconds timeout, std::vector<Delive
 
 bool Producer::flush(std::chrono::milliseconds timeout, std::vector<Delivery>& out) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  impl_->report_refused(out);
   while (impl_->pending_count > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -292,6 +329,7 @@ bool Producer::flush(std::chrono::milliseconds timeout, std::vector<Delivery>& o
 }
 
 void Producer::purge() noexcept {
+  impl_->refused.clear();
   if (!impl_->rk) return;
   impl_->clear_pending();
   rd_kafka_purge(impl_->rk.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |

@@ -36,6 +36,29 @@ void mark_ids_in_chunks(Store& store, std::string_view mark_sql, std::span<const
   tx->commit();
 }
 
+void reject_rows(Store& store, std::string_view reject_sql, std::span<const RejectedRow> rows) {
+  auto tx = store.begin();
+  for (const RejectedRow& row : rows) tx->execute(reject_sql, row.id, row.reason);
+  tx->commit();
+}
+
+Rows read_rejected_rows(Store& store, std::string_view list_sql, std::int64_t limit) {
+  auto tx = store.begin_read();
+  Rows rows = tx->execute(list_sql, limit);
+  tx->commit();
+  return rows;
+}
+
+bool requeue_rejected_row(Store& store, std::int64_t id) {
+  auto tx = store.begin();
+  const Rows r = tx->execute(
+      "UPDATE outbox SET rejected_at = NULL, rejected_reason = NULL "
+      "WHERE id = $1 AND rejected_at IS NOT NULL AND published_at IS NULL",
+      id);
+  tx->commit();
+  return r.affected() == 1;
+}
+
 OutboxLag read_lag(Store& store, std::string_view lag_sql) {
   auto tx = store.begin_read();
   const Rows r = tx->execute(lag_sql);
@@ -44,6 +67,7 @@ OutboxLag read_lag(Store& store, std::string_view lag_sql) {
   lag.backlog = r[0].int64(0);
   const std::int64_t age = r[0].int64(1);
   if (age >= 0) lag.oldest_unpublished_age = std::chrono::milliseconds(age);
+  lag.rejected = r[0].int64(2);
   return lag;
 }
 

@@ -28,10 +28,18 @@ enum ClaimColumn : std::size_t {
   kClaimSession,  ///< the database session that ran the claim (PostgreSQL: backend pid; else 0)
 };
 
-/// Unpublished rows and the age of the oldest, by the database's clock.
+/// Unpublished rows and the age of the oldest, by the database's clock. Rejected rows
+/// (set aside, never claimed) are counted apart: they do not wait for the relay.
 struct OutboxLag {
   std::int64_t backlog = 0;
   std::optional<std::chrono::milliseconds> oldest_unpublished_age;  ///< nullopt: none left
+  std::int64_t rejected = 0;                                        ///< rows in the rejected state
+};
+
+/// An outbox row the producer or the broker refused for good, and why.
+struct RejectedRow {
+  std::int64_t id = 0;
+  std::string reason;
 };
 
 /// Which outbox shards this relay may publish. A relay publishes a shard only while it
@@ -80,8 +88,8 @@ class OutboxQueries {
   [[nodiscard]] virtual std::string shard_filter(std::span<const int> shards) const = 0;
 
   /// Up to `limit` unpublished rows with id > `after_id` in the filtered shards, in id
-  /// order, columns as ClaimColumn; in a read transaction (on SQLite a claim then never
-  /// queues behind a marker's write).
+  /// order, columns as ClaimColumn; never a rejected row; in a read transaction (on SQLite a claim
+  /// then never queues behind a marker's write).
   [[nodiscard]] virtual Rows claim(Store& store, std::int64_t after_id,
                                    std::string_view shard_filter, std::size_t limit) const = 0;
 
@@ -90,6 +98,14 @@ class OutboxQueries {
   /// backend can. `scratch` is a reusable buffer for the id lists.
   virtual void mark_published(Store& store, std::span<const std::int64_t> ids,
                               std::size_t ids_per_statement, std::string& scratch) const = 0;
+
+  /// Sets `rows` aside: rejected now, with their reasons, never claimed again (until
+  /// requeue_rejected()); in one transaction. Published or already rejected rows stay
+  /// as they are.
+  virtual void mark_rejected(Store& store, std::span<const RejectedRow> rows) const = 0;
+
+  /// Up to `limit` rejected rows in id order, columns as RejectedColumn.
+  [[nodiscard]] virtual Rows list_rejected(Store& store, std::int64_t limit) const = 0;
 
   [[nodiscard]] virtual OutboxLag lag(Store& store) const = 0;
 
@@ -114,6 +130,17 @@ class OutboxQueries {
       std::string_view url, const StoreOptions& options) const = 0;
 };
 
+/// The columns of OutboxQueries::list_rejected()'s rows, in this order.
+enum RejectedColumn : std::size_t {
+  kRejectedId = 0,
+  kRejectedEventId,
+  kRejectedTopic,
+  kRejectedKey,
+  kRejectedPayloadBytes,
+  kRejectedReason,
+  kRejectedAtMs,  ///< Unix ms
+};
+
 /// The statements for `store`'s backend.
 [[nodiscard]] const OutboxQueries& outbox_queries(const Store& store);
 
@@ -126,7 +153,18 @@ class OutboxQueries {
 void mark_ids_in_chunks(Store& store, std::string_view mark_sql, std::span<const std::int64_t> ids,
                         std::size_t ids_per_statement, char open, char close, std::string& list);
 
-/// Runs `lag_sql` (one row: backlog, age in ms of the oldest unpublished row or -1).
+/// Runs `reject_sql` ($1: id, $2: reason) once per row, in one transaction.
+void reject_rows(Store& store, std::string_view reject_sql, std::span<const RejectedRow> rows);
+
+/// Runs `list_sql` ($1: limit) in a read transaction.
+[[nodiscard]] Rows read_rejected_rows(Store& store, std::string_view list_sql, std::int64_t limit);
+
+/// Puts rejected row `id` back in line (the same statement on every backend). Returns
+/// false when no rejected row has that id.
+[[nodiscard]] bool requeue_rejected_row(Store& store, std::int64_t id);
+
+/// Runs `lag_sql` (one row: backlog, age in ms of the oldest unpublished row or -1,
+/// rejected rows).
 [[nodiscard]] OutboxLag read_lag(Store& store, std::string_view lag_sql);
 
 /// Runs `delete_sql` ($1: age in ms, $2: limit) in one transaction; the rows deleted.

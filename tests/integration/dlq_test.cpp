@@ -7,6 +7,7 @@
 #include "idem/dlq.hpp"
 #include "idem/reference/schema.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -133,6 +134,46 @@ TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsParti
   EXPECT_EQ(cut.payload, payload.substr(0, cut.payload.size()));
   for (const auto& letter : letters)
     EXPECT_EQ(letter.copies, 1u) << letter.original_offset.value_or(-1);
+}
+
+// The DLQ leftover of issue 13: a dead letter the broker refuses for good (here: "not
+// authorized" for the DLQ topic, on its next three Produce requests) cannot be dropped
+// (the record would be lost), so its record is retried in place, after the backoff, as
+// before; it is now counted (idem_consumer_dead_letters_refused_total) and logged as
+// permanent instead of spinning silently, and the other partitions go on. Once the broker
+// accepts the letter, it goes. (Metadata errors for the topic, `topic-error`, make
+// librdkafka hold the letter until dlq_ack_timeout instead: a timeout, transient.)
+TEST_F(DlqTest, ADeadLetterRefusedForGoodIsCountedAndRetriedUntilTheDlqIsFixed) {
+  constexpr int kTopicAuthorizationFailed = 29;
+  constexpr int kProduce = 0;
+  const std::array<int, 3> refusals = {kTopicAuthorizationFailed, kTopicAuthorizationFailed,
+                                       kTopicAuthorizationFailed};
+  std::vector<TestRecord> records = {{topic_, "1", "{not json", {}, 0}};
+  std::vector<OrderConfirmed> valid;
+  for (int i = 2; i <= 11; ++i) {
+    valid.push_back(make_event(i));
+    records.push_back(record_of(topic_, valid.back()));
+    records.back().partition = 1;
+  }
+  produce(records);
+  broker_->push_request_errors(kProduce, refusals);  // after the test's own produce
+
+  const std::string group = unique_name("billing");
+  ConsumerConfig config = config_for(group);
+  config.dlq_ack_timeout = 5s;
+  auto consumer = std::make_unique<Consumer>(config, open_store(db_url_));
+  consumer->on<OrderConfirmed>(topic_, count_handler<OrderConfirmed>());
+  test::RunningConsumer running(std::move(consumer));
+  ASSERT_TRUE(test::eventually([&] { return count_effects(*observer_, group) == 10; }, 60s))
+      << "the other partition was held up";
+  ASSERT_TRUE(test::eventually([&] { return running->stats().dead_lettered == 1; }, 90s))
+      << "the record was lost or is still blocked";
+  EXPECT_GE(running->stats().dead_letters_refused, 1u) << "the refusals were counted";
+  ASSERT_TRUE(test::eventually([&] { return running->stats().dead_lettered == 1; }, 90s))
+      << "the record was lost or is still blocked";
+  const auto letters = read_dead_letters(connection(), topic_ + ".dlq");
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].original_offset, 0);
 }
 
 // A consumer that crashed after its letter was acknowledged but before its offset commit

@@ -285,14 +285,25 @@ TYPED_TEST(RelayTest, RetriesProduceRequestsTheBrokerRefuses) {
   if (this->url_.empty()) return;
   const auto expected = this->confirm_orders(1, 100);
   // The next produce requests fail: first with a retriable error (librdkafka retries),
-  // then with a permanent one (the delivery fails; the relay resends from the oldest
-  // unpublished row, or rebuilds the producer if librdkafka deems it fatal).
+  // then with a permanent one: the rows of that request are set aside as rejected (or,
+  // if librdkafka deems the error fatal, the producer is rebuilt and resends them), and
+  // the relay goes on with the rest. Requeued, they are published.
   constexpr int kNotEnoughReplicas = 19;
   constexpr int kTopicAuthorizationFailed = 29;
   constexpr int kProduce = 0;
   const std::array<int, 4> errors = {kNotEnoughReplicas, kNotEnoughReplicas, kNotEnoughReplicas,
                                      kTopicAuthorizationFailed};
   broker().push_request_errors(kProduce, errors);
+  {
+    Relay relay(relay_config(this->url_));
+    ASSERT_TRUE(relay.run_until_empty(90s));
+  }
+  const std::vector<RejectedOutboxRow> rejected = list_rejected_outbox_rows(*this->store_);
+  EXPECT_EQ(this->unpublished(), static_cast<std::int64_t>(rejected.size()));
+  for (const RejectedOutboxRow& row : rejected) {
+    EXPECT_NE(row.reason.find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << row.reason;
+    EXPECT_TRUE(requeue_rejected_outbox_row(*this->store_, row.id));
+  }
   Relay relay(relay_config(this->url_));
   ASSERT_TRUE(relay.run_until_empty(90s));
   EXPECT_EQ(this->unpublished(), 0);

@@ -115,7 +115,8 @@ TEST_F(ClaimReaderTest, MarkedRowsAreNotClaimedAgain) {
 
   // No connection of their own: the markers mark inline, on the shared connection.
   detail::Markers markers({}, *connection_, queries(), 2);
-  markers.submit(detail::MarkJob{{batch.ids[0], batch.ids[1]}, 1});
+  markers.submit(
+      detail::MarkJob{.ids = {batch.ids[0], batch.ids[1]}, .rejected = {}, .batches = 1});
   EXPECT_EQ(markers.pending(), 1U);
   const auto results = markers.collect(true);
   ASSERT_EQ(results.size(), 1U);
@@ -137,7 +138,7 @@ TEST_F(ClaimReaderTest, MarkerThreadsMarkOnTheirOwnConnection) {
   std::vector<std::unique_ptr<Store>> own;
   own.push_back(open_store(url_));
   detail::Markers markers(std::move(own), *connection_, queries(), 3);
-  markers.submit(detail::MarkJob{batch.ids, 2});
+  markers.submit(detail::MarkJob{.ids = batch.ids, .rejected = {}, .batches = 2});
   std::size_t marked = 0;
   for (const auto& r : markers.collect(true)) {
     EXPECT_TRUE(r.ok) << r.error;
@@ -153,11 +154,11 @@ TEST(InFlightBatches, OnlyAFullyAcknowledgedPrefixIsTakenForMarking) {
   in_flight.push({3}, 12);     // ticket 12
   const std::vector<Delivery> later_first = {delivery(12, true), delivery(10, true)};
   in_flight.apply(later_first);
-  EXPECT_EQ(in_flight.take_acknowledged().batches, 0U);  // batch 1 still waits for ticket 11
+  EXPECT_EQ(in_flight.take_settled().batches, 0U);  // batch 1 still waits for ticket 11
 
   const std::vector<Delivery> rest = {delivery(11, true)};
   in_flight.apply(rest);
-  const detail::MarkJob job = in_flight.take_acknowledged();
+  const detail::MarkJob job = in_flight.take_settled();
   EXPECT_EQ(job.batches, 2U);
   EXPECT_EQ(job.ids, (std::vector<std::int64_t>{1, 2, 3}));
   EXPECT_TRUE(in_flight.empty());
@@ -170,11 +171,30 @@ TEST(InFlightBatches, AFailedDeliveryBlocksItsBatchAndEverythingAfterIt) {
   const std::vector<Delivery> deliveries = {delivery(0, false, "broker said no"),
                                             delivery(1, true)};
   in_flight.apply(deliveries);
-  EXPECT_EQ(in_flight.take_acknowledged().batches, 0U);
+  EXPECT_EQ(in_flight.take_settled().batches, 0U);
   ASSERT_NE(in_flight.front_failure(), nullptr);
   EXPECT_EQ(*in_flight.front_failure(), "broker said no");
   EXPECT_EQ(in_flight.clear(), 2U);  // both are sent again
   EXPECT_EQ(in_flight.front_failure(), nullptr);
+}
+
+TEST(InFlightBatches, ARowRefusedForGoodIsSetAsideAndDoesNotBlockTheRest) {
+  detail::InFlightBatches in_flight;
+  in_flight.push({1, 2, 3}, 10);  // tickets 10, 11, 12
+  in_flight.push({4}, 13);
+  Delivery refused = delivery(11, false, "MSG_SIZE_TOO_LARGE: Broker: Message size too large");
+  refused.permanent = true;
+  const std::vector<Delivery> deliveries = {delivery(10, true), refused, delivery(12, true),
+                                            delivery(13, true)};
+  in_flight.apply(deliveries);
+  EXPECT_EQ(in_flight.front_failure(), nullptr) << "a permanent refusal is no pipeline failure";
+  const detail::MarkJob job = in_flight.take_settled();
+  EXPECT_EQ(job.batches, 2U);
+  EXPECT_EQ(job.ids, (std::vector<std::int64_t>{1, 3, 4}));
+  ASSERT_EQ(job.rejected.size(), 1U);
+  EXPECT_EQ(job.rejected[0].id, 2);
+  EXPECT_EQ(job.rejected[0].reason, refused.error);
+  EXPECT_TRUE(in_flight.empty());
 }
 
 }  // namespace

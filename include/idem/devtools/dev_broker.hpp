@@ -129,6 +129,13 @@ class DevBroker {
   ///   range librdkafka 2.0.2 knows (0..58) or an unknown error code.
   void push_request_errors(int api_key, std::span<const int> error_codes);
 
+  /// Makes every Metadata response report Kafka error `error_code` for topic `name`
+  /// (0 clears it), e.g. 3 UNKNOWN_TOPIC_OR_PART: a topic that does not exist on a broker
+  /// without auto-creation (the mock otherwise creates every unknown topic), or 29
+  /// TOPIC_AUTHORIZATION_FAILED. Creates the topic in the mock if needed. Never blocks.
+  /// \throws idem::Error (source Kafka, InvalidArgument) for an unknown error code.
+  void set_topic_error(std::string_view name, int error_code);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -14,8 +14,17 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr std::string_view kLagSql =
-    "SELECT count(*), coalesce((extract(epoch FROM now() - min(created_at)) * 1000)::bigint, -1) "
+    "SELECT count(*) FILTER (WHERE rejected_at IS NULL), "
+    "coalesce((extract(epoch FROM now() - min(created_at) FILTER (WHERE rejected_at IS NULL)) "
+    "* 1000)::bigint, -1), count(*) FILTER (WHERE rejected_at IS NOT NULL) "
     "FROM outbox WHERE published_at IS NULL";
+constexpr std::string_view kRejectSql =
+    "UPDATE outbox SET rejected_at = now(), rejected_reason = $2 "
+    "WHERE id = $1 AND published_at IS NULL AND rejected_at IS NULL";
+constexpr std::string_view kListRejectedSql =
+    "SELECT id, event_id, topic, message_key, octet_length(payload), rejected_reason, "
+    "(extract(epoch FROM rejected_at) * 1000)::bigint "
+    "FROM outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT $1";
 constexpr std::string_view kDeletePublishedSql =
     "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < now() - "
     "$1::bigint * interval '1 millisecond' LIMIT $2::bigint)";
@@ -70,6 +79,14 @@ class PostgresOutboxQueries final : public OutboxQueries {
   void mark_published(Store& store, std::span<const std::int64_t> ids,
                       std::size_t ids_per_statement, std::string& list) const override {
     mark_ids_in_chunks(store, kMarkOutboxSql, ids, ids_per_statement, '{', '}', list);
+  }
+
+  void mark_rejected(Store& store, std::span<const RejectedRow> rows) const override {
+    reject_rows(store, kRejectSql, rows);
+  }
+
+  Rows list_rejected(Store& store, std::int64_t limit) const override {
+    return read_rejected_rows(store, kListRejectedSql, limit);
   }
 
   OutboxLag lag(Store& store) const override { return read_lag(store, kLagSql); }

@@ -13,8 +13,17 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr std::string_view kLagSql =
-    "SELECT count(*), coalesce(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - "
-    "min(created_at), -1) FROM outbox WHERE published_at IS NULL";
+    "SELECT count(CASE WHEN rejected_at IS NULL THEN 1 END), "
+    "coalesce(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - "
+    "min(CASE WHEN rejected_at IS NULL THEN created_at END), -1), "
+    "count(rejected_at) FROM outbox WHERE published_at IS NULL";
+constexpr std::string_view kRejectSql =
+    "UPDATE outbox SET rejected_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), "
+    "rejected_reason = $2 WHERE id = $1 AND published_at IS NULL AND rejected_at IS NULL";
+constexpr std::string_view kListRejectedSql =
+    "SELECT id, event_id, topic, message_key, length(CAST(payload AS BLOB)), rejected_reason, "
+    "rejected_at FROM outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL "
+    "ORDER BY id LIMIT $1";
 constexpr std::string_view kDeletePublishedSql =
     "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < "
     "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - $1 LIMIT $2)";
@@ -37,6 +46,14 @@ class SqliteOutboxQueries final : public OutboxQueries {
   void mark_published(Store& store, std::span<const std::int64_t> ids,
                       std::size_t ids_per_statement, std::string& list) const override {
     mark_ids_in_chunks(store, kMarkOutboxSql, ids, ids_per_statement, '[', ']', list);
+  }
+
+  void mark_rejected(Store& store, std::span<const RejectedRow> rows) const override {
+    reject_rows(store, kRejectSql, rows);
+  }
+
+  Rows list_rejected(Store& store, std::int64_t limit) const override {
+    return read_rejected_rows(store, kListRejectedSql, limit);
   }
 
   OutboxLag lag(Store& store) const override { return read_lag(store, kLagSql); }
