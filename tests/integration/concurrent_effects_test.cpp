@@ -87,22 +87,11 @@ class ConcurrentEffectsTest : public DevBrokerSuite {
   }
 
   /// Produces `orders` events, order i keyed `key_of(i)`; remembers each key's order ids
-  /// in offset order (one producer, so send order is offset order within a partition).
+  /// in offset order.
   void produce(int orders, const std::function<std::string(std::int64_t)>& key_of) {
-    KafkaTestProducer producer(broker_->bootstrap_servers());
-    for (std::int64_t id = 1; id <= orders; ++id) {
-      OrderConfirmed e;
-      e.event_id = new_uuid_v7();
-      e.occurred_at =
-          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
-      e.order_id = id;
-      e.customer_id = 7;
-      e.total_amount = Amount::from_hundredths(1999);
-      const std::string key = key_of(id);
-      expected_[key].push_back(id);
-      producer.send({topic_, key, to_json(e), {{"event_id", e.event_id.to_string()}}, -1});
-    }
-    producer.flush(60s);
+    expected_ =
+        produce_keyed_order_events(broker_->bootstrap_servers(), topic_, orders, key_of)
+            .order_ids_by_key;
     total_ = orders;
   }
 

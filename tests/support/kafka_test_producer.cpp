@@ -5,6 +5,7 @@
 #include <array>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -118,25 +119,48 @@ void KafkaTestProducer::flush(std::chrono::milliseconds timeout) {
   }
 }
 
+namespace {
+
+/// Order `order_id`'s confirmation, as one record of `topic` keyed `key`.
+TestRecord order_record(const std::string& topic, std::int64_t order_id, std::string key,
+                        std::int32_t partition, Uuid& event_id) {
+  OrderConfirmed e;
+  e.event_id = new_uuid_v7();
+  e.occurred_at =
+      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+  e.order_id = order_id;
+  e.customer_id = 42;
+  e.total_amount = Amount::from_hundredths(1999);
+  event_id = e.event_id;
+  return {topic, std::move(key), to_json(e), {{"event_id", e.event_id.to_string()}}, partition};
+}
+
+}  // namespace
+
 std::map<std::int64_t, Uuid> produce_order_events(const std::string& bootstrap_servers,
                                                   const std::string& topic, int count,
                                                   std::int32_t partition) {
   std::map<std::int64_t, Uuid> ids;
   KafkaTestProducer producer(bootstrap_servers);
-  for (int i = 1; i <= count; ++i) {
-    OrderConfirmed e;
-    e.event_id = new_uuid_v7();
-    e.occurred_at =
-        std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
-    e.order_id = i;
-    e.customer_id = 42;
-    e.total_amount = Amount::from_hundredths(1999);
-    ids[i] = e.event_id;
-    producer.send(
-        {topic, std::to_string(i), to_json(e), {{"event_id", e.event_id.to_string()}}, partition});
-  }
+  for (int i = 1; i <= count; ++i)
+    producer.send(order_record(topic, i, std::to_string(i), partition, ids[i]));
   producer.flush();
   return ids;
+}
+
+KeyedOrderEvents produce_keyed_order_events(
+    const std::string& bootstrap_servers, const std::string& topic, int count,
+    const std::function<std::string(std::int64_t)>& key_of) {
+  KeyedOrderEvents out;
+  KafkaTestProducer producer(bootstrap_servers);
+  for (std::int64_t id = 1; id <= count; ++id) {
+    std::string key = key_of(id);
+    out.order_ids_by_key[key].push_back(id);
+    out.key_of_order[id] = key;
+    producer.send(order_record(topic, id, std::move(key), -1, out.event_ids[id]));
+  }
+  producer.flush(std::chrono::seconds(60));
+  return out;
 }
 
 }  // namespace idem::test

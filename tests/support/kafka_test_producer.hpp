@@ -4,6 +4,7 @@
 // Every call takes a deadline.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,5 +64,21 @@ using idem::read_topic;
 [[nodiscard]] std::map<std::int64_t, Uuid> produce_order_events(
     const std::string& bootstrap_servers, const std::string& topic, int count,
     std::int32_t partition = 0);
+
+/// Order events produced by produce_keyed_order_events.
+struct KeyedOrderEvents {
+  /// Per record key, its order ids in offset order (one producer, so within a
+  /// partition, send order is offset order).
+  std::map<std::string, std::vector<std::int64_t>> order_ids_by_key;
+  std::map<std::int64_t, Uuid> event_ids;  ///< order id -> event id
+  std::map<std::int64_t, std::string> key_of_order;
+};
+
+/// Produces `count` valid order.confirmed.v1 events (order ids 1..count, 19.99 each) to
+/// `topic`, order `i` keyed `key_of(i)` (the key decides the partition), with an
+/// `event_id` header, and waits for the broker.
+[[nodiscard]] KeyedOrderEvents produce_keyed_order_events(
+    const std::string& bootstrap_servers, const std::string& topic, int count,
+    const std::function<std::string(std::int64_t)>& key_of);
 
 }  // namespace idem::test
