@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "idem/store.hpp"
+
 namespace idem::test {
 
 namespace {
@@ -61,6 +63,21 @@ JsonAnswer http_post(const std::string& base_url, const std::string& path, const
   httplib::Headers h;
   for (const auto& [name, value] : headers) h.emplace(name, value);
   return to_answer(client.Post(path, h, body, "application/json"));
+}
+
+std::vector<ProviderCharge> provider_charges(const std::string& provider_db_url) {
+  auto store = open_store(provider_db_url);
+  auto tx = store->begin_read();
+  const Rows rows = tx->execute(
+      "SELECT c.payment_id, c.order_id, c.idempotency_key, k.created_at_ms, c.created_at_ms "
+      "FROM provider_charge c JOIN provider_idempotency_key k USING (idempotency_key) "
+      "ORDER BY c.payment_id");
+  std::vector<ProviderCharge> out;
+  for (const RowView row : rows)
+    out.push_back({std::string(row.text(0)), row.int64(1), std::string(row.text(2)), row.int64(3),
+                   row.int64(4)});
+  tx->commit();
+  return out;
 }
 
 }  // namespace idem::test

@@ -2,6 +2,7 @@
 // The payment provider as a child process (`idem provider`), and a small JSON-over-HTTP
 // helper for reading its audit endpoints (cpp-httplib's client).
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,22 @@ struct JsonAnswer {
 [[nodiscard]] JsonAnswer http_post(
     const std::string& base_url, const std::string& path, const std::string& body,
     const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+/// One charge the provider made, as its store holds it.
+struct ProviderCharge {
+  std::string payment_id;
+  std::int64_t order_id = 0;
+  std::string idempotency_key;
+  /// When the provider accepted the request that made this charge (it claimed the key:
+  /// the first arrival of the key that got past the 503 fault) and when the charge
+  /// committed; milliseconds of the provider's clock.
+  std::int64_t claimed_at_ms = 0;
+  std::int64_t charged_at_ms = 0;
+};
+
+/// Every charge in the provider's store at `provider_db_url`, in the order the provider
+/// made them: payment ids are pay_<UUIDv7>, made on its one store thread. Read from the
+/// store directly (the provider may be running: a read-only transaction).
+[[nodiscard]] std::vector<ProviderCharge> provider_charges(const std::string& provider_db_url);
 
 }  // namespace idem::test

@@ -1,0 +1,226 @@
+// (b) of issue 12: billing through the concurrent path, as real processes, with the
+// consumer SIGKILLed 10 times at random points and the provider breaking off answers
+// after storing the charge and answering 503 before storing anything.
+//
+// `idem dev-broker`; `idem provider --latency-ms 20 --reset-after-commit P --unavailable P`
+// on a store of its own; `idem consume --handler billing --max-in-flight 512` (restarted
+// after each SIGKILL). 5,000 orders over 200 keys (record key customer-<id % 200>, the
+// billing effect's ordering key). Each kill comes once the ledger has reached a random
+// threshold (ten of them, spread over the run), so it lands with charges in flight.
+//
+// Afterwards:
+//  - the provider made exactly one charge per order, under the order's event id as
+//    Idempotency-Key, and no other charge;
+//  - billing_ledger holds one row per order, naming that charge's payment id;
+//  - each key's charges reached the provider in offset order. With SIGKILLs a charge
+//    may be sent again by the next consumer: with the same key, that is a replay (or a
+//    409 while the first is still in flight) and makes no charge. So the order is
+//    defined on first arrivals: per key, the charges in the order the provider made them
+//    (payment_id, a UUIDv7 of its store thread) are the key's orders in offset order, and
+//    the request that made each charge was accepted (its key claimed) no earlier than
+//    the key's previous charge committed, i.e. a key's charges never overlapped;
+//  - the group committed every partition to its end.
+// Waits are conditions with deadlines, never sleeps.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include "idem/reference/schema.hpp"
+#include "idem/store.hpp"
+#include "support/consumer_scenario.hpp"
+#include "support/kafka_test_producer.hpp"
+#include "support/process.hpp"
+#include "support/provider_process.hpp"
+#include "support/store_backends.hpp"
+#include "support/test_env.hpp"
+#include "support/wait.hpp"
+
+namespace idem::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kOrders = 5000;
+constexpr int kKeys = 200;
+constexpr int kPartitions = 8;
+constexpr int kKills = 10;
+
+template <class Backend>
+class BillingKillFault : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    billing_db_ = Backend::fresh_url();
+    if (IsSkipped() || HasFatalFailure()) return;
+    provider_db_ = Backend::fresh_url();
+    if (IsSkipped() || HasFatalFailure()) return;
+    migrate_reference_system(*open_store(billing_db_));
+    observer_ = open_store(billing_db_);
+    broker_ = std::make_unique<DevBrokerProcess>(IDEM_CLI_PATH);
+    topic_ = unique_name("orders");
+    group_ = unique_name("billing");
+    broker_->create_topic(topic_, kPartitions);
+    broker_->create_topic(topic_ + ".dlq", 1);
+  }
+
+  ChildProcess start_consumer(const std::string& provider_url) {
+    ChildProcess child = ChildProcess::spawn(
+        IDEM_CLI_PATH,
+        {"consume", "--brokers", broker_->bootstrap(), "--topic", topic_, "--group", group_,
+         "--db", billing_db_, "--handler", "billing", "--provider-url", provider_url,
+         "--max-in-flight", "512", "--batch", "500", "--kafka", "session.timeout.ms=6000",
+         "--kafka", "heartbeat.interval.ms=1000", "--kafka", "log_level=3"});
+    if (!read_line_starting_with(child, "consuming ", 30s))
+      ADD_FAILURE() << "idem consume did not say it is consuming";
+    return child;
+  }
+
+  std::int64_t ledger_rows() {
+    return Backend::read_scalar(*observer_, "SELECT count(*) FROM billing_ledger");
+  }
+
+  std::string billing_db_;
+  std::string provider_db_;
+  std::unique_ptr<Store> observer_;
+  std::unique_ptr<DevBrokerProcess> broker_;
+  std::string topic_;
+  std::string group_;
+};
+
+TYPED_TEST_SUITE(BillingKillFault, AllBackends, BackendName);
+
+TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOrder) {
+  if (this->IsSkipped() || this->HasFatalFailure()) return;
+  IDEM_REQUIRE_CLI();
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  this->RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+
+  const KeyedOrderEvents orders =
+      produce_keyed_order_events(this->broker_->bootstrap(), this->topic_, kOrders,
+                                 [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
+  ProviderProcess provider(IDEM_CLI_PATH, this->provider_db_,
+                           {"--latency-ms", "20", "--reset-after-commit", "0.05", "--unavailable",
+                            "0.05", "--seed", std::to_string(seed % 1000)});
+
+  // Kill k comes once the ledger has at least threshold[k] rows: one random point in each
+  // tenth of the run (after its first 50 rows), so every generation has work and calls
+  // in flight when it dies.
+  std::vector<std::int64_t> thresholds;
+  constexpr std::int64_t kSlice = kOrders / (kKills + 1);
+  for (int k = 0; k < kKills; ++k) {
+    thresholds.push_back(k * kSlice +
+                         std::uniform_int_distribution<std::int64_t>(50, kSlice - 1)(rng));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  int kills = 0;
+  for (const std::int64_t threshold : thresholds) {
+    ChildProcess consumer = this->start_consumer(provider.url());
+    ASSERT_TRUE(eventually([&] { return this->ledger_rows() >= threshold; }, 90s, 5ms))
+        << "the ledger did not reach " << threshold << " rows (has " << this->ledger_rows()
+        << ") before kill " << kills + 1;
+    consumer.kill(SIGKILL);
+    ASSERT_EQ(consumer.wait(30s), -SIGKILL);
+    ++kills;
+  }
+  ChildProcess last = this->start_consumer(provider.url());
+  const auto end = end_offsets(this->broker_->bootstrap(), this->topic_, kPartitions);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return group_caught_up(this->broker_->bootstrap(), this->group_, this->topic_, end);
+      },
+      120s, 200ms))
+      << "the last consumer did not commit every partition; ledger rows " << this->ledger_rows();
+  last.kill(SIGTERM);
+  EXPECT_EQ(last.wait(60s), 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << fmt::format("{} orders, {} kills, {:.1f} s from the first start to caught up",
+                           kOrders, kills, seconds)
+            << std::endl;
+
+  // The provider: one charge per order, under its event id; faults fired and replays
+  // answered the repeats.
+  const JsonAnswer summary = http_get(provider.url(), "/payments/summary");
+  ASSERT_EQ(summary.status, 200);
+  std::cout << "provider summary: " << summary.body.dump() << std::endl;
+  EXPECT_GT(summary.body.value("resets_after_commit", 0), 0) << "the reset fault never fired";
+  EXPECT_GT(summary.body.value("unavailable", 0), 0) << "the 503 fault never fired";
+  EXPECT_GT(summary.body.value("replays", 0), 0);
+  const std::vector<ProviderCharge> charges = provider_charges(this->provider_db_);
+  EXPECT_EQ(charges.size(), static_cast<std::size_t>(kOrders));
+  std::map<std::int64_t, const ProviderCharge*> charge_of;
+  int doubled = 0;
+  int wrong_key = 0;
+  for (const ProviderCharge& c : charges) {
+    if (!charge_of.emplace(c.order_id, &c).second) ++doubled;
+    const auto id = orders.event_ids.find(c.order_id);
+    if (id == orders.event_ids.end() || id->second.to_string() != c.idempotency_key) ++wrong_key;
+  }
+  EXPECT_EQ(doubled, 0) << "orders charged more than once";
+  EXPECT_EQ(wrong_key, 0) << "charges of unknown orders or under another key than the event id";
+  EXPECT_EQ(charge_of.size(), static_cast<std::size_t>(kOrders));
+
+  // First arrivals per ordering key: offset order, and no overlap.
+  std::map<std::string, std::vector<const ProviderCharge*>> by_key;
+  for (const ProviderCharge& c : charges) by_key[orders.key_of_order.at(c.order_id)].push_back(&c);
+  int out_of_order = 0;
+  int overlapping = 0;
+  for (const auto& [key, expected] : orders.order_ids_by_key) {
+    std::vector<std::int64_t> seen;
+    const auto& list = by_key[key];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      seen.push_back(list[i]->order_id);
+      if (i > 0 && list[i]->claimed_at_ms < list[i - 1]->charged_at_ms) {
+        if (overlapping++ < 5)
+          ADD_FAILURE() << fmt::format(
+              "key {}: order {} was accepted at {} ms, before order {} was charged at {} ms", key,
+              list[i]->order_id, list[i]->claimed_at_ms, list[i - 1]->order_id,
+              list[i - 1]->charged_at_ms);
+      }
+    }
+    if (seen != expected && out_of_order++ < 5)
+      ADD_FAILURE() << fmt::format("key {}: the provider charged {} but the offsets say {}", key,
+                                   fmt::join(seen, ","), fmt::join(expected, ","));
+  }
+  EXPECT_EQ(out_of_order, 0) << "keys whose charges reached the provider out of offset order";
+  EXPECT_EQ(overlapping, 0) << "charges of one key that overlapped";
+
+  // The billing database: one ledger row per order, naming the provider's one charge.
+  auto tx = this->observer_->begin_read();
+  const Rows ledger =
+      tx->execute("SELECT order_id, event_id, provider_payment_id FROM billing_ledger");
+  tx->commit();
+  std::map<std::int64_t, int> rows_per_order;
+  int mismatched = 0;
+  for (const RowView row : ledger) {
+    const std::int64_t order = row.int64(0);
+    ++rows_per_order[order];
+    const auto charge = charge_of.find(order);
+    if (charge == charge_of.end() || charge->second->payment_id != row.text(2) ||
+        charge->second->idempotency_key != row.uuid(1).to_string())
+      ++mismatched;
+  }
+  EXPECT_EQ(ledger.size(), static_cast<std::size_t>(kOrders));
+  EXPECT_EQ(rows_per_order.size(), static_cast<std::size_t>(kOrders));
+  EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(),
+                          [](const auto& entry) { return entry.second == 1; }))
+      << "an order has more than one ledger row";
+  EXPECT_EQ(mismatched, 0) << "ledger rows that do not name the provider's charge of their order";
+  EXPECT_EQ(provider.stop(), 0);
+}
+
+}  // namespace
+}  // namespace idem::test
