@@ -1,6 +1,7 @@
 // `idem consume`: run an idempotent consumer until SIGTERM/SIGINT. Settings with a
 // configuration key come from the loader (file, environment, flags: docs/operations.md);
 // with `admin.listen` set it serves /metrics, /healthz and /readyz.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -51,6 +52,10 @@ BillingConfig billing_config(const ConsumerSettings& settings, bool no_idempoten
   BillingConfig billing;
   billing.provider_url = settings.provider_url;
   billing.client.send_idempotency_key = !no_idempotency_key;
+  // One connection per charge in flight (HTTP/1.1 carries one request at a time): with
+  // fewer, charges past the limit queue inside libcurl and max_in_flight is not reached.
+  billing.client.max_host_connections =
+      std::max(billing.client.max_host_connections, settings.max_in_flight);
   return billing;
 }
 

@@ -29,7 +29,11 @@ inline constexpr std::string_view kBillingGroup = "billing-order-confirmed";
 struct BillingConfig {
   std::string provider_url;  ///< base URL, e.g. http://127.0.0.1:8080; required
   /// Timeouts, attempts, backoff; `client.send_idempotency_key = false` is the
-  /// test-only switch that shows the double charge a keyless client causes.
+  /// test-only switch that shows the double charge a keyless client causes. For
+  /// billing_effect, `client.max_host_connections` should be at least the consumer's
+  /// max_in_flight (`idem consume` sets it so): a connection carries one charge at a
+  /// time, and charges beyond the limit wait inside libcurl (at 100 ms per charge, the
+  /// default 64 connections cap billing at 640 orders/s whatever max_in_flight is).
   http::ClientConfig client;
 };
 
