@@ -60,7 +60,12 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
+#include "bench_support.hpp"
+
 namespace {
+
+using idem::bench::Memory;
+using idem::bench::read_memory;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -146,25 +151,6 @@ Options parse_options(int argc, char** argv) {
 }
 
 // ---- memory -------------------------------------------------------------------
-
-struct Memory {
-  double rss_mib = 0;
-  double hwm_mib = 0;
-};
-
-Memory read_memory() {
-  Memory m;
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto kib = [&] {
-      return std::strtod(line.c_str() + line.find(':') + 1, nullptr) / 1024.0;
-    };
-    if (line.rfind("VmRSS:", 0) == 0) m.rss_mib = kib();
-    if (line.rfind("VmHWM:", 0) == 0) m.hwm_mib = kib();
-  }
-  return m;
-}
 
 void reset_hwm() {
   // "5" resets the peak RSS (Linux >= 4.0); harmless if not permitted.

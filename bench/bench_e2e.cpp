@@ -48,27 +48,17 @@
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "bench_support.hpp"
 #include "support/postgres_test_db.hpp"
 
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
+using idem::bench::consumer_config;
+using idem::bench::percentile_ms;
+using idem::bench::seconds_between;
+using idem::bench::SteadyClock;
+using idem::bench::timed_pass;
 using namespace std::chrono_literals;
-
-double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-/// IDEM_BENCH_FETCH_WAIT_MS sets the consumers' fetch.wait.max.ms (librdkafka default
-/// 500): the mock cluster answers an empty fetch only after that wait, even when records
-/// arrive meanwhile, which puts up to that long into an idle pipeline's latency.
-std::vector<std::pair<std::string, std::string>> group_props() {
-  std::vector<std::pair<std::string, std::string>> props = {
-      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
-  if (const char* wait = std::getenv("IDEM_BENCH_FETCH_WAIT_MS"))
-    props.emplace_back("fetch.wait.max.ms", wait);
-  return props;
-}
 
 /// Idle relay poll. The production default is 500 ms (PostgreSQL's LISTEN wakes the relay
 /// earlier; SQLite has no wake-up), which would put up to 500 ms of sleep into the
@@ -128,13 +118,6 @@ std::int64_t scalar(idem::Store& store, std::string_view sql) {
   return rows.empty() || rows[0].is_null(0) ? 0 : rows[0].int64(0);
 }
 
-double percentile_ms(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
-  return v[i];
-}
-
 struct RunResult {
   std::size_t batch = 0;
   std::int64_t events = 0;
@@ -150,44 +133,6 @@ struct RunResult {
 
   [[nodiscard]] double e2e_per_s() const { return static_cast<double>(events) / e2e_s; }
 };
-
-idem::ConsumerConfig consumer_config(const std::string& bootstrap, const std::string& topic,
-                                     std::string group, std::size_t batch) {
-  idem::ConsumerConfig c;
-  c.bootstrap_servers = bootstrap;
-  c.group_id = std::move(group);
-  c.topics = {topic};
-  c.batch_size = batch;
-  c.kafka = group_props();
-  return c;
-}
-
-/// One consumer pass over the `expected` records already in the topic, with the handler
-/// `route` installs; events/s from the first polled batch to the offset commit after
-/// which `expected` events were processed (as bench_consumer times it).
-double timed_pass(const idem::ConsumerConfig& config, const std::string& url,
-                  std::uint64_t expected, const std::function<void(idem::Consumer&)>& route) {
-  idem::Consumer* self = nullptr;
-  SteadyClock::time_point t0;
-  SteadyClock::time_point t1;
-  bool started = false;
-  idem::ConsumerHooks hooks;
-  hooks.at = [&](idem::HookPoint p) {
-    if (p == idem::HookPoint::BatchPolled && !started) {
-      started = true;
-      t0 = SteadyClock::now();
-    }
-    if (p == idem::HookPoint::AfterOffsetCommit && self->stats().processed >= expected) {
-      t1 = SteadyClock::now();
-      self->stop();
-    }
-  };
-  idem::Consumer consumer(config, idem::open_store(url), hooks);
-  self = &consumer;
-  route(consumer);
-  consumer.run();
-  return static_cast<double>(consumer.stats().processed) / seconds_between(t0, t1);
-}
 
 /// The consumer with count_handler (dedup mark + one count row per event).
 double count_baseline(const std::string& bootstrap, const std::string& topic,

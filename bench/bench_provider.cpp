@@ -50,9 +50,14 @@
 #include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
 
+#include "postgres_durable.hpp"
+
 extern char** environ;
 
 namespace {
+
+using idem::bench::pg_show;
+using idem::bench::postgres_durable;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -211,35 +216,6 @@ class OldProvider {
   pid_t pid_ = 0;
   int port_ = 0;
 };
-
-void pg_exec(PGconn* conn, const std::string& sql) {
-  PGresult* r = PQexec(conn, sql.c_str());
-  const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-  const std::string error = ok ? "" : PQerrorMessage(conn);
-  PQclear(r);
-  if (!ok) throw std::runtime_error(fmt::format("{}: {}", sql, error));
-}
-
-std::string pg_show(const std::string& dsn, const char* setting) {
-  PGconn* conn = PQconnectdb(dsn.c_str());
-  PGresult* r = PQexec(conn, fmt::format("SHOW {}", setting).c_str());
-  std::string value = PQresultStatus(r) == PGRES_TUPLES_OK ? PQgetvalue(r, 0, 0) : "?";
-  PQclear(r);
-  PQfinish(conn);
-  return value;
-}
-
-// with-postgres.sh runs its throwaway cluster with fsync = off; a durability benchmark
-// needs the flushes. Both settings take effect on reload.
-void postgres_durable(const std::string& dsn) {
-  PGconn* conn = PQconnectdb(dsn.c_str());
-  if (PQstatus(conn) != CONNECTION_OK) throw std::runtime_error(PQerrorMessage(conn));
-  pg_exec(conn, "ALTER SYSTEM SET fsync = on");
-  pg_exec(conn, "ALTER SYSTEM SET full_page_writes = on");
-  pg_exec(conn, "SELECT pg_reload_conf()");
-  PQfinish(conn);
-  for (int i = 0; i < 100 && pg_show(dsn, "fsync") != "on"; ++i) std::this_thread::sleep_for(50ms);
-}
 
 void drop_provider_tables(const std::string& url) {
   auto store = idem::open_store(url);

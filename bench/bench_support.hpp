@@ -1,0 +1,103 @@
+#pragma once
+// What several benchmarks here share: timing, percentiles, the process's memory, and one
+// timed idem::Consumer pass over records already in a topic.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "idem/consumer.hpp"
+#include "idem/store.hpp"
+
+namespace idem::bench {
+
+using SteadyClock = std::chrono::steady_clock;
+
+inline double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// The `p` quantile (0..1) of `v` (nearest rank below), 0 for none.
+inline double percentile_ms(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+  return v[i];
+}
+
+struct Memory {
+  double rss_mib = 0;
+  double hwm_mib = 0;
+};
+
+/// VmRSS and VmHWM of this process (/proc/self/status).
+inline Memory read_memory() {
+  Memory m;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto kib = [&] {
+      return std::strtod(line.c_str() + line.find(':') + 1, nullptr) / 1024.0;
+    };
+    if (line.rfind("VmRSS:", 0) == 0) m.rss_mib = kib();
+    if (line.rfind("VmHWM:", 0) == 0) m.hwm_mib = kib();
+  }
+  return m;
+}
+
+/// Group settings for the mock cluster. IDEM_BENCH_FETCH_WAIT_MS sets the consumers'
+/// fetch.wait.max.ms (librdkafka default 500): the mock cluster answers an empty fetch
+/// only after that wait, even when records arrive meanwhile, which puts up to that long
+/// into an idle pipeline's latency.
+inline std::vector<std::pair<std::string, std::string>> group_props() {
+  std::vector<std::pair<std::string, std::string>> props = {
+      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  if (const char* wait = std::getenv("IDEM_BENCH_FETCH_WAIT_MS"))
+    props.emplace_back("fetch.wait.max.ms", wait);
+  return props;
+}
+
+inline ConsumerConfig consumer_config(const std::string& bootstrap, const std::string& topic,
+                                      std::string group, std::size_t batch) {
+  ConsumerConfig c;
+  c.bootstrap_servers = bootstrap;
+  c.group_id = std::move(group);
+  c.topics = {topic};
+  c.batch_size = batch;
+  c.kafka = group_props();
+  return c;
+}
+
+/// One consumer pass over the `expected` records already in the topic, with the handler
+/// `route` installs; events/s from the first polled batch to the offset commit after
+/// which `expected` events were processed (group join and produce are excluded).
+inline double timed_pass(const ConsumerConfig& config, const std::string& url,
+                         std::uint64_t expected, const std::function<void(Consumer&)>& route) {
+  Consumer* self = nullptr;
+  SteadyClock::time_point t0;
+  SteadyClock::time_point t1;
+  bool started = false;
+  ConsumerHooks hooks;
+  hooks.at = [&](HookPoint p) {
+    if (p == HookPoint::BatchPolled && !started) {
+      started = true;
+      t0 = SteadyClock::now();
+    }
+    if (p == HookPoint::AfterOffsetCommit && self->stats().processed >= expected) {
+      t1 = SteadyClock::now();
+      self->stop();
+    }
+  };
+  Consumer consumer(config, open_store(url), hooks);
+  self = &consumer;
+  route(consumer);
+  consumer.run();
+  return static_cast<double>(consumer.stats().processed) / seconds_between(t0, t1);
+}
+
+}  // namespace idem::bench
