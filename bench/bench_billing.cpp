@@ -1,0 +1,395 @@
+// Billing end to end through the concurrent path (issue 12; bench/BILLING-RESULTS.md):
+// orders already in an in-process DevBroker topic -> idem::Consumer with billing_effect
+// (the charge is the call phase, over loopback HTTP to the in-process PaymentProvider;
+// the ledger row and the order update are the apply phase) -> ledger rows committed.
+//
+// Per backend (SQLite synchronous=FULL, the store's default; PostgreSQL with the server's
+// fsync on) and per provider latency (ProviderFaults::latency: 0, 10, 100 ms), in one run:
+//   effect M     billing_effect with max_in_flight M = 1, 64, 256, 1024
+//   sequential   the old billing_handler (the charge inside the batch transaction, one
+//                order at a time), batch 100
+//   ideal        M / latency
+//   db limit     the effect handler whose call phase completes at once, M = 1024, on
+//                the same apply phase: the database's own limit (latency-independent)
+//   paced        1,000 orders/s sent while the consumer runs (latency 10 and 100 ms,
+//                M = 1024): p50/p99 from enqueue (the producer's send) to the commit of
+//                the transaction holding the order's ledger row
+// orders/s = processed / (first polled batch .. the offset commit covering the last);
+// every record key is its order id (the billing effect's ordering key), 16 partitions.
+// RSS (VmRSS) at the start and the end of the whole run.
+//
+//   idem_bench_billing [--quick] [--orders N] [--paced-s S] [--latencies 0,10,100]
+//                      [--in-flight 1,64,256,1024]
+//   IDEM_TEST_PG_DSN (scripts/with-postgres.sh) adds PostgreSQL, a fresh database per run.
+// --quick: 300 orders per run and 2 s paced (a smoke run); the default (full) is 20,000
+// orders per run and 10 s paced. Runs whose ideal rate would take longer than ~8 s
+// (M = 1 at 10/100 ms, the sequential handler at 10/100 ms) take fewer orders, at
+// least 30: the figure is a rate either way.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench_support.hpp"
+#include "idem/consumer.hpp"
+#include "idem/devtools/dev_broker.hpp"
+#include "idem/reference/billing.hpp"
+#include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/store.hpp"
+#include "postgres_durable.hpp"
+#include "support/kafka_test_producer.hpp"
+#include "support/postgres_test_db.hpp"
+#include "support/wait.hpp"
+
+namespace {
+
+using idem::bench::consumer_config;
+using idem::bench::percentile_ms;
+using idem::bench::seconds_between;
+using idem::bench::SteadyClock;
+using idem::bench::timed_pass;
+using namespace std::chrono_literals;
+
+constexpr int kPartitions = 16;
+constexpr std::size_t kBatch = 1000;
+constexpr double kSecondsPerCappedRun = 8.0;
+
+struct Options {
+  std::int64_t orders = 20'000;
+  double paced_s = 10;
+  std::vector<int> latencies{0, 10, 100};
+  std::vector<std::size_t> in_flight{1, 64, 256, 1024};
+};
+
+std::vector<std::int64_t> parse_list(const std::string& text) {
+  std::vector<std::int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", flag.c_str());
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (flag == "--quick") {
+      o.orders = 300;
+      o.paced_s = 2;
+    } else if (flag == "--orders") {
+      o.orders = std::stoll(value());
+    } else if (flag == "--paced-s") {
+      o.paced_s = std::stod(value());
+    } else if (flag == "--latencies") {
+      o.latencies.clear();
+      for (auto v : parse_list(value())) o.latencies.push_back(static_cast<int>(v));
+    } else if (flag == "--in-flight") {
+      o.in_flight.clear();
+      for (auto v : parse_list(value())) o.in_flight.push_back(static_cast<std::size_t>(v));
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+struct Backend {
+  std::string name;
+  std::string settings;
+  std::function<std::string()> fresh;
+};
+
+std::string fresh_sqlite() {
+  static int seq = 0;
+  return fmt::format("sqlite://{}/idem-bench-billing-{}-{}.db",
+                     std::filesystem::temp_directory_path().string(), ::getpid(), ++seq);
+}
+
+void remove_if_sqlite(const std::string& url) {
+  if (url.rfind("sqlite://", 0) != 0) return;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    std::filesystem::remove(url.substr(9) + suffix, ec);
+  }
+}
+
+/// The PostgreSQL settings of the run, after switching the flushes on.
+std::string postgres_settings(const std::string& dsn) {
+  idem::bench::postgres_durable(dsn);
+  std::string out;
+  for (const char* name : {"fsync", "full_page_writes", "synchronous_commit", "server_version"})
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", name, idem::bench::pg_show(dsn, name));
+  return out;
+}
+
+/// A fresh topic holding orders 1..n, each keyed by its order id.
+std::string topic_with_orders(idem::DevBroker& broker, std::int64_t n) {
+  const std::string topic = idem::test::unique_name("billing-bench");
+  broker.create_topic(topic, kPartitions);
+  (void)idem::test::produce_keyed_order_events(broker.bootstrap_servers(), topic,
+                                               static_cast<int>(n),
+                                               [](std::int64_t id) { return std::to_string(id); });
+  return topic;
+}
+
+std::int64_t ledger_rows(const std::string& url) {
+  auto store = idem::open_store(url);
+  auto tx = store->begin_read();
+  const idem::Rows rows = tx->execute("SELECT count(*) FROM billing_ledger");
+  tx->commit();
+  return rows[0].int64(0);
+}
+
+struct Pass {
+  std::int64_t orders = 0;
+  double per_s = 0;
+  std::string check = "ok";
+};
+
+/// One consumer pass with `route` over `n` fresh orders, on a fresh billing database.
+Pass pass(idem::DevBroker& broker, const Backend& backend, std::int64_t n, std::size_t batch,
+          std::size_t max_in_flight, const std::function<void(idem::Consumer&, const std::string&)>& route) {
+  const std::string topic = topic_with_orders(broker, n);
+  const std::string db = backend.fresh();
+  idem::migrate_reference_system(*idem::open_store(db));
+  idem::ConsumerConfig config =
+      consumer_config(broker.bootstrap_servers(), topic, idem::test::unique_name("billing"), batch);
+  config.max_in_flight = max_in_flight;
+  Pass p;
+  p.orders = n;
+  p.per_s = timed_pass(config, db, static_cast<std::uint64_t>(n),
+                       [&](idem::Consumer& c) { route(c, topic); });
+  const std::int64_t rows = ledger_rows(db);
+  if (rows != n) p.check = fmt::format("ledger {} of {}", rows, n);
+  remove_if_sqlite(db);
+  return p;
+}
+
+/// The effect handler whose call phase does nothing: the apply phase alone.
+idem::EffectHandler<idem::OrderConfirmed, idem::BillingCharge> no_call_effect() {
+  return {.call =
+              [](const idem::OrderConfirmed& e, const idem::RecordInfo&,
+                 idem::CallCompletion<idem::BillingCharge> done) {
+                done.done(idem::BillingCharge{"pay_" + e.event_id.to_string()});
+              },
+          .apply = [](const idem::OrderConfirmed& e, const idem::RecordInfo&,
+                      const idem::BillingCharge& c,
+                      idem::Transaction& tx) { return idem::apply_charge(e, c, tx); },
+          .ordering_key = {}};
+}
+
+struct Latency {
+  double p50_ms = 0;
+  double p99_ms = 0;
+  std::int64_t orders = 0;
+  std::string check = "ok";
+};
+
+/// 1,000 orders/s sent for `seconds` while a billing_effect consumer (M = 1024) runs;
+/// enqueue (send) to the commit of the order's ledger row.
+Latency paced(idem::DevBroker& broker, const Backend& backend, const std::string& provider_url,
+              double seconds) {
+  const auto n = static_cast<std::int64_t>(seconds * 1000);
+  const std::string topic = idem::test::unique_name("billing-paced");
+  broker.create_topic(topic, kPartitions);
+  const std::string db = backend.fresh();
+  idem::migrate_reference_system(*idem::open_store(db));
+  idem::ConsumerConfig config =
+      consumer_config(broker.bootstrap_servers(), topic, idem::test::unique_name("billing"), kBatch);
+  config.max_in_flight = 1024;
+
+  std::vector<SteadyClock::time_point> sent(static_cast<std::size_t>(n) + 2);
+  std::vector<SteadyClock::time_point> committed(static_cast<std::size_t>(n) + 2);
+  std::vector<std::int64_t> in_tx;  // consumer thread only
+  std::atomic<std::int64_t> done{0};
+  idem::ConsumerHooks hooks;
+  hooks.at = [&](idem::HookPoint p) {
+    if (p != idem::HookPoint::AfterDbCommit) return;
+    const auto now = SteadyClock::now();
+    for (const std::int64_t id : in_tx) {
+      auto& at = committed[static_cast<std::size_t>(id)];
+      if (at == SteadyClock::time_point{}) {
+        at = now;
+        ++done;
+      }
+    }
+    in_tx.clear();
+  };
+  idem::Consumer consumer(config, idem::open_store(db), hooks);
+  idem::BillingConfig bc;
+  bc.provider_url = provider_url;
+  bc.client.max_host_connections = config.max_in_flight;
+  auto billing = idem::billing_effect(bc);
+  auto apply = billing.apply;
+  billing.apply = [&in_tx, apply](const idem::OrderConfirmed& e, const idem::RecordInfo& r,
+                                  const idem::BillingCharge& c, idem::Transaction& tx) {
+    in_tx.push_back(e.order_id);
+    return apply(e, r, c, tx);
+  };
+  consumer.on_effect(topic, billing);
+  std::thread runner([&] { consumer.run(); });
+  // The group join takes seconds on the mock cluster: a warm-up order (id 1) first; the
+  // paced stream (ids 2..n+1, one every millisecond) starts once it is billed.
+  (void)idem::test::produce_keyed_order_events(broker.bootstrap_servers(), topic, 1,
+                                               [](std::int64_t) { return std::string("warm-up"); });
+  if (!idem::test::eventually([&] { return consumer.stats().processed >= 1; }, 60s, 5ms)) {
+    consumer.stop();
+    runner.join();
+    return {0, 0, 0, "the consumer never billed the warm-up order"};
+  }
+  {
+    idem::test::KafkaTestProducer producer(broker.bootstrap_servers());
+    const auto start = SteadyClock::now();
+    for (std::int64_t id = 2; id <= n + 1; ++id) {
+      std::this_thread::sleep_until(start + std::chrono::microseconds(1000 * (id - 2)));
+      idem::OrderConfirmed e;
+      e.event_id = idem::new_uuid_v7();
+      e.occurred_at =
+          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
+      e.order_id = id;
+      e.customer_id = 42;
+      e.total_amount = idem::Amount::from_hundredths(1999);
+      sent[static_cast<std::size_t>(id)] = SteadyClock::now();
+      producer.send({topic, std::to_string(id), idem::to_json(e),
+                     {{"event_id", e.event_id.to_string()}}, -1});
+    }
+    producer.flush(60s);
+  }
+  const bool all = idem::test::eventually([&] { return done.load() >= n + 1; }, 120s, 5ms);
+  consumer.stop();
+  runner.join();
+  Latency l;
+  l.orders = n;
+  std::vector<double> ms;
+  for (std::int64_t id = 2; id <= n + 1; ++id) {
+    const auto& at = committed[static_cast<std::size_t>(id)];
+    if (at == SteadyClock::time_point{}) continue;
+    ms.push_back(seconds_between(sent[static_cast<std::size_t>(id)], at) * 1000.0);
+  }
+  l.p50_ms = percentile_ms(ms, 0.50);
+  l.p99_ms = percentile_ms(ms, 0.99);
+  if (!all) l.check = fmt::format("only {} of {} billed", ms.size(), n);
+  remove_if_sqlite(db);
+  return l;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opts = parse(argc, argv);
+  std::vector<Backend> backends = {
+      {"sqlite", "SQLite WAL, synchronous=FULL (both the consumer's and the provider's store)",
+       fresh_sqlite}};
+  if (const char* dsn = std::getenv("IDEM_TEST_PG_DSN")) {
+    backends.push_back({"postgres", "PostgreSQL " + postgres_settings(dsn),
+                        [] { return idem::test::fresh_postgres_url(); }});
+  } else {
+    std::printf("postgres: skipped (run under scripts/with-postgres.sh)\n");
+  }
+  // The mock cluster answers a fetch only after fetch.wait.max.ms even when records
+  // arrive meanwhile (bench/E2E-RESULTS.md); librdkafka's 500 ms default would be most of
+  // every latency here. IDEM_BENCH_FETCH_WAIT_MS overrides the 10 ms.
+  ::setenv("IDEM_BENCH_FETCH_WAIT_MS", "10", /*overwrite=*/0);
+  const double rss_start = idem::bench::read_memory().rss_mib;
+  std::printf("billing end to end: %lld orders per run (capped runs fewer), %d partitions, "
+              "consumer batch %zu, fetch.wait.max.ms %s, %u hardware threads\n",
+              static_cast<long long>(opts.orders), kPartitions, kBatch,
+              std::getenv("IDEM_BENCH_FETCH_WAIT_MS"), std::thread::hardware_concurrency());
+  idem::DevBroker broker;
+  for (const Backend& backend : backends) {
+    std::printf("\n== %s: %s\n", backend.name.c_str(), backend.settings.c_str());
+    const Pass limit =
+        pass(broker, backend, opts.orders, kBatch, 1024, [](idem::Consumer& c, const std::string& t) {
+          c.on_effect(t, no_call_effect());
+        });
+    std::printf("db limit (call phase does nothing, M 1024): %8.0f orders/s  (%lld orders) %s\n",
+                limit.per_s, static_cast<long long>(limit.orders), limit.check.c_str());
+    std::printf("%-9s %-12s %9s %10s %10s %9s %9s  %s\n", "latency", "handler", "orders",
+                "orders/s", "ideal/s", "/ideal", "/seq", "check");
+    for (const int latency_ms : opts.latencies) {
+      const std::string provider_db = backend.fresh();
+      idem::http::ProviderConfig pc;
+      pc.faults.latency = std::chrono::milliseconds(latency_ms);
+      idem::http::PaymentProvider provider(idem::open_store(provider_db), pc);
+      provider.start("127.0.0.1", 0);
+      idem::BillingConfig bc;
+      bc.provider_url = provider.base_url();
+      const auto capped = [&](double ideal_per_s) {
+        if (latency_ms == 0) return opts.orders;
+        return std::clamp(static_cast<std::int64_t>(ideal_per_s * kSecondsPerCappedRun),
+                          std::int64_t{30}, opts.orders);
+      };
+      const double ideal_seq = latency_ms == 0 ? 0 : 1000.0 / latency_ms;
+      const Pass seq = pass(broker, backend, capped(ideal_seq), 100, 1,
+                            [&](idem::Consumer& c, const std::string& t) {
+                              c.on<idem::OrderConfirmed>(t, idem::billing_handler(bc));
+                            });
+      std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9s  %s\n", latency_ms, "sequential",
+                  static_cast<long long>(seq.orders), seq.per_s,
+                  latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal_seq).c_str(),
+                  latency_ms == 0 ? "-" : fmt::format("{:.2f}", seq.per_s / ideal_seq).c_str(),
+                  "1.00", seq.check.c_str());
+      std::int64_t charged = seq.orders;
+      for (const std::size_t m : opts.in_flight) {
+        const double ideal = latency_ms == 0 ? 0 : static_cast<double>(m) * 1000.0 / latency_ms;
+        // As `idem consume` does: a connection per charge in flight (BillingConfig).
+        idem::BillingConfig per_m = bc;
+        per_m.client.max_host_connections = std::max(per_m.client.max_host_connections, m);
+        const Pass p = pass(broker, backend, capped(ideal), kBatch, m,
+                            [&](idem::Consumer& c, const std::string& t) {
+                              c.on_effect(t, idem::billing_effect(per_m));
+                            });
+        std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9.2f  %s\n", latency_ms,
+                    fmt::format("effect {}", m).c_str(), static_cast<long long>(p.orders), p.per_s,
+                    latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
+                    latency_ms == 0 ? "-" : fmt::format("{:.2f}", p.per_s / ideal).c_str(),
+                    p.per_s / seq.per_s, p.check.c_str());
+        charged += p.orders;
+        std::fflush(stdout);
+      }
+      if (latency_ms == 10 || latency_ms == 100) {
+        const Latency l = paced(broker, backend, provider.base_url(), opts.paced_s);
+        std::printf("%6d ms paced 1,000/s, effect 1024: %lld orders, enqueue->ledger p50 %.1f ms "
+                    "p99 %.1f ms  %s\n",
+                    latency_ms, static_cast<long long>(l.orders), l.p50_ms, l.p99_ms,
+                    l.check.c_str());
+        charged += l.orders + 1;  // and the warm-up order
+      }
+      // Order ids repeat across runs (each run's topic holds orders 1..n), so the check
+      // is on charges: one per order billed, none more.
+      const auto summary = provider.summary();
+      if (summary.charges != charged)
+        std::printf("!! the provider made %lld charges for %lld orders billed at %d ms\n",
+                    static_cast<long long>(summary.charges), static_cast<long long>(charged),
+                    latency_ms);
+      provider.stop();
+      remove_if_sqlite(provider_db);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\nRSS at start %.0f MiB, at end %.0f MiB\n", rss_start,
+              idem::bench::read_memory().rss_mib);
+  return 0;
+}
