@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "bench_support.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/http/idempotent_client.hpp"
@@ -48,7 +49,6 @@
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "bench_support.hpp"
 #include "support/postgres_test_db.hpp"
 
 namespace {

@@ -75,12 +75,29 @@ class BillingKillFault : public ::testing::Test {
   }
 
   ChildProcess start_consumer(const std::string& provider_url) {
-    ChildProcess child = ChildProcess::spawn(
-        IDEM_CLI_PATH,
-        {"consume", "--brokers", broker_->bootstrap(), "--topic", topic_, "--group", group_,
-         "--db", billing_db_, "--handler", "billing", "--provider-url", provider_url,
-         "--max-in-flight", "512", "--batch", "500", "--kafka", "session.timeout.ms=6000",
-         "--kafka", "heartbeat.interval.ms=1000", "--kafka", "log_level=3"});
+    ChildProcess child = ChildProcess::spawn(IDEM_CLI_PATH, {"consume",
+                                                             "--brokers",
+                                                             broker_->bootstrap(),
+                                                             "--topic",
+                                                             topic_,
+                                                             "--group",
+                                                             group_,
+                                                             "--db",
+                                                             billing_db_,
+                                                             "--handler",
+                                                             "billing",
+                                                             "--provider-url",
+                                                             provider_url,
+                                                             "--max-in-flight",
+                                                             "512",
+                                                             "--batch",
+                                                             "500",
+                                                             "--kafka",
+                                                             "session.timeout.ms=6000",
+                                                             "--kafka",
+                                                             "heartbeat.interval.ms=1000",
+                                                             "--kafka",
+                                                             "log_level=3"});
     if (!read_line_starting_with(child, "consuming ", 30s))
       ADD_FAILURE() << "idem consume did not say it is consuming";
     return child;
@@ -108,9 +125,9 @@ TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOr
   this->RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
 
-  const KeyedOrderEvents orders =
-      produce_keyed_order_events(this->broker_->bootstrap(), this->topic_, kOrders,
-                                 [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
+  const KeyedOrderEvents orders = produce_keyed_order_events(
+      this->broker_->bootstrap(), this->topic_, kOrders,
+      [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
   ProviderProcess provider(IDEM_CLI_PATH, this->provider_db_,
                            {"--latency-ms", "20", "--reset-after-commit", "0.05", "--unavailable",
                             "0.05", "--seed", std::to_string(seed % 1000)});
@@ -138,9 +155,7 @@ TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOr
   ChildProcess last = this->start_consumer(provider.url());
   const auto end = end_offsets(this->broker_->bootstrap(), this->topic_, kPartitions);
   ASSERT_TRUE(eventually(
-      [&] {
-        return group_caught_up(this->broker_->bootstrap(), this->group_, this->topic_, end);
-      },
+      [&] { return group_caught_up(this->broker_->bootstrap(), this->group_, this->topic_, end); },
       120s, 200ms))
       << "the last consumer did not commit every partition; ledger rows " << this->ledger_rows();
   last.kill(SIGTERM);
@@ -215,9 +230,9 @@ TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOr
   }
   EXPECT_EQ(ledger.size(), static_cast<std::size_t>(kOrders));
   EXPECT_EQ(rows_per_order.size(), static_cast<std::size_t>(kOrders));
-  EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(),
-                          [](const auto& entry) { return entry.second == 1; }))
-      << "an order has more than one ledger row";
+  EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(), [](const auto& entry) {
+    return entry.second == 1;
+  })) << "an order has more than one ledger row";
   EXPECT_EQ(mismatched, 0) << "ledger rows that do not name the provider's charge of their order";
   EXPECT_EQ(provider.stop(), 0);
 }

@@ -89,9 +89,8 @@ class ConcurrentEffectsTest : public DevBrokerSuite {
   /// Produces `orders` events, order i keyed `key_of(i)`; remembers each key's order ids
   /// in offset order.
   void produce(int orders, const std::function<std::string(std::int64_t)>& key_of) {
-    expected_ =
-        produce_keyed_order_events(broker_->bootstrap_servers(), topic_, orders, key_of)
-            .order_ids_by_key;
+    expected_ = produce_keyed_order_events(broker_->bootstrap_servers(), topic_, orders, key_of)
+                    .order_ids_by_key;
     total_ = orders;
   }
 
