@@ -58,7 +58,8 @@ void register_retention(CLI::App& app, ExitCode& exit_code) {
   auto list_cfg = add_db(list);
   list->callback([opts, list_cfg, &exit_code] {
     const auto store = open_configured_store(*list_cfg);
-    const auto now = std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
+    const auto now =
+        std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
     std::cout << "consumer_group\tretention\trenewed_at\texpires_at\tstate\tdeclared_by\n";
     for (const auto& d : dedup_retention_declarations(*store)) {
       std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", d.consumer_group, hours(d.retention),
@@ -85,7 +86,8 @@ void register_retention(CLI::App& app, ExitCode& exit_code) {
                    "Also when the group renewed its declaration recently (it still runs)");
   forget->callback([opts, forget_cfg, &exit_code] {
     const auto store = open_configured_store(*forget_cfg);
-    const auto now = std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
+    const auto now =
+        std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
     for (const auto& d : dedup_retention_declarations(*store)) {
       if (d.consumer_group != opts->group || opts->force) continue;
       if (d.renewed_at > now - 2 * kDedupRetentionRenewal) {

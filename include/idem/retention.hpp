@@ -111,7 +111,7 @@ struct MaintenanceReport {
   std::chrono::milliseconds configured_dedup_retention{0};  ///< RetentionPolicy::dedup
   std::vector<DedupRetentionDeclaration> retention_held_by;
   std::vector<DedupRetentionDeclaration> expired_declarations;  ///< ignored by this pass
-  std::size_t batches = 0;  ///< DELETE statements issued
+  std::size_t batches = 0;                                      ///< DELETE statements issued
   std::chrono::milliseconds elapsed{0};
 
   /// One line, `key=value ...`, for logs and `idem maintain`.

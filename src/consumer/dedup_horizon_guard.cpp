@@ -39,8 +39,7 @@ HorizonVerdict DedupHorizonGuard::check(const Uuid& event_id, std::string& why) 
     why = fmt::format(
         "event {} was born {} h ago, before {}: maintenance at {} kept dedup marks for {} h "
         "only and may have dropped its dedup row, so it is not executed again",
-        event_id.to_string(), age / 3'600'000,
-        format_rfc3339(Millis(milliseconds(dropped_before))),
+        event_id.to_string(), age / 3'600'000, format_rfc3339(Millis(milliseconds(dropped_before))),
         format_rfc3339(Millis(milliseconds(marks_dropped_at_ms_.load(std::memory_order_relaxed)))),
         marks_dropped_retention_ms_.load(std::memory_order_relaxed) / 3'600'000);
   }

@@ -42,8 +42,9 @@ void DedupRetentionDeclarer::declare() {
   next_renewal_ =
       std::chrono::steady_clock::now() + renew_interval(config_.dedup_horizon.retention);
   guard_.marks_dropped(dropped);
-  const bool horizon_covers_it = dropped.born_before <= std::chrono::floor<milliseconds>(
-                                                            config_.dedup_horizon.stale_before(now));
+  const bool horizon_covers_it =
+      dropped.born_before <=
+      std::chrono::floor<milliseconds>(config_.dedup_horizon.stale_before(now));
   if (horizon_covers_it || dropped.born_before <= reported_born_before_) return;
   reported_born_before_ = dropped.born_before;
   if (log_) {
@@ -77,8 +78,8 @@ void DedupRetentionDeclarer::declare_at_start(const std::atomic<bool>& stop) {
     while (std::chrono::steady_clock::now() < until) {
       if (stop.load()) return;
       std::this_thread::sleep_for(std::min<milliseconds>(
-          milliseconds(50), std::chrono::duration_cast<milliseconds>(
-                                until - std::chrono::steady_clock::now())));
+          milliseconds(50),
+          std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now())));
     }
   }
 }

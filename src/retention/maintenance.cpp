@@ -185,8 +185,9 @@ class Maintenance {
 /// Hours with up to one decimal: retentions are set in hours but stored in ms.
 std::string hours_text(milliseconds d) {
   const double h = static_cast<double>(d.count()) / 3'600'000.0;
-  return h == static_cast<double>(static_cast<std::int64_t>(h)) ? fmt::format("{}", static_cast<std::int64_t>(h))
-                                                               : fmt::format("{:.1f}", h);
+  return h == static_cast<double>(static_cast<std::int64_t>(h))
+             ? fmt::format("{}", static_cast<std::int64_t>(h))
+             : fmt::format("{:.1f}", h);
 }
 
 }  // namespace

@@ -61,9 +61,9 @@ DroppedDedupMarks lock_dropped_marks(Store& store, Transaction& tx) {
 
 std::vector<DedupRetentionDeclaration> read_declarations(Transaction& tx) {
   std::vector<DedupRetentionDeclaration> out;
-  for (const RowView row : tx.execute(
-           "SELECT consumer_group, retention_ms, declared_by, renewed_at_ms FROM "
-           "idem_dedup_retention ORDER BY consumer_group, retention_ms")) {
+  for (const RowView row :
+       tx.execute("SELECT consumer_group, retention_ms, declared_by, renewed_at_ms FROM "
+                  "idem_dedup_retention ORDER BY consumer_group, retention_ms")) {
     out.push_back({std::string(row.text(0)), milliseconds(row.int64(1)), std::string(row.text(2)),
                    from_unix_ms(row.int64(3))});
   }

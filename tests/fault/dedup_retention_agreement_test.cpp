@@ -77,21 +77,22 @@ class DedupRetentionAgreementTest : public ::testing::Test {
     return Backend::read_scalar(*store, sql);
   }
   std::int64_t committed_total() {
-    const auto offsets =
-        test::committed_offsets(broker_->bootstrap(), group_, topic_, kPartitions);
-    return std::accumulate(offsets.begin(), offsets.end(), std::int64_t{0},
-                           [](std::int64_t sum, std::int64_t o) { return sum + std::max<std::int64_t>(o, 0); });
+    const auto offsets = test::committed_offsets(broker_->bootstrap(), group_, topic_, kPartitions);
+    return std::accumulate(
+        offsets.begin(), offsets.end(), std::int64_t{0},
+        [](std::int64_t sum, std::int64_t o) { return sum + std::max<std::int64_t>(o, 0); });
   }
 
   /// Runs `idem consume` (count handler, 168 h dedup retention by default) until the
   /// group has committed `offsets` records, then stops it with SIGTERM. Returns its stderr.
   std::string consume_until_committed(std::int64_t offsets) {
-    const std::string log = (test::scratch_dir() / (test::unique_name("consume") + ".log")).string();
-    auto consumer = test::ChildProcess::spawn(
-        IDEM_CLI_PATH,
-        {"consume", "--brokers", broker_->bootstrap(), "--topic", topic_, "--group", group_,
-         "--db", db_, "--batch", "10"},
-        {}, log);
+    const std::string log =
+        (test::scratch_dir() / (test::unique_name("consume") + ".log")).string();
+    auto consumer =
+        test::ChildProcess::spawn(IDEM_CLI_PATH,
+                                  {"consume", "--brokers", broker_->bootstrap(), "--topic", topic_,
+                                   "--group", group_, "--db", db_, "--batch", "10"},
+                                  {}, log);
     const bool done = test::eventually(
         [&] {
           try {

@@ -15,11 +15,11 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
+#include "stores/dedup_retention.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
-#include "stores/dedup_retention.hpp"
 
 namespace idem {
 namespace {
