@@ -106,6 +106,7 @@ Config ConfigOptions::load() const {
 
 void print_config(const Config& config) {
   std::cout << config.describe();
+  for (const std::string& warning : config.warnings) std::cout << "# warning: " << warning << "\n";
   if (!config.store_url.empty()) {
     // store.url with postgres.* (PG*) applied: what the store will actually open.
     std::cout << "# effective store: " << redact_store_url(config.store_url) << "\n";

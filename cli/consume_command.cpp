@@ -169,6 +169,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
 
   cmd->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();
+    for (const std::string& warning : settings.warnings)
+      std::cerr << "idem consume: warning: " << warning << '\n';
     settings.require({"store.url", "kafka.bootstrap.servers"});
     // Before any thread starts (the maintenance task's, the HTTP client's, librdkafka's).
     StopSignals signals;

@@ -72,6 +72,8 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
     const auto store = open_store(config.store_url, store_options);
     const MaintenanceReport report = run_maintenance(*store, config.retention_policy());
     std::cout << (report.ran ? "maintained " : "") << report.summary() << '\n' << std::flush;
+    for (const std::string& note : report.retention_notes())
+      std::cerr << "idem maintain: " << note << '\n';
     exit_code.value = 0;
   });
 }

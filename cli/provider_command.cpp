@@ -80,6 +80,8 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
   // `opts` is captured so the strings the bound flags write into outlive this function.
   cmd->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();
+    for (const std::string& warning : settings.warnings)
+      std::cerr << "idem provider: warning: " << warning << '\n';
     settings.require({"store.url"});
     const ProviderSettings& p = settings.provider;
     const auto [host, port] = split_listen(p.listen);

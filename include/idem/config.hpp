@@ -179,12 +179,21 @@ struct DlqSettings {
 /// `provider.*`: the reference payment provider (`idem provider`).
 struct ProviderSettings {
   std::string listen = "127.0.0.1:0";  ///< host:port; port 0 picks a free port
-  std::chrono::milliseconds key_retention{std::chrono::hours(24)};
+  /// Longer than the default dedup retention (7 d), so a redelivery the consumer still
+  /// executes always finds its key (IDEM-4).
+  std::chrono::milliseconds key_retention{std::chrono::hours(24 * 8)};
   double reset_after_commit = 0;
   double unavailable = 0;
   std::chrono::milliseconds latency{0};
   double decline = 0;
   std::uint64_t seed = 42;
+};
+
+/// `billing.*`: what the billing consumer knows about the provider it calls.
+struct BillingSettings {
+  /// The provider's Idempotency-Key retention as its operator states it; nullopt:
+  /// unknown (an outside provider's retention is known only when someone states it).
+  std::optional<std::chrono::milliseconds> provider_key_retention;
 };
 
 /// One topic of `dev_broker.topics`: `NAME` or `NAME:PARTITIONS`.
@@ -262,11 +271,15 @@ struct Config {
   MaintenanceSettings maintenance;
   DlqSettings dlq;
   ProviderSettings provider;
+  BillingSettings billing;
   DevBrokerSettings dev_broker;
   DemoSettings demo;
   /// Every key (unset ones with an empty value; pass-through `kafka.*` ones when set),
   /// sorted by key.
   std::vector<ConfigEntry> entries;
+  /// Settings that are valid one by one but together can cost an effect (a provider
+  /// keeping keys shorter than the dedup retention); `idem config check` prints them.
+  std::vector<std::string> warnings;
 
   /// A ConsumerConfig from these settings. Does not check `consumer.group`/`topics`
   /// (commands that need them use require()).

@@ -18,6 +18,12 @@
 /// One maintenance run at a time per database across processes: a session advisory
 /// lock on PostgreSQL, a lease row (`idem_lease`) on SQLite. A run that finds the lock
 /// held does nothing and says so.
+///
+/// One dedup retention per store (docs/retention.md): every consumer declares in the
+/// store the retention its dedup horizon relies on (DedupRetentionDeclaration) and
+/// renews it while it runs; a pass keeps marks for the longest live declaration when
+/// that is longer than its own policy, and records what it dropped (DroppedDedupMarks),
+/// which consumers read so an event whose mark may be gone is never executed again.
 
 #include <chrono>
 #include <cstddef>
@@ -54,6 +60,42 @@ struct RetentionPolicy {
   const Clock* clock = &SystemClock::instance();
 };
 
+/// A consumer group's statement that it relies on dedup marks of events born within
+/// `retention` (event time); maintenance keeps them until the declaration expires,
+/// `retention` after its last renewal: by then every event the group marked before it
+/// stopped is past the group's own horizon, so nothing it could still rely on goes.
+struct DedupRetentionDeclaration {
+  std::string consumer_group;
+  std::chrono::milliseconds retention{0};
+  std::string declared_by;  ///< host and pid of the process that renewed it last
+  std::chrono::sys_time<std::chrono::milliseconds> renewed_at{};
+
+  [[nodiscard]] std::chrono::sys_time<std::chrono::milliseconds> expires_at() const noexcept {
+    return renewed_at + retention;
+  }
+};
+
+/// A running consumer renews its declaration at least this often (more often for a
+/// retention under an hour), so one renewed less than two of these ago is still in use.
+inline constexpr std::chrono::minutes kDedupRetentionRenewal{10};
+
+/// What maintenance has dropped so far: marks of events born before `born_before` may be
+/// gone (for every group). Default (epoch): nothing recorded as dropped.
+struct DroppedDedupMarks {
+  std::chrono::sys_time<std::chrono::milliseconds> born_before{};
+  std::chrono::sys_time<std::chrono::milliseconds> dropped_at{};  ///< the pass that set it
+  std::chrono::milliseconds retention{0};                         ///< what that pass kept
+};
+
+/// The store's declarations, live and expired, by group. \throws Error from the store.
+[[nodiscard]] std::vector<DedupRetentionDeclaration> dedup_retention_declarations(Store& store);
+/// What maintenance has recorded as dropped. \throws Error from the store.
+[[nodiscard]] DroppedDedupMarks dropped_dedup_marks(Store& store);
+/// Removes every declaration of `consumer_group` (a group that no longer runs), so the
+/// next pass no longer keeps marks for it. Returns the rows removed. A group still
+/// running declares itself again at its next renewal.
+std::int64_t forget_dedup_retention(Store& store, std::string_view consumer_group);
+
 /// What one maintenance run did.
 struct MaintenanceReport {
   bool ran = false;          ///< false when another instance held the lock
@@ -63,11 +105,20 @@ struct MaintenanceReport {
   std::int64_t rows_moved_from_default = 0;  ///< rows moved into a newly created partition
   std::int64_t dedup_rows_deleted = 0;       ///< batched DELETE (table or default partition)
   std::int64_t outbox_rows_deleted = 0;
-  std::size_t batches = 0;  ///< DELETE statements issued
+  /// The dedup retention this pass kept: the policy's, or longer when a live declaration
+  /// asked for more (then `retention_held_by` names those declarations).
+  std::chrono::milliseconds dedup_retention{0};
+  std::chrono::milliseconds configured_dedup_retention{0};  ///< RetentionPolicy::dedup
+  std::vector<DedupRetentionDeclaration> retention_held_by;
+  std::vector<DedupRetentionDeclaration> expired_declarations;  ///< ignored by this pass
+  std::size_t batches = 0;                                      ///< DELETE statements issued
   std::chrono::milliseconds elapsed{0};
 
   /// One line, `key=value ...`, for logs and `idem maintain`.
   [[nodiscard]] std::string summary() const;
+  /// Sentences for an operator about the retention: why it kept more than configured,
+  /// which declarations expired. Empty when the policy's retention held on its own.
+  [[nodiscard]] std::vector<std::string> retention_notes() const;
 };
 
 /// Runs one maintenance pass on `store` (which must be migrated and have no open

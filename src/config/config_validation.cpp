@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "config/config_warnings.hpp"
 #include "config/keys.hpp"
 #include "config/settings.hpp"
 #include "stores/postgres/pg_conninfo.hpp"
@@ -365,6 +366,9 @@ void validate_tools(const Validator& v, Config& c) {
   p.listen = v.text("provider.listen");
   validate_listen(v, "provider.listen", p.listen);
   v.duration("provider.key_retention", p.key_retention);
+  std::chrono::milliseconds stated_key_retention{0};
+  v.duration("billing.provider_key_retention", stated_key_retention);
+  if (stated_key_retention.count() > 0) c.billing.provider_key_retention = stated_key_retention;
   v.number("provider.reset_after_commit", p.reset_after_commit);
   v.number("provider.unavailable", p.unavailable);
   v.duration("provider.latency", p.latency);
@@ -487,6 +491,7 @@ Config validate(const Settings& settings, Problems& problems) {
     const bool secret = is_secret_key(key);
     c.entries.push_back({key, setting.value, secret, setting.origin});
   }
+  c.warnings = detail::config_warnings(c);
   return c;
 }
 

@@ -37,6 +37,11 @@ const std::vector<KeySpec>& table() {
         duration_ms("admin.stuck_after_ms", "60000",
                     "/readyz fails when the consumer loop has not turned for this long", kSecond,
                     kMaxMs),
+        duration("billing.provider_key_retention", "",
+                 "how long the payment provider billing calls remembers an Idempotency-Key, "
+                 "as its operator states it (empty: unknown); config check warns when it is "
+                 "shorter than dedup.retention",
+                 kHour, 3650 * kDay),
         {"consumer.batch_size", KeyType::Integer, "500", "records per transaction", 1, 100000},
         duration_ms("consumer.batch_window_ms", "50", "wait for more records after a batch's first",
                     0, 60 * kSecond),
@@ -173,8 +178,10 @@ const std::vector<KeySpec>& table() {
         {"postgres.user", KeyType::String, "", "libpq user", 0, 0, {}, {"PGUSER"}},
         {"provider.decline", KeyType::Number, "0",
          "share of orders declined with 402 card_declined (by hash of order_id and seed)", 0, 1},
-        duration("provider.key_retention", "24h", "how long an Idempotency-Key is remembered", 0,
-                 3650 * kDay),
+        duration("provider.key_retention", "8d",
+                 "how long an Idempotency-Key is remembered; covers the 7 d dedup retention "
+                 "plus a day",
+                 0, 3650 * kDay),
         duration("provider.latency", "0ms", "added to every new charge", 0, 600 * kSecond),
         {"provider.listen", KeyType::String, "127.0.0.1:0",
          "host:port to listen on (port 0: any free port)"},

@@ -81,6 +81,7 @@ class BatchProcessor {
                                     const RetrySchedule& schedule);
 
   [[nodiscard]] const DedupHorizonGuard& horizon_guard() const noexcept { return horizon_guard_; }
+  [[nodiscard]] DedupHorizonGuard& horizon_guard() noexcept { return horizon_guard_; }
 
  private:
   struct Item {

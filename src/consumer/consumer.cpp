@@ -16,6 +16,7 @@
 
 #include "consumer/batch_processor.hpp"
 #include "consumer/dead_letter_producer.hpp"
+#include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
 #include "consumer/offset_tracker.hpp"
 #include "consumer/poll_loop.hpp"
@@ -136,7 +137,8 @@ struct Consumer::Impl {
         log(make_log(hooks)),
         backoff(config.retry),
         retry_topics(config),
-        processor(config, *store, routes, hooks, retry_topics) {
+        processor(config, *store, routes, hooks, retry_topics),
+        declarer(config, *store, processor.horizon_guard(), log) {
     const bool forward = static_cast<bool>(hooks.log);
     poll = std::make_unique<detail::PollLoop>(
         config, &log, forward,
@@ -169,6 +171,7 @@ struct Consumer::Impl {
   detail::Backoff backoff;
   detail::RetryTopicMap retry_topics;
   detail::BatchProcessor processor;
+  detail::DedupRetentionDeclarer declarer;
   std::unique_ptr<detail::DeadLetterProducer> dlq;
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
@@ -301,6 +304,7 @@ void Consumer::Impl::run() {
                                      }},
         routes);
   }
+  declarer.declare_at_start(stop_requested);
   poll->subscribe(subscription);
   try {
     loop();
@@ -336,6 +340,7 @@ void Consumer::Impl::loop() {
       }
     }
     last_loop.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    declarer.renew_if_due();
     resume_due();
     auto wait = kIdleWait;
     std::optional<SteadyClock::time_point> due = schedule.next_due();

@@ -12,6 +12,7 @@
 #include "idem/error.hpp"
 #include "idem/timestamp.hpp"
 #include "idem/uuid.hpp"
+#include "stores/dedup_retention.hpp"
 #include "stores/maintenance_operations.hpp"
 
 namespace idem {
@@ -46,8 +47,16 @@ class Maintenance {
     report_.ran = true;
     try {
       const auto now = clock_.now();
+      // One dedup retention per store: never drop a mark a live consumer declaration
+      // still relies on, whatever this pass was configured with.
+      detail::SettledDedupRetention settled =
+          detail::settle_dedup_retention(store_, policy_.dedup.retention, now);
+      report_.configured_dedup_retention = policy_.dedup.retention;
+      report_.dedup_retention = settled.kept;
+      report_.retention_held_by = std::move(settled.held_by);
+      report_.expired_declarations = std::move(settled.expired);
       const Uuid dedup_cutoff =
-          Uuid::lower_bound_for(std::chrono::floor<milliseconds>(now - policy_.dedup.retention));
+          Uuid::lower_bound_for(std::chrono::floor<milliseconds>(now - report_.dedup_retention));
       if (auto partitions = ops_->partitions()) {
         report_.partitioned = true;
         maintain_partitions(std::move(*partitions), now);
@@ -132,7 +141,7 @@ class Maintenance {
     for (const auto& p : existing) {
       if (!p.is_default && (!newest_end || p.to > *newest_end)) newest_end = p.to;
     }
-    const auto max_behind = policy_.dedup.retention / period + 1;
+    const auto max_behind = report_.dedup_retention / period + 1;
     std::int64_t behind = 0;
     if (newest_end && *newest_end < current) {
       behind = std::min<std::int64_t>((current - *newest_end + period - milliseconds(1)) / period,
@@ -156,7 +165,7 @@ class Maintenance {
 
     // Behind: a partition goes only when its upper bound is at or below the retention
     // horizon, so every event it can hold was born before now - retention.
-    const Millis horizon = std::chrono::floor<milliseconds>(now - policy_.dedup.retention);
+    const Millis horizon = std::chrono::floor<milliseconds>(now - report_.dedup_retention);
     for (const auto& p : existing) {
       if (p.is_default || p.to > horizon || stop_.load(std::memory_order_relaxed)) continue;
       ops_->drop_partition(p.name);
@@ -173,6 +182,14 @@ class Maintenance {
   MaintenanceReport report_;
 };
 
+/// Hours with up to one decimal: retentions are set in hours but stored in ms.
+std::string hours_text(milliseconds d) {
+  const double h = static_cast<double>(d.count()) / 3'600'000.0;
+  return h == static_cast<double>(static_cast<std::int64_t>(h))
+             ? fmt::format("{}", static_cast<std::int64_t>(h))
+             : fmt::format("{:.1f}", h);
+}
+
 }  // namespace
 
 std::string MaintenanceReport::summary() const {
@@ -181,11 +198,38 @@ std::string MaintenanceReport::summary() const {
                        elapsed.count());
   return fmt::format(
       "partitioned={} partitions_created={} partitions_dropped={} moved_from_default={} "
-      "dedup_rows_deleted={} outbox_rows_deleted={} batches={} elapsed_ms={}",
+      "dedup_rows_deleted={} outbox_rows_deleted={} dedup_retention_h={} "
+      "configured_dedup_retention_h={} batches={} elapsed_ms={}",
       partitioned,
       partitions_created.empty() ? "-" : fmt::format("{}", fmt::join(partitions_created, ",")),
       partitions_dropped.empty() ? "-" : fmt::format("{}", fmt::join(partitions_dropped, ",")),
-      rows_moved_from_default, dedup_rows_deleted, outbox_rows_deleted, batches, elapsed.count());
+      rows_moved_from_default, dedup_rows_deleted, outbox_rows_deleted, hours_text(dedup_retention),
+      hours_text(configured_dedup_retention), batches, elapsed.count());
+}
+
+std::vector<std::string> MaintenanceReport::retention_notes() const {
+  std::vector<std::string> notes;
+  if (!retention_held_by.empty()) {
+    std::vector<std::string> holders;
+    for (const auto& d : retention_held_by) {
+      holders.push_back(fmt::format("consumer group '{}' declared {} h (by {}, expires {})",
+                                    d.consumer_group, hours_text(d.retention), d.declared_by,
+                                    format_rfc3339(d.expires_at())));
+    }
+    notes.push_back(fmt::format(
+        "kept dedup marks for {} h instead of the configured {} h: {}; marks younger than "
+        "that are still relied on (remove a group that no longer runs with `idem retention "
+        "forget --group NAME`)",
+        hours_text(dedup_retention), hours_text(configured_dedup_retention),
+        fmt::join(holders, "; ")));
+  }
+  for (const auto& d : expired_declarations) {
+    notes.push_back(fmt::format(
+        "ignored the expired declaration of consumer group '{}' ({} h, last renewed {} by {}): "
+        "a consumer of it starting again treats events whose marks were dropped as stale",
+        d.consumer_group, hours_text(d.retention), format_rfc3339(d.renewed_at), d.declared_by));
+  }
+  return notes;
 }
 
 namespace detail {

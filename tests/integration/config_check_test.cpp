@@ -63,6 +63,66 @@ TEST(ConfigCheck, ListsAKeyOfEveryCommandWithItsOrigin) {
   expect_key(r.output, "dlq.topic", "", "default");
 }
 
+// Issue 13 item 9 (IDEM-4): the provider must remember a key for as long as the consumer
+// may still execute a redelivery of its event.
+TEST(ConfigCheck, TheReferenceProviderKeepsKeysLongerThanTheDedupRetentionByDefault) {
+  IDEM_REQUIRE_CLI();
+  const test::CliResult r = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "check", "--set", "consumer.handler=billing"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_key(r.output, "provider.key_retention", "8d", "default");
+  expect_key(r.output, "dedup.retention", "7d", "default");
+  EXPECT_EQ(r.output.find("# warning"), std::string::npos) << r.output;
+}
+
+TEST(ConfigCheck, WarnsWhenTheProviderOfTheSameConfigForgetsKeysBeforeTheDedupRetention) {
+  IDEM_REQUIRE_CLI();
+  // One file for `idem consume --handler billing` and `idem provider`, as a deployment
+  // of the reference system would have it.
+  const auto file = test::scratch_dir() / "billing-and-provider.toml";
+  std::ofstream(file) << "[consumer]\nhandler = \"billing\"\n"
+                         "[provider]\nkey_retention = \"24h\"\n";
+  const test::CliResult r =
+      test::run_to_completion(IDEM_CLI_PATH, {"config", "check", "--config", file.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("# warning: billing: provider.key_retention = 24h (file " +
+                          file.string() + ":4) is shorter than dedup.retention = 7d (default)"),
+            std::string::npos)
+      << r.output;
+  // The consumer says the same when it starts with that file.
+  const test::CliResult consume = test::run_to_completion(
+      IDEM_CLI_PATH, {"consume", "--config", file.string(), "--print-config"});
+  EXPECT_NE(consume.output.find("# warning: billing: provider.key_retention = 24h"),
+            std::string::npos)
+      << consume.output;
+}
+
+TEST(ConfigCheck, ChecksTheKeyRetentionStatedForAnOutsideProvider) {
+  IDEM_REQUIRE_CLI();
+  const test::CliResult short_one = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "check", "--set", "consumer.handler=billing", "--set",
+                      "billing.provider_key_retention=2d", "--set", "dedup.retention=72h"});
+  ASSERT_EQ(short_one.status, 0) << short_one.output;
+  EXPECT_NE(short_one.output.find("# warning: billing: billing.provider_key_retention = 2d (flag "
+                                  "--set) is shorter than dedup.retention = 72h (flag --set)"),
+            std::string::npos)
+      << short_one.output;
+
+  const test::CliResult covering = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "check", "--set", "consumer.handler=billing", "--set",
+                      "billing.provider_key_retention=30d", "--set", "dedup.retention=72h"});
+  ASSERT_EQ(covering.status, 0) << covering.output;
+  EXPECT_EQ(covering.output.find("# warning"), std::string::npos) << covering.output;
+
+  // Not stated, and the dedup retention changed: the check cannot tell and says so.
+  const test::CliResult unknown = test::run_to_completion(
+      IDEM_CLI_PATH,
+      {"config", "check", "--set", "consumer.handler=billing", "--set", "dedup.retention=10d"});
+  EXPECT_NE(unknown.output.find("the provider's Idempotency-Key retention is unknown"),
+            std::string::npos)
+      << unknown.output;
+}
+
 TEST(ConfigCheck, ReportsEveryProblemOfEveryCommandTogether) {
   IDEM_REQUIRE_CLI();
   const test::CliResult r = test::run_to_completion(

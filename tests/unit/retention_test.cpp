@@ -15,6 +15,7 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
 #include "idem/store.hpp"
+#include "stores/dedup_retention.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/manual_clock.hpp"
 #include "support/store_backends.hpp"
@@ -193,6 +194,89 @@ TEST_F(RetentionTest, BackgroundTaskRunsPassesUntilDestroyed) {
   }
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM processed_event"), 1);
+}
+
+// One dedup retention per store (docs/retention.md): a pass keeps marks for the longest
+// live declaration, ignores expired ones, records what it dropped; forget removes a group.
+TEST_F(RetentionTest, APassKeepsTheLongestLiveDeclarationAndRecordsWhatItDropped) {
+  const auto now = clock_.now();
+  policy_.dedup.retention = 48h;
+  const Uuid born_3d = uuid_v7_born_at(now - 72h);
+  const Uuid born_6d = uuid_v7_born_at(now - 6 * 24h);
+  const Uuid born_9d = uuid_v7_born_at(now - 9 * 24h);
+  mark_all(*store_, {born_3d, born_6d, born_9d});
+  // Two groups with different horizons, and a group last seen 9 days ago whose 8-day
+  // declaration expired yesterday.
+  static_cast<void>(detail::declare_dedup_retention(*store_, "billing", 7 * 24h, "a", now - 1h));
+  static_cast<void>(detail::declare_dedup_retention(*store_, "analytics", 96h, "b", now));
+  static_cast<void>(detail::declare_dedup_retention(*store_, "gone", 8 * 24h, "c", now - 9 * 24h));
+
+  const MaintenanceReport report = run_maintenance(*store_, policy_);
+  EXPECT_EQ(report.dedup_retention, 7 * 24h) << report.summary();
+  EXPECT_EQ(report.configured_dedup_retention, 48h);
+  ASSERT_EQ(report.retention_held_by.size(), 2u);  // analytics (96 h) and billing (168 h)
+  ASSERT_EQ(report.expired_declarations.size(), 1u);
+  EXPECT_EQ(report.expired_declarations[0].consumer_group, "gone");
+  EXPECT_EQ(report.dedup_rows_deleted, 1);  // only the 9-day-old mark
+  EXPECT_TRUE(is_marked(*store_, born_3d));
+  EXPECT_TRUE(is_marked(*store_, born_6d));
+  const auto notes = report.retention_notes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("kept dedup marks for 168 h instead of the configured 48 h"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[1].find("ignored the expired declaration of consumer group 'gone'"),
+            std::string::npos)
+      << notes[1];
+  EXPECT_EQ(dropped_dedup_marks(*store_).born_before,
+            std::chrono::floor<std::chrono::milliseconds>(now - 7 * 24h));
+
+  // Once billing is forgotten, analytics' 96 h holds; a consumer declaring now learns that
+  // marks of events born before now - 96 h may be gone.
+  EXPECT_EQ(forget_dedup_retention(*store_, "billing"), 1);
+  const MaintenanceReport second = run_maintenance(*store_, policy_);
+  EXPECT_EQ(second.dedup_retention, 96h);
+  EXPECT_EQ(second.dedup_rows_deleted, 1);  // the 6-day-old mark
+  EXPECT_TRUE(is_marked(*store_, born_3d));
+  const DroppedDedupMarks dropped =
+      detail::declare_dedup_retention(*store_, "billing", 7 * 24h, "a", now);
+  EXPECT_EQ(dropped.born_before, std::chrono::floor<std::chrono::milliseconds>(now - 96h));
+  EXPECT_EQ(dropped.retention, 96h);
+}
+
+TEST_F(RetentionTest, ADeclarationIsRenewedInPlaceAndListed) {
+  const auto now = clock_.now();
+  static_cast<void>(detail::declare_dedup_retention(*store_, "billing", 7 * 24h, "a", now - 2h));
+  static_cast<void>(detail::declare_dedup_retention(*store_, "billing", 7 * 24h, "b", now));
+  static_cast<void>(detail::declare_dedup_retention(*store_, "billing", 24h, "c", now));
+  const auto declarations = dedup_retention_declarations(*store_);
+  ASSERT_EQ(declarations.size(), 2u);  // one per retention: a rolling change keeps the longer
+  EXPECT_EQ(declarations[1].retention, 7 * 24h);
+  EXPECT_EQ(declarations[1].declared_by, "b");
+  EXPECT_EQ(declarations[1].expires_at(),
+            std::chrono::floor<std::chrono::milliseconds>(now) + 7 * 24h);
+  // A pass that finds no mark that old records nothing: a group starting later on this
+  // store processes its backlog as usual.
+  mark_all(*store_, {uuid_v7_born_at(now - 1h)});
+  policy_.dedup.retention = 48h;
+  static_cast<void>(forget_dedup_retention(*store_, "billing"));
+  static_cast<void>(run_maintenance(*store_, policy_));
+  EXPECT_EQ(dropped_dedup_marks(*store_).born_before.time_since_epoch().count(), 0);
+}
+
+TEST_F(RetentionTest, AStoreWithoutTheRetentionTablesIsRefused) {
+  {
+    auto tx = store_->begin();
+    tx->execute("DROP TABLE idem_dedup_marks_dropped");
+    tx->commit();
+  }
+  try {
+    static_cast<void>(run_maintenance(*store_, policy_));
+    FAIL() << "maintenance ran on a store that cannot record its retention";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Schema);
+    EXPECT_NE(std::string(e.what()).find("run `idem migrate`"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DedupHorizonTest, StaleMeansBornBeforeRetentionMinusMargin) {

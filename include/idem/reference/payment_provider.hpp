@@ -56,7 +56,9 @@ struct ProviderFaults {
 };
 
 struct ProviderConfig {
-  std::chrono::milliseconds key_retention = std::chrono::hours(24);
+  /// Covers the consumer's default dedup retention (7 d) plus a day: a redelivery the
+  /// consumer still executes must find its key, or it is charged twice (IDEM-4).
+  std::chrono::milliseconds key_retention = std::chrono::hours(24 * 8);
   ProviderFaults faults;
   std::uint64_t seed = 42;                        ///< fault draws and the decline hash
   const Clock* clock = &SystemClock::instance();  ///< key age and charge times
