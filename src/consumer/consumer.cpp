@@ -248,9 +248,9 @@ std::vector<PartitionLag> Consumer::Impl::lag() const {
 std::chrono::steady_clock::time_point Consumer::Impl::stop_deadline() const noexcept {
   using SteadyClock = std::chrono::steady_clock;
   const SteadyClock::rep requested = stop_requested_at.load();
-  const SteadyClock::time_point from = requested != 0
-                                           ? SteadyClock::time_point(SteadyClock::duration(requested))
-                                           : SteadyClock::now();
+  const SteadyClock::time_point from =
+      requested != 0 ? SteadyClock::time_point(SteadyClock::duration(requested))
+                     : SteadyClock::now();
   return from + config.stop_timeout;
 }
 
@@ -269,17 +269,17 @@ std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_
       const std::string why = err == RD_KAFKA_RESP_ERR__TIMED_OUT
                                   ? "no answer from the group coordinator (broker unreachable)"
                                   : std::string(rd_kafka_err2str(err));
-      undone.push_back(fmt::format(
-          "final offset commit not made within {}: {}; the uncommitted events will be "
-          "redelivered and deduplicated",
-          within, why));
+      undone.push_back(
+          fmt::format("final offset commit not made within {}: {}; the uncommitted events will be "
+                      "redelivered and deduplicated",
+                      within, why));
     }
   }
   if (!poll->close_before(deadline)) {
-    undone.push_back(fmt::format(
-        "consumer group not left within {}: the group reassigns its partitions after "
-        "session.timeout.ms",
-        within));
+    undone.push_back(
+        fmt::format("consumer group not left within {}: the group reassigns its partitions after "
+                    "session.timeout.ms",
+                    within));
   }
   return undone;
 }
@@ -373,7 +373,8 @@ void Consumer::Impl::loop() {
     if (stopping) {
       if (!effects || effects->settled()) break;
       // The drain gets its own timeout, but never past the stop deadline.
-      if (!drain_deadline) drain_deadline = std::min(now + config.call_drain_timeout, stop_deadline());
+      if (!drain_deadline)
+        drain_deadline = std::min(now + config.call_drain_timeout, stop_deadline());
       if (now >= *drain_deadline) {
         log("idem consumer: stopping with calls still in flight; their events are not "
             "committed and will be delivered again");

@@ -44,8 +44,8 @@ DevBroker start_dev_broker(const std::string& topic) {
 
 std::vector<std::string> consume_args(const std::string& db, const std::string& bootstrap,
                                       const std::string& topic, const std::string& group) {
-  return {"consume",  "--db",        db,         "--brokers", bootstrap, "--topic", topic,
-          "--group",  group,         "--handler", "count",    "--batch", "10"};
+  return {"consume", "--db", db,          "--brokers", bootstrap, "--topic", topic,
+          "--group", group,  "--handler", "count",     "--batch", "10"};
 }
 
 std::string read_file(const std::string& path) {
