@@ -94,6 +94,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::string stale;
     std::string maintain_every_s;
     std::string retry_delays;
+    std::string instance_id;
+    std::string stop_timeout;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -162,6 +164,16 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "(consumer.retry_topics.delays; off when empty, then retries block "
                             "the partition, which keeps per-key order)"),
             "consumer.retry_topics.delays");
+  cfg->bind(cmd->add_option("--instance-id", opts->instance_id,
+                            "Static group membership: a restarted process with the same id gets "
+                            "its partitions back at once; one id per process "
+                            "(consumer.instance_id, librdkafka group.instance.id)"),
+            "consumer.instance_id");
+  cfg->bind(cmd->add_option("--stop-timeout", opts->stop_timeout,
+                            "On SIGTERM, finish, commit and leave the group within this long, "
+                            "else exit 1 saying what was not done (consumer.stop_timeout, "
+                            "default 30s)"),
+            "consumer.stop_timeout");
   cfg->bind(cmd->add_option("--maintain-every-s", opts->maintain_every_s,
                             "Run retention maintenance (idem maintain) in the background this "
                             "often; 0: off (maintenance.interval; a bare number is seconds)"),

@@ -146,7 +146,9 @@ struct ConsumerSettings {
   RetryTopics retry_topics;  ///< `consumer.retry_topics.delays`; empty = retries block
   StaleEventPolicy stale_events = StaleEventPolicy::Quarantine;
   HandlerKind handler = HandlerKind::Count;
-  std::string provider_url;  ///< billing: the payment provider's base URL
+  std::string provider_url;                        ///< billing: the payment provider's base URL
+  std::chrono::milliseconds stop_timeout{30'000};  ///< ConsumerConfig::stop_timeout
+  std::string instance_id;  ///< ConsumerConfig::instance_id (librdkafka group.instance.id)
 };
 
 /// `dedup.*`: how long dedup rows are kept and how the table is partitioned. Shared by

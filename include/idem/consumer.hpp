@@ -148,6 +148,16 @@ struct ConsumerConfig {
   /// Effect handlers: on stop(), how long run() waits for calls in flight to complete
   /// (their results are applied and committed) before it leaves the group anyway.
   std::chrono::milliseconds call_drain_timeout{30000};
+  /// From stop() to run() returning, at most this long (the drain of effect calls
+  /// included): the final offset commit and leaving the group give up at this deadline
+  /// instead of waiting for a broker that is gone. Work of the last batch that is
+  /// processed but not committed in time is redelivered and deduplicated.
+  std::chrono::milliseconds stop_timeout{30000};
+  /// librdkafka `group.instance.id` (static membership); empty: dynamic membership. A
+  /// restarted process with the same id gets its partitions back without a rebalance,
+  /// while one that does not come back keeps them unassigned for session.timeout.ms.
+  /// Each live process of the group needs its own id.
+  std::string instance_id;
 };
 
 /// Where the fault-injection hook is called. In processing order.
@@ -515,11 +525,14 @@ class Consumer {
   }
 
   /// Subscribes and processes batches until stop(); then finishes the current batch,
-  /// commits its offsets synchronously, leaves the group (rd_kafka_consumer_close) and
-  /// returns. Blocks. Call at most once.
-  /// \throws Error for a fatal Kafka error or a second call; rethrows what a hook throws
-  ///   (after the orderly close described at ConsumerHooks::at). Handler exceptions and
-  ///   database errors never escape: they become retries or dead letters.
+  /// commits its offsets, leaves the group and returns, within config.stop_timeout of
+  /// stop(). Blocks. Call at most once.
+  /// \throws Error for a fatal Kafka error or a second call; Error(Timeout, Kafka) after
+  ///   the stop when the final offset commit or leaving the group
+  ///   could not be done in time (the message says which; the uncommitted events are
+  ///   redelivered and deduplicated); rethrows what a hook throws (after the orderly
+  ///   close described at ConsumerHooks::at). Handler exceptions and transient database
+  ///   errors never escape: they become retries or dead letters.
   void run();
 
   /// Asks run() to return after the current batch. Only sets an atomic flag and wakes

@@ -261,6 +261,8 @@ ConsumerConfig Config::consumer_config() const {
   c.retry_topics = consumer.retry_topics;
   c.stale_events = consumer.stale_events;
   c.dedup_horizon = dedup.horizon;
+  c.stop_timeout = consumer.stop_timeout;
+  c.instance_id = consumer.instance_id;
   return c;
 }
 

@@ -450,6 +450,8 @@ Config validate(const Settings& settings, Problems& problems) {
   v.integer("consumer.max_message_bytes", cs.max_message_bytes);
   v.integer("consumer.max_headers", cs.max_headers);
   v.duration("consumer.dlq_ack_timeout_ms", cs.dlq_ack_timeout);
+  v.duration("consumer.stop_timeout", cs.stop_timeout);
+  cs.instance_id = v.text("consumer.instance_id");
   std::set<std::string, std::less<>> seen;
   for (const auto& t : cs.topics) {
     if (!seen.insert(t).second)

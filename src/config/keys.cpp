@@ -56,6 +56,9 @@ const std::vector<KeySpec>& table() {
          0,
          0,
          {"count", "billing", "analytics"}},
+        {"consumer.instance_id", KeyType::String, "",
+         "static group membership (librdkafka group.instance.id), one per process; empty: "
+         "dynamic"},
         {"consumer.max_headers", KeyType::Integer, "64", "records with more headers are refused", 1,
          10000},
         {"consumer.max_in_flight", KeyType::Integer, "256",
@@ -79,6 +82,10 @@ const std::vector<KeySpec>& table() {
          0,
          0,
          {"quarantine", "process", "skip"}},
+        duration("consumer.stop_timeout", "30s",
+                 "on SIGTERM, finish, commit and leave the group within this long (then exit "
+                 "non-zero, saying what was not done)",
+                 0, kHour),
         {"consumer.topics", KeyType::List, "", "topics to consume (comma-separated)"},
         {"dedup.partition_period", KeyType::Duration, "24h",
          "partitioned PostgreSQL: period of a processed_event partition (whole hours)", kHour,

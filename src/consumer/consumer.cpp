@@ -23,6 +23,7 @@
 #include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_retention_check.hpp"
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/tracing.hpp"
 #include "retry/backoff.hpp"
@@ -72,6 +73,7 @@ void validate(const ConsumerConfig& c) {
   if (c.max_buffered_per_partition == 0)
     bad_config("max_buffered_per_partition must be at least 1");
   if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");
+  if (c.stop_timeout.count() < 0) bad_config("stop_timeout must not be negative");
   for (const auto& [key, value] : c.kafka) {
     if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
       bad_config(
@@ -80,6 +82,8 @@ void validate(const ConsumerConfig& c) {
                       key));
     }
     if (key == "group.id") bad_config("set the consumer group with group_id, not kafka group.id");
+    if (key == "group.instance.id" && !c.instance_id.empty())
+      bad_config("instance_id and kafka group.instance.id are both set");
     if (key == "bootstrap.servers")
       bad_config("set the brokers with bootstrap_servers, not kafka bootstrap.servers");
   }
@@ -157,8 +161,9 @@ struct Consumer::Impl {
   void resume_due();
   void defer_early_retries();
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
-  void close_quietly() noexcept;
-  void commit_all_sync();
+  [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const noexcept;
+  [[nodiscard]] std::vector<std::string> finish(std::chrono::steady_clock::time_point deadline);
+  void finish_quietly() noexcept;
   std::vector<PartitionLag> lag() const;
 
   ConsumerConfig config;
@@ -184,6 +189,10 @@ struct Consumer::Impl {
   std::atomic<std::chrono::steady_clock::rep> last_loop{0};
 
   std::atomic<bool> stop_requested{false};
+  // When stop() was first called (steady clock), or 0: the start of the stop timeout.
+  std::atomic<std::chrono::steady_clock::rep> stop_requested_at{0};
+  // Set once finish() began: the revoke of the close must not commit again.
+  bool final_commit_attempted = false;
   std::atomic<bool> started{false};
   mutable std::mutex stats_mutex;
   ConsumerStats stats;
@@ -192,8 +201,10 @@ struct Consumer::Impl {
 void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) {
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
+  // While finishing, the final commit was made (or could not be made in time) already;
+  // a synchronous one here could wait for a broker that is gone past the stop deadline.
   const std::vector<PartitionOffset> positions = tracker.positions(tps);
-  if (!lost && !positions.empty()) {
+  if (!lost && !final_commit_attempted && !positions.empty()) {
     static_cast<void>(poll->commit(positions, /*async=*/false));
     std::lock_guard lock(stats_mutex);
     ++stats.offset_commits;
@@ -237,19 +248,49 @@ std::vector<PartitionLag> Consumer::Impl::lag() const {
   return out;
 }
 
-void Consumer::Impl::commit_all_sync() {
-  const std::vector<PartitionOffset> positions = tracker.positions({});
-  if (positions.empty()) return;
-  static_cast<void>(poll->commit(positions, /*async=*/false));
-  std::lock_guard lock(stats_mutex);
-  ++stats.offset_commits;
+std::chrono::steady_clock::time_point Consumer::Impl::stop_deadline() const noexcept {
+  using SteadyClock = std::chrono::steady_clock;
+  const SteadyClock::rep requested = stop_requested_at.load();
+  const SteadyClock::time_point from =
+      requested != 0 ? SteadyClock::time_point(SteadyClock::duration(requested))
+                     : SteadyClock::now();
+  return from + config.stop_timeout;
 }
 
-void Consumer::Impl::close_quietly() noexcept {
+std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_point deadline) {
   batch.clear();
+  final_commit_attempted = true;
+  std::vector<std::string> undone;
+  const std::string within = format_duration(config.stop_timeout);
+  if (const std::vector<PartitionOffset> positions = tracker.positions({}); !positions.empty()) {
+    const rd_kafka_resp_err_t err = poll->commit_before(positions, deadline);
+    {
+      std::lock_guard lock(stats_mutex);
+      ++stats.offset_commits;
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      const std::string why = err == RD_KAFKA_RESP_ERR__TIMED_OUT
+                                  ? "no answer from the group coordinator (broker unreachable)"
+                                  : std::string(rd_kafka_err2str(err));
+      undone.push_back(
+          fmt::format("final offset commit not made within {}: {}; the uncommitted events will be "
+                      "redelivered and deduplicated",
+                      within, why));
+    }
+  }
+  if (!poll->close_before(deadline)) {
+    undone.push_back(
+        fmt::format("consumer group not left within {}: the group reassigns its partitions after "
+                    "session.timeout.ms",
+                    within));
+  }
+  return undone;
+}
+
+void Consumer::Impl::finish_quietly() noexcept {
   try {
-    commit_all_sync();
-    poll->close();
+    for (const std::string& problem : finish(stop_deadline()))
+      log("idem consumer: while closing: " + problem);
   } catch (const std::exception& e) {
     log(fmt::format("idem consumer: error while closing: {}", e.what()));
   } catch (...) {
@@ -309,16 +350,19 @@ void Consumer::Impl::run() {
   try {
     loop();
   } catch (const detail::HookAbort& abort) {
-    close_quietly();
+    finish_quietly();
     std::rethrow_exception(abort.error);
   } catch (...) {
-    close_quietly();
+    finish_quietly();
     throw;
   }
-  // Graceful stop: the last batch is processed; commit synchronously and leave the group
-  // (close() revokes through on_revoked, which commits again: harmless).
-  commit_all_sync();
-  poll->close();
+  // Graceful stop: the last batch is processed; commit it and leave the group, both
+  // bounded by the stop deadline. What could not be done is the caller's error to report.
+  const std::vector<std::string> undone = finish(stop_deadline());
+  if (!undone.empty()) {
+    for (std::size_t i = 1; i < undone.size(); ++i) log("idem consumer: " + undone[i]);
+    throw Error(ErrorCode::Timeout, ErrorSource::Kafka, "consumer stop: " + undone.front());
+  }
 }
 
 void Consumer::Impl::loop() {
@@ -332,7 +376,9 @@ void Consumer::Impl::loop() {
     const auto now = SteadyClock::now();
     if (stopping) {
       if (!effects || effects->settled()) break;
-      if (!drain_deadline) drain_deadline = now + config.call_drain_timeout;
+      // The drain gets its own timeout, but never past the stop deadline.
+      if (!drain_deadline)
+        drain_deadline = std::min(now + config.call_drain_timeout, stop_deadline());
       if (now >= *drain_deadline) {
         log("idem consumer: stopping with calls still in flight; their events are not "
             "committed and will be delivered again");
@@ -533,6 +579,9 @@ void Consumer::run() {
 }
 
 void Consumer::stop() noexcept {
+  std::chrono::steady_clock::rep unset = 0;
+  impl_->stop_requested_at.compare_exchange_strong(
+      unset, std::chrono::steady_clock::now().time_since_epoch().count());
   impl_->stop_requested.store(true);
   impl_->poll->wake();
 }

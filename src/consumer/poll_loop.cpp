@@ -34,6 +34,25 @@ PartitionList one_partition(const PartitionOffset& at) {
   return list;
 }
 
+PartitionList partition_list(std::span<const PartitionOffset> offsets) {
+  PartitionList list = make_partition_list(static_cast<int>(offsets.size()));
+  for (const auto& o : offsets) {
+    rd_kafka_topic_partition_list_add(list.get(), o.tp.topic.c_str(), o.tp.partition)->offset =
+        o.offset;
+  }
+  return list;
+}
+
+// The next wait of a loop that ends at `deadline`: at most kMaxPollSlice, nullopt once it
+// has passed.
+std::optional<std::chrono::milliseconds> remaining_slice(
+    std::chrono::steady_clock::time_point deadline) {
+  const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (remaining.count() <= 0) return std::nullopt;
+  return std::min(remaining, kMaxPollSlice);
+}
+
 std::string kafka_error(rd_kafka_error_t* error) {
   std::string text = rd_kafka_error_string(error);
   rd_kafka_error_destroy(error);
@@ -54,6 +73,10 @@ PollLoop::PollLoop(const ConsumerConfig& config, const LogFn* log, bool forward_
       {"auto.offset.reset", "earliest"},
   };
   set_properties(conf.get(), defaults);
+  if (!config.instance_id.empty()) {
+    const std::vector<Property> static_member = {{"group.instance.id", config.instance_id}};
+    set_properties(conf.get(), static_member);
+  }
   set_properties(conf.get(), config.kafka);
   // Owned by idem; applied last so nothing can turn them back on (the Consumer
   // constructor already rejects attempts to).
@@ -79,6 +102,15 @@ PollLoop::PollLoop(const ConsumerConfig& config, const LogFn* log, bool forward_
 
 PollLoop::~PollLoop() {
   queue_.reset();
+  if (abandoned_) {
+    // rd_kafka_destroy would join librdkafka's main thread, which waits for the group
+    // coordinator to answer the commit and the leave that timed out: without bound when
+    // the broker is gone. The handle is left to the process's exit instead; its log
+    // lines are silenced first, since they would go to this (destroyed) object.
+    rd_kafka_set_log_level(rk_.get(), -1);
+    static_cast<void>(rk_.release());
+    return;
+  }
   if (!closed_) {
     // run() never got to close (or never started): leaving the group here would call
     // the rebalance listener into a half-destroyed owner. The group notices the missing
@@ -180,11 +212,7 @@ void PollLoop::seek_and_resume(const PartitionOffset& at) {
 
 rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, bool async) {
   if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
-  PartitionList list = make_partition_list(static_cast<int>(offsets.size()));
-  for (const auto& o : offsets) {
-    rd_kafka_topic_partition_list_add(list.get(), o.tp.topic.c_str(), o.tp.partition)->offset =
-        o.offset;
-  }
+  const PartitionList list = partition_list(offsets);
   const rd_kafka_resp_err_t err = rd_kafka_commit(rk_.get(), list.get(), async ? 1 : 0);
   if (!async && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     // Not fatal: a commit that did not happen means redelivery, and the dedup rows make
@@ -195,13 +223,48 @@ rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, b
   return err;
 }
 
-void PollLoop::close() {
-  if (closed_) return;
-  closed_ = true;
-  const rd_kafka_resp_err_t err = rd_kafka_consumer_close(rk_.get());
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    log_line(fmt::format("idem consumer: close: {}", rd_kafka_err2str(err)));
+rd_kafka_resp_err_t PollLoop::commit_before(std::span<const PartitionOffset> offsets,
+                                            std::chrono::steady_clock::time_point deadline) {
+  if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
+  const PartitionList list = partition_list(offsets);
+  // The answer goes to a queue of its own (event API, so no callback), which is polled
+  // only until the deadline; an answer arriving later is dropped with the queue.
+  const KafkaQueue answers(rd_kafka_queue_new(rk_.get()));
+  const rd_kafka_resp_err_t queued =
+      rd_kafka_commit_queue(rk_.get(), list.get(), answers.get(), nullptr, nullptr);
+  if (queued != RD_KAFKA_RESP_ERR_NO_ERROR) return queued;
+  while (true) {
+    const auto slice = remaining_slice(deadline);
+    if (!slice) return RD_KAFKA_RESP_ERR__TIMED_OUT;
+    rd_kafka_event_t* event = rd_kafka_queue_poll(answers.get(), to_kafka_ms(*slice));
+    if (event == nullptr) continue;
+    const bool answer = rd_kafka_event_type(event) == RD_KAFKA_EVENT_OFFSET_COMMIT;
+    const rd_kafka_resp_err_t err = rd_kafka_event_error(event);
+    rd_kafka_event_destroy(event);
+    if (answer) return err;
   }
+}
+
+bool PollLoop::close_before(std::chrono::steady_clock::time_point deadline) {
+  if (closed_) return true;
+  // rd_kafka_consumer_close() waits for the coordinator without bound when the broker is
+  // gone; the queued close does the same work in the background while this thread serves
+  // its rebalance callbacks, and stops waiting at the deadline.
+  const KafkaQueue closing(rd_kafka_queue_new(rk_.get()));
+  if (rd_kafka_error_t* e = rd_kafka_consumer_close_queue(rk_.get(), closing.get())) {
+    log_line(fmt::format("idem consumer: close: {}", kafka_error(e)));
+    abandoned_ = true;
+    return false;
+  }
+  while (rd_kafka_consumer_closed(rk_.get()) == 0) {
+    const auto slice = remaining_slice(deadline);
+    if (!slice) {
+      abandoned_ = true;
+      return false;
+    }
+    rd_kafka_queue_poll_callback(closing.get(), to_kafka_ms(*slice));
+  }
+  closed_ = true;
   if (pending_) {
     try {
       std::rethrow_exception(std::exchange(pending_, nullptr));
@@ -211,6 +274,7 @@ void PollLoop::close() {
       log_line("idem consumer: during close: unknown exception");
     }
   }
+  return true;
 }
 
 void PollLoop::wake() noexcept {

@@ -19,7 +19,7 @@ namespace idem::detail {
 
 class PollLoop : private CallbackContext {
  public:
-  /// Called on the poll thread from inside poll_batch() or close(), i.e. from the
+  /// Called on the poll thread from inside poll_batch() or close_before(), i.e. from the
   /// rebalance callback. Exceptions are caught there and rethrown by the PollLoop call
   /// that was running (never through librdkafka's C frames).
   struct Listener {
@@ -63,8 +63,19 @@ class PollLoop : private CallbackContext {
   /// Returns the request's error (always NO_ERROR for async unless it could not be queued).
   rd_kafka_resp_err_t commit(std::span<const PartitionOffset> offsets, bool async);
 
-  /// Leaves the group (revokes through the listener first). Idempotent.
-  void close();
+  /// Commits `offsets` and waits for the broker's answer until `deadline`, serving
+  /// nothing else meanwhile. Returns the answer, or RD_KAFKA_RESP_ERR__TIMED_OUT when none
+  /// came in time (broker or coordinator unreachable: a plain synchronous commit would
+  /// wait for it without bound).
+  rd_kafka_resp_err_t commit_before(std::span<const PartitionOffset> offsets,
+                                    std::chrono::steady_clock::time_point deadline);
+
+  /// Leaves the group (revokes through the listener first), giving up at `deadline`.
+  /// Returns false when the group was not left in time (or the close failed): the handle
+  /// is then abandoned at destruction (librdkafka's destroy would wait for the broker
+  /// too; its threads end with the process), and the group reassigns the partitions
+  /// after session.timeout.ms, as after a crash. Idempotent once it returned true.
+  bool close_before(std::chrono::steady_clock::time_point deadline);
 
   /// Makes a blocked poll_batch() return promptly. Thread-safe, never blocks.
   void wake() noexcept;
@@ -90,6 +101,7 @@ class PollLoop : private CallbackContext {
   std::vector<KafkaMessage>* collecting_ = nullptr;
   std::exception_ptr pending_;
   bool closed_ = false;
+  bool abandoned_ = false;  // close_before() gave up: the destructor must not wait either
 };
 
 }  // namespace idem::detail

@@ -71,6 +71,8 @@ TEST(ConfigLoader, DefaultsEqualTheLibraryStructs) {
   EXPECT_EQ(consumer.retry.jitter, lib_consumer.retry.jitter);
   EXPECT_EQ(consumer.limits.max_payload_bytes, lib_consumer.limits.max_payload_bytes);
   EXPECT_EQ(consumer.dlq_ack_timeout, lib_consumer.dlq_ack_timeout);
+  EXPECT_EQ(consumer.stop_timeout, lib_consumer.stop_timeout);
+  EXPECT_EQ(consumer.instance_id, lib_consumer.instance_id);
   const RelayConfig lib_relay;
   const RelayConfig relay = c.relay_config();
   EXPECT_EQ(relay.batch_size, lib_relay.batch_size);
