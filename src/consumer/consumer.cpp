@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "consumer/batch_processor.hpp"
+#include "consumer/consumer_config_check.hpp"
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
@@ -35,59 +36,11 @@ using detail::TopicPartition;
 
 namespace {
 
+using detail::bad_config;
+
 // How long one idle poll waits for a first record. stop() wakes it early; a paused
 // partition that becomes due shortens it.
 constexpr std::chrono::milliseconds kIdleWait{500};
-
-[[noreturn]] void bad_config(const std::string& message) {
-  throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "consumer: " + message);
-}
-
-void validate(const ConsumerConfig& c) {
-  if (c.bootstrap_servers.empty()) bad_config("bootstrap_servers is empty");
-  if (c.group_id.empty()) bad_config("group_id is empty");
-  if (c.topics.empty()) bad_config("no topics to subscribe to");
-  std::unordered_set<std::string_view> seen;
-  for (const auto& t : c.topics) {
-    if (t.empty()) bad_config("a topic name is empty");
-    if (!seen.insert(t).second) bad_config(fmt::format("topic '{}' is listed twice", t));
-  }
-  for (const auto& t : c.topics) {
-    const std::string dlq = t + c.dlq_suffix;
-    if (seen.contains(dlq)) bad_config(fmt::format("topic '{}' is also the DLQ of '{}'", dlq, t));
-  }
-  if (c.batch_size == 0) bad_config("batch_size must be at least 1");
-  if (c.batch_window.count() < 0) bad_config("batch_window must not be negative");
-  // An empty suffix would dead-letter records into the topic they came from: a loop.
-  if (c.dlq_suffix.empty()) bad_config("dlq_suffix must not be empty");
-  if (c.dlq_ack_timeout.count() <= 0) bad_config("dlq_ack_timeout must be positive");
-  if (c.limits.max_payload_bytes == 0) bad_config("limits.max_payload_bytes must be positive");
-  detail::Backoff::validate(c.retry);
-  if (c.dedup_horizon.retention <= std::chrono::hours(0) ||
-      c.dedup_horizon.safety_margin.count() < 0 ||
-      c.dedup_horizon.safety_margin >= c.dedup_horizon.retention) {
-    bad_config("dedup_horizon: retention must be positive and the safety margin shorter than it");
-  }
-  if (c.clock == nullptr) bad_config("clock is null");
-  if (c.max_in_flight == 0) bad_config("max_in_flight must be at least 1");
-  if (c.max_buffered_per_partition == 0)
-    bad_config("max_buffered_per_partition must be at least 1");
-  if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");
-  if (c.stop_timeout.count() < 0) bad_config("stop_timeout must not be negative");
-  for (const auto& [key, value] : c.kafka) {
-    if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
-      bad_config(
-          fmt::format("kafka property {} is owned by idem (always false: offsets are "
-                      "committed only after the database transaction)",
-                      key));
-    }
-    if (key == "group.id") bad_config("set the consumer group with group_id, not kafka group.id");
-    if (key == "group.instance.id" && !c.instance_id.empty())
-      bad_config("instance_id and kafka group.instance.id are both set");
-    if (key == "bootstrap.servers")
-      bad_config("set the brokers with bootstrap_servers, not kafka bootstrap.servers");
-  }
-}
 
 detail::LogFn make_log(const ConsumerHooks& hooks) {
   if (hooks.log) return hooks.log;
@@ -540,7 +493,7 @@ void Consumer::Impl::process_batch() {
 }
 
 Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks) {
-  validate(config);
+  detail::validate_consumer_config(config);
   if (!store) bad_config("store is null");
   impl_ = std::make_unique<Impl>(std::move(config), std::move(store), std::move(hooks));
 }
