@@ -262,7 +262,13 @@ bool PollLoop::close_before(std::chrono::steady_clock::time_point deadline) {
       abandoned_ = true;
       return false;
     }
-    rd_kafka_queue_poll_callback(closing.get(), to_kafka_ms(*slice));
+    // Served like rd_kafka_consumer_close() serves its own queue: callbacks (the
+    // revocation) run, and records or errors that were still on their way come back as
+    // messages, dropped here (never processed, never committed: redelivered). Serving
+    // this queue with rd_kafka_queue_poll_callback() aborts inside librdkafka 2.0.2
+    // (rd_kafka_q_serve: assert res != RD_KAFKA_OP_RES_PASS) when a record arrives.
+    if (rd_kafka_message_t* late = rd_kafka_consume_queue(closing.get(), to_kafka_ms(*slice)))
+      rd_kafka_message_destroy(late);
   }
   closed_ = true;
   if (pending_) {
