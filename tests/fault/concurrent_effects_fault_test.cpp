@@ -107,8 +107,10 @@ TEST_P(ConcurrentEffectsFault, JoinThenKillWithCallsInFlightKeepsEveryEffectOnce
   ChildProcess b = start(group);
   bool b_working = false;
   const std::size_t trickle_limit = workload_.records.size() * 7 / 10;
-  for (int round = 0; round < 600 && !b_working && sent < trickle_limit; ++round) {
-    send(50);
+  // A slow trickle: B's start (the topic-retention check, the mock's 3 s first join, the
+  // rebalance) must fit before 70% of the records are out, or A has done most of the work.
+  for (int round = 0; round < 1200 && !b_working && sent < trickle_limit; ++round) {
+    send(10);
     if (auto line = b.read_line(100ms); line && *line == "first-batch") b_working = true;
   }
   ASSERT_TRUE(b_working) << "the joining member never got a batch within " << sent << " records";
