@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "kafka/kafka_handle.hpp"
 #include "stores/dedup_marks.hpp"
 
 namespace idem::detail {
@@ -328,19 +329,9 @@ void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {
 
 RecordInfo BatchProcessor::record_info(const rd_kafka_message_t& m) {
   headers_.clear();
-  rd_kafka_headers_t* hdrs = nullptr;
-  // rd_kafka_message_headers needs a non-const message; it only parses lazily.
-  if (rd_kafka_message_headers(const_cast<rd_kafka_message_t*>(&m), &hdrs) ==
-      RD_KAFKA_RESP_ERR_NO_ERROR) {
-    const char* name = nullptr;
-    const void* value = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0;
-         rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         ++i) {
-      headers_.push_back({name, as_view(value, size)});
-    }
-  }
+  for_each_header(m, [&](const char* name, std::string_view value) {
+    headers_.push_back({name, value});
+  });
   RecordInfo info;
   info.topic = rd_kafka_topic_name(m.rkt);
   info.partition = m.partition;

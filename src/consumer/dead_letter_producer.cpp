@@ -9,6 +9,7 @@
 
 #include "consumer/retry_topics.hpp"
 #include "idem/error.hpp"
+#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 
@@ -122,20 +123,12 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id,
                                 : source + config_.dlq_suffix;
 
   rd_kafka_headers_t* headers = rd_kafka_headers_new(16);
-  rd_kafka_headers_t* original = nullptr;
-  if (rd_kafka_message_headers(&m, &original) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    const char* name = nullptr;
-    const void* value = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0;
-         rd_kafka_header_get_all(original, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         ++i) {
-      // A record replayed from a DLQ carries the idem.* headers of its earlier failure;
-      // the new ones below replace them instead of piling up beside them.
-      if (std::string_view(name).starts_with("idem.")) continue;
-      rd_kafka_header_add(headers, name, -1, value, static_cast<ssize_t>(size));
-    }
-  }
+  for_each_header(m, [&](const char* name, std::string_view value) {
+    // A record replayed from a DLQ carries the idem.* headers of its earlier failure;
+    // the new ones below replace them instead of piling up beside them.
+    if (std::string_view(name).starts_with("idem.")) return;
+    rd_kafka_header_add(headers, name, -1, value.data(), static_cast<ssize_t>(value.size()));
+  });
   const auto add = [&](const char* name, std::string_view value) {
     rd_kafka_header_add(headers, name, -1, value.data(), static_cast<ssize_t>(value.size()));
   };

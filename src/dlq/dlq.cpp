@@ -137,19 +137,9 @@ DeadLetterRecord decode(const rd_kafka_message_t& m) {
   }
   if (m.key != nullptr) r.key.assign(static_cast<const char*>(m.key), m.key_len);
   if (m.payload != nullptr) r.payload.assign(static_cast<const char*>(m.payload), m.len);
-  rd_kafka_headers_t* headers = nullptr;
-  if (rd_kafka_message_headers(&m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    const char* name = nullptr;
-    const void* value = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0;
-         rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         ++i) {
-      r.headers.emplace_back(name, value != nullptr
-                                       ? std::string(static_cast<const char*>(value), size)
-                                       : std::string());
-    }
-  }
+  detail::for_each_header(m, [&](const char* name, std::string_view value) {
+    r.headers.emplace_back(name, std::string(value));
+  });
   const auto text = [&](std::string_view name) { return std::string(r.header(name).value_or("")); };
   r.original_topic = text("idem.original.topic");
   r.original_partition = parse_number<std::int32_t>(text("idem.original.partition"));

@@ -54,6 +54,27 @@ void set_properties(rd_kafka_conf_t* conf, std::span<const Property> properties)
 /// A duration as librdkafka's int milliseconds, clamped to [0, INT_MAX].
 [[nodiscard]] int to_kafka_ms(std::chrono::milliseconds d) noexcept;
 
+/// Calls `f(const char* name, std::string_view value)` for each header of `m`, in order
+/// (an empty value for a null one). The views point into the message.
+template <class F>
+void for_each_header(const rd_kafka_message_t& m, F&& f) {
+  rd_kafka_headers_t* headers = nullptr;  // owned by the message
+  // rd_kafka_message_headers needs a non-const message; it only parses lazily.
+  if (rd_kafka_message_headers(const_cast<rd_kafka_message_t*>(&m), &headers) !=
+      RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return;
+  }
+  const char* name = nullptr;
+  const void* value = nullptr;
+  std::size_t size = 0;
+  for (std::size_t i = 0;
+       rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i) {
+    f(name, value == nullptr ? std::string_view()
+                             : std::string_view(static_cast<const char*>(value), size));
+  }
+}
+
 /// Queues one message, copied (RD_KAFKA_MSG_F_COPY), through rd_kafka_produceva (the
 /// RD_KAFKA_V_* macros of producev are C casts). `headers` passes to librdkafka when the
 /// message is queued and is destroyed here otherwise; `opaque` comes back in the
