@@ -59,10 +59,8 @@ BillingConfig billing_config(const ConsumerSettings& settings, bool no_idempoten
   return billing;
 }
 
-Handler<OrderConfirmed> make_handler(const ConsumerSettings& settings, bool no_idempotency_key) {
-  if (settings.handler == HandlerKind::Billing) {
-    return billing_handler(billing_config(settings, no_idempotency_key));
-  }
+// The SQL-only reference handlers; billing is an effect handler (billing_effect).
+Handler<OrderConfirmed> make_handler(const ConsumerSettings& settings) {
   if (settings.handler == HandlerKind::Analytics) return analytics_handler();
   return count_handler<OrderConfirmed>();
 }
@@ -229,15 +227,13 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
 
     Consumer consumer(config, std::move(store), std::move(hooks));
     // Billing charges outside the transaction, concurrently across keys (an effect
-    // handler), unless retry topics are on: those need the Handler shape, which charges
-    // inside the transaction, one event at a time.
-    if (handler_kind == HandlerKind::Billing && !config.retry_topics.enabled()) {
+    // handler); with retry topics on, a charge the provider keeps failing goes to them.
+    if (handler_kind == HandlerKind::Billing) {
       const auto billing =
           billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
       for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
     } else {
-      const Handler<OrderConfirmed> handler =
-          make_handler(settings.consumer, opts->no_idempotency_key);
+      const Handler<OrderConfirmed> handler = make_handler(settings.consumer);
       for (const auto& topic : config.topics) {
         consumer.on<OrderConfirmed>(
             topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);

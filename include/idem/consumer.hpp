@@ -59,12 +59,14 @@ struct RecordInfo {
   std::span<const RecordHeader> headers;  ///< in record order, including `traceparent`
   std::string_view payload;
   std::string_view consumer_group;
-  /// Where the consumer collects why a handler returns Outcome::DeadLetter; null when
-  /// nobody collects it (a handler called outside a Consumer). Use dead_letter_reason().
+  /// Where the consumer collects why a handler returns Outcome::DeadLetter (or Retry);
+  /// null when nobody collects it (a handler called outside a Consumer). Use
+  /// dead_letter_reason().
   std::string* dead_letter_reason_sink = nullptr;
 
   /// Says why the handler is about to return Outcome::DeadLetter: the text becomes the
-  /// dead letter's `idem.error.message` instead of a generic one.
+  /// dead letter's `idem.error.message` instead of a generic one. Before Outcome::Retry
+  /// with retry topics on, it becomes the retry record's (and its last dead letter's).
   void dead_letter_reason(std::string reason) const {
     if (dead_letter_reason_sink != nullptr) *dead_letter_reason_sink = std::move(reason);
   }
@@ -193,7 +195,8 @@ struct ConsumerHooks {
   /// Default (empty): write to stderr.
   std::function<void(std::string_view)> log;
   /// Called on the run() thread after each batch (after its offsets were handed to
-  /// librdkafka). Must be cheap: it runs once per batch on the hot path.
+  /// librdkafka), and after each apply transaction of effect handlers (whose offsets
+  /// follow in the same turn). Must be cheap: it runs once per batch on the hot path.
   std::function<void(const BatchReport&)> on_batch;
 };
 
@@ -353,7 +356,8 @@ class CallCompletion {
   }
   /// Transient failure: this event's key waits (capped exponential backoff, RetryPolicy)
   /// and the call runs again with the same event (so the same idempotency key). Later
-  /// events of the key wait; other keys go on.
+  /// events of the key wait; other keys go on. With retry topics on, the record goes to
+  /// the next retry topic instead (`why` as its idem.error.message) and the key goes on.
   void retry(std::string why = {}) const {
     ticket_->complete(Outcome::Retry, nullptr, std::move(why));
   }
@@ -446,7 +450,11 @@ class TypedEffectRoute final : public EffectRoute {
         staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
     // No finished call for this record (the mark found it new although the check before
     // the call did not): make the call first.
-    if (staged == nullptr || staged->outcome == Outcome::Retry) return Outcome::Retry;
+    if (staged == nullptr) return Outcome::Retry;
+    if (staged->outcome == Outcome::Retry) {
+      record.dead_letter_reason(std::string(staged->reason));
+      return Outcome::Retry;
+    }
     if (staged->outcome == Outcome::DeadLetter) {
       record.dead_letter_reason(std::string(staged->reason));
       return Outcome::DeadLetter;
@@ -513,9 +521,10 @@ class Consumer {
   /// Registers an effect handler for the events on `topic` (see EffectHandler): call
   /// phases run concurrently across ordering keys (ConsumerConfig::max_in_flight), each
   /// key's events one after another in offset order; offsets commit up to the first
-  /// unfinished record of each partition.
-  /// \throws Error(InvalidArgument, Config) as on(), when `handler.call` or `handler.apply`
-  ///   is empty, or when retry topics are on (effect topics retry per key instead).
+  /// unfinished record of each partition. A call that asks for a retry holds back its key
+  /// (blocking, with backoff), or, with retry topics on, goes to the next retry topic.
+  /// \throws Error(InvalidArgument, Config) as on(), or when `handler.call` or
+  ///   `handler.apply` is empty.
   template <class Event, class Result>
   void on_effect(std::string topic, EffectHandler<Event, Result> handler) {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply);

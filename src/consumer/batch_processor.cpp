@@ -263,6 +263,9 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
         error_class = "handler.dead_letter";
         error_message =
             reason.empty() ? "the handler returned Outcome::DeadLetter" : std::move(reason);
+      } else if (outcome == Outcome::Retry && !reason.empty()) {
+        error_class = "handler.retry";
+        error_message = std::move(reason);
       }
     } catch (const Error& e) {
       outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;

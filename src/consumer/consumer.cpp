@@ -292,7 +292,8 @@ void Consumer::Impl::run() {
   });
   if (has_effects) {
     effects = std::make_unique<detail::EffectPipeline>(
-        detail::EffectPipeline::Deps{config, *store, processor, *poll, tracker, log,
+        detail::EffectPipeline::Deps{config, *store, processor, *poll, tracker, retry_topics, log,
+                                     hooks.on_batch,
                                      [this](detail::BatchResult& r, ConsumerStats& delta) {
                                        apply_dead_letter_acks(r, delta);
                                      }},
@@ -353,12 +354,6 @@ void Consumer::Impl::loop() {
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
                      stopping ? keep_polling : stop_requested,
                      effects ? &effects->wake_flag() : nullptr);
-    ConsumerStats effect_delta;
-    if (effects && !batch.empty()) {
-      const std::size_t polled = batch.size();
-      effects->admit(batch, effect_delta);
-      if (batch.size() != polled) detail::call_hook(hooks, HookPoint::BatchPolled);
-    }
     if (schedule.any_paused()) {
       // Belt and braces: pausing purges fetched records, but nothing of a paused
       // partition may be processed ahead of its retry.
@@ -366,7 +361,14 @@ void Consumer::Impl::loop() {
         return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
       });
     }
+    // Before the effect path takes its records: a retry of an effect topic waits too.
     if (config.retry_topics.enabled() && !batch.empty()) defer_early_retries();
+    ConsumerStats effect_delta;
+    if (effects && !batch.empty()) {
+      const std::size_t polled = batch.size();
+      effects->admit(batch, effect_delta);
+      if (batch.size() != polled) detail::call_hook(hooks, HookPoint::BatchPolled);
+    }
     if (!batch.empty()) process_batch();
     batch.clear();
     if (effects) run_effects(effect_delta, !stopping);
@@ -510,8 +512,15 @@ void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route
   if (impl_->routes.contains(topic))
     bad_config(fmt::format("topic '{}' has a handler already", topic));
   detail::Route& source = *route;
-  for (auto& name : impl_->retry_topics.of(topic))
-    impl_->routes.emplace(std::move(name), std::make_unique<detail::RetryRoute>(source));
+  auto* effect = dynamic_cast<detail::EffectRoute*>(&source);
+  for (auto& name : impl_->retry_topics.of(topic)) {
+    std::unique_ptr<detail::Route> retry;
+    if (effect != nullptr)
+      retry = std::make_unique<detail::RetryEffectRoute>(*effect);
+    else
+      retry = std::make_unique<detail::RetryRoute>(source);
+    impl_->routes.emplace(std::move(name), std::move(retry));
+  }
   impl_->routes.emplace(std::move(topic), std::move(route));
 }
 
@@ -519,10 +528,6 @@ void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::Effec
                                 bool complete) {
   if (!complete)
     bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
-  // A retry topic would let an event overtake earlier ones of its key, which is what the
-  // effect path exists to prevent; effect topics retry per key instead.
-  if (impl_->config.retry_topics.enabled())
-    bad_config(fmt::format("topic '{}': on_effect does not work with retry topics", topic));
   add_route(std::move(topic), std::move(route), true);
 }
 

@@ -52,8 +52,12 @@ void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delt
 
 std::string EffectPipeline::default_key(const EffectRecord& r) const {
   // Kafka orders per partition and a key stays in one partition, so the key is scoped
-  // by topic; records without a key keep their partition's order.
-  if (r.has_key) return fmt::format("{}\n{}", r.topic, r.key);
+  // by topic; records without a key keep their partition's order. A retry topic's
+  // record is keyed by its source topic: its call never overlaps one of a later event
+  // of its key (which may overtake it: the trade-off of retry topics).
+  const RetryTopicMap::Level* level = deps_.retry_topics.find(r.topic);
+  const std::string_view topic = level != nullptr ? std::string_view(level->source) : r.topic;
+  if (r.has_key) return fmt::format("{}\n{}", topic, r.key);
   return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
 }
 
@@ -71,7 +75,9 @@ void EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   e.tp = std::move(tp);
   // Invalid and stale records make no call: the batch processor dead-letters (or skips)
   // them when they are applied. The checks match the processor's own.
-  bool callable = e.record->headers.size() <= deps_.config.limits.max_headers;
+  // A retry-topic record with headers idem never writes is dead-lettered, uncalled.
+  bool callable = e.record->headers.size() <= deps_.config.limits.max_headers &&
+                  !deps_.retry_topics.header_problem(*e.message);
   if (callable) {
     EffectRoute::Owned owned = route.parse_owned(e.record->payload, deps_.config.limits);
     callable = owned.event_id.ok();
@@ -136,8 +142,12 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
     }
     if (c.outcome == Outcome::Retry) {
       ++delta.call_retries;
-      retry_key(e, now, c.reason.empty() ? "the call phase asked for a retry" : c.reason);
-      continue;
+      if (!deps_.config.retry_topics.enabled()) {
+        retry_key(e, now, c.reason.empty() ? "the call phase asked for a retry" : c.reason);
+        continue;
+      }
+      // Applied as a Retry: the processor sends the record to its next retry topic (or
+      // the DLQ after the last attempt), and the key moves on.
     }
     e.state = State::Ready;
     e.result = std::move(c.result);
@@ -233,8 +243,11 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     ~ClearStaged() { staged.clear(); }
   } clear_staged{staged_};
 
+  const auto started_at = std::chrono::steady_clock::now();
   BatchResult r = deps_.processor.process(messages, no_schedule_);
+  const auto applied_at = std::chrono::steady_clock::now();
   deps_.settle_dead_letters(r, delta);
+  if (deps_.on_batch) deps_.on_batch({n, r.committed, applied_at - started_at});
   delta.processed += r.processed;
   delta.duplicates += r.duplicates;
   if (r.committed) ++delta.transactions;

@@ -9,7 +9,8 @@
 //      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers);
 //   4. each partition's offset advances over its contiguous finished prefix only
 //      (ContiguousOffsets), and a partition holding too many records pauses.
-// A call that completes with retry() holds back only its key (capped backoff). Records
+// A call that completes with retry() holds back only its key (capped backoff), or, with
+// retry topics on, sends its record to the next retry topic and frees the key. Records
 // of revoked partitions are dropped; a call still in flight for one keeps its key busy
 // until it completes, and its result is discarded (assignment generation), never applied.
 // Only the run() thread calls this class.
@@ -36,6 +37,7 @@
 #include "consumer/offset_tracker.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/poll_loop.hpp"
+#include "consumer/retry_topics.hpp"
 #include "retry/backoff.hpp"
 
 namespace idem::detail {
@@ -51,7 +53,10 @@ class EffectPipeline {
     BatchProcessor& processor;
     PollLoop& poll;
     OffsetTracker& tracker;
+    const RetryTopicMap& retry_topics;  ///< on: a call asking for a retry goes to one
     const LogFn& log;
+    /// ConsumerHooks::on_batch, called after each apply transaction (may be empty).
+    const std::function<void(const BatchReport&)>& on_batch;
     /// Sends a batch's dead letters and pulls back what the broker did not acknowledge.
     std::function<void(BatchResult&, ConsumerStats&)> settle_dead_letters;
   };

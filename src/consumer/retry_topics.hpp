@@ -89,6 +89,36 @@ class RetryRoute final : public Route {
   Route& source_;
 };
 
+/// The route of a retry topic whose source topic has an effect handler: records there
+/// take the effect path too (call phase concurrent, outside the transaction). The calls'
+/// results are staged under the retry topic's coordinates, which the source route's
+/// lookup finds, so invoke() is the source's.
+class RetryEffectRoute final : public EffectRoute {
+ public:
+  explicit RetryEffectRoute(EffectRoute& source) : source_(source) {}
+  void reset(std::size_t /*n*/) override {}
+  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+                        const ParseLimits& limits) override {
+    return source_.parse(slot, payload, limits);
+  }
+  Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
+    return source_.invoke(slot, record, tx);
+  }
+  Owned parse_owned(std::string_view payload, const ParseLimits& limits) override {
+    return source_.parse_owned(payload, limits);
+  }
+  std::optional<std::string> ordering_key(const void* event, const RecordInfo& record) override {
+    return source_.ordering_key(event, record);
+  }
+  void start_call(const void* event, const RecordInfo& record,
+                  std::shared_ptr<CallTicket> ticket) override {
+    source_.start_call(event, record, std::move(ticket));
+  }
+
+ private:
+  EffectRoute& source_;
+};
+
 class RetryTopicMap {
  public:
   struct Level {

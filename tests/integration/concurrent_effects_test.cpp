@@ -94,12 +94,13 @@ class ConcurrentEffectsTest : public DevBrokerSuite {
     total_ = orders;
   }
 
-  std::unique_ptr<Consumer> make_consumer(std::size_t max_in_flight, std::size_t window = 4096) {
+  std::unique_ptr<Consumer> make_consumer(std::size_t max_in_flight, std::size_t window = 4096,
+                                          ConsumerHooks hooks = {}) {
     ConsumerConfig c = mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
     c.batch_size = 500;
     c.max_in_flight = max_in_flight;
     c.max_buffered_per_partition = window;
-    return std::make_unique<Consumer>(c, open_store(url_));
+    return std::make_unique<Consumer>(c, open_store(url_), std::move(hooks));
   }
 
   /// effect_log rows of this group by the record's key (via order id -> key).
@@ -242,7 +243,8 @@ TYPED_TEST(ConcurrentEffectsTest, AFailingKeyHoldsBackOnlyItself) {
   EXPECT_GT(observed.stats().call_retries, 0u);
 }
 
-// A redelivered event (a resend: same event id, new offset) makes no second call.
+// A redelivered event (a resend: same event id, new offset) makes no second call. The
+// apply transactions are reported to ConsumerHooks::on_batch (metrics) like batches.
 TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   if (this->IsSkipped()) return;
   OrderConfirmed e;
@@ -260,8 +262,15 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
     producer.flush(30s);
   }
   std::atomic<int> calls{0};
+  std::atomic<std::size_t> reported_records{0};
+  std::atomic<int> committed_batches{0};
+  ConsumerHooks hooks;
+  hooks.on_batch = [&](const BatchReport& b) {
+    reported_records += b.records;
+    if (b.committed) ++committed_batches;
+  };
   DelayedCalls client;
-  std::unique_ptr<Consumer> consumer = this->make_consumer(8);
+  std::unique_ptr<Consumer> consumer = this->make_consumer(8, 4096, std::move(hooks));
   consumer->on_effect(
       this->topic_,
       EffectHandler<OrderConfirmed, bool>{
@@ -291,6 +300,8 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
                     << " dead_lettered=" << observed.stats().dead_lettered;
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(this->effects(), 1);
+  EXPECT_EQ(reported_records.load(), 4u) << "each record is applied in one reported transaction";
+  EXPECT_GE(committed_batches.load(), 1);
 }
 
 }  // namespace

@@ -38,6 +38,7 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/delayed_calls.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
@@ -67,13 +68,19 @@ class RetryTopicsTest : public OrderEventsSuite<Backend> {
   }
 
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
+    consume_with([&](Consumer& c) { c.on<OrderConfirmed>(this->topic_, std::move(handler)); },
+                 done);
+  }
+
+  void consume_with(const std::function<void(Consumer&)>& register_handler,
+                    const std::function<bool(const Consumer&)>& done) {
     ConsumerConfig c =
         mock_consumer_config(this->broker_->bootstrap_servers(), this->group_, {this->topic_});
     c.batch_size = 1000;
     c.batch_window = 300ms;  // the whole source topic in the first batch
     c.retry_topics.delays = {50ms, 100ms};
     std::unique_ptr<Consumer> consumer = std::make_unique<Consumer>(c, open_store(this->url_));
-    consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
+    register_handler(*consumer);
     const Consumer& observed = *consumer;
     RunningConsumer running(std::move(consumer));
     const bool reached = eventually([&] { return done(observed); }, 60s, 20ms);
@@ -186,6 +193,89 @@ TYPED_TEST(RetryTopicsTest, DatabaseErrorsStayBlocking) {
     EXPECT_EQ(end_offsets(bootstrap, this->retry_topic(level), 1), std::vector<std::int64_t>{0})
         << "a database error was moved to retry topic " << level;
   }
+}
+
+// An effect handler (on_effect) with retry topics: a call that asks for a retry is not
+// retried in place; its record goes through the retry topics (taking the concurrent call
+// path there too) and its key moves on. The flaky event's call succeeds on attempt 3
+// with one effect; the poison event's calls always ask for a retry, so it ends in the DLQ
+// with the call's reason; every call carries the same event (the idempotency key).
+TYPED_TEST(RetryTopicsTest, EffectCallsRetryThroughTopicsAndPoisonEndsInDlq) {
+  const std::string level2 = this->retry_topic(2);
+  DelayedCalls client;
+  std::mutex mu;
+  std::map<std::int64_t, std::vector<std::string>> call_topics;  // order id -> topic per call
+  std::vector<std::int64_t> applied_order;
+  this->consume_with(
+      [&](Consumer& c) {
+        c.on_effect(this->topic_,
+                    EffectHandler<OrderConfirmed, std::string>{
+                        .call =
+                            [&](const OrderConfirmed& e, const RecordInfo& r,
+                                CallCompletion<std::string> done) {
+                              const std::string topic(r.topic);
+                              {
+                                const std::lock_guard lock(mu);
+                                call_topics[e.order_id].push_back(topic);
+                              }
+                              const bool fail = e.order_id == kPoison ||
+                                                (e.order_id == kFlaky && topic != level2);
+                              client.after(1ms, [done, fail, topic] {
+                                if (fail) return done.retry("provider answered 503 (test)");
+                                done.done(topic);
+                              });
+                            },
+                        .apply =
+                            [&](const OrderConfirmed& e, const RecordInfo& r,
+                                const std::string& topic, Transaction& tx) {
+                              EXPECT_EQ(topic, r.topic)
+                                  << "the apply phase got another call's result";
+                              record_effect(tx, e.event_id, r);
+                              const std::lock_guard lock(mu);
+                              if (std::find(applied_order.begin(), applied_order.end(),
+                                            e.order_id) == applied_order.end())
+                                applied_order.push_back(e.order_id);
+                              return Outcome::Done;
+                            },
+                        .ordering_key = {}});
+      },
+      [&](const Consumer& c) {
+        const ConsumerStats s = c.stats();
+        return s.processed >= kEvents - 1 && s.dead_lettered >= 1;
+      });
+
+  EXPECT_EQ(count_effects(*this->observer_, this->group_), kEvents - 1);
+  EXPECT_EQ(max_effects_per_event(*this->observer_, this->group_), 1);
+  EXPECT_EQ(this->effects_of(kFlaky), 1);
+  EXPECT_EQ(this->effects_of(kPoison), 0);
+  {
+    const std::lock_guard lock(mu);
+    const std::vector<std::string> path = {this->topic_, this->retry_topic(1), level2};
+    EXPECT_EQ(call_topics[kFlaky], path) << "one call per attempt, one attempt per topic";
+    EXPECT_EQ(call_topics[kPoison], path);
+    for (std::int64_t id = 3; id <= kEvents; ++id)
+      EXPECT_EQ(call_topics[id], std::vector<std::string>{this->topic_}) << "order " << id;
+    // Not blocked: the flaky event's success came after every ordinary event.
+    ASSERT_EQ(applied_order.size(), static_cast<std::size_t>(kEvents - 1));
+    EXPECT_EQ(applied_order.back(), kFlaky);
+  }
+  const std::string bootstrap = this->broker_->bootstrap_servers();
+  for (int level = 1; level <= 2; ++level) {
+    const auto records = read_topic(bootstrap, this->retry_topic(level), 1, 2, 20s);
+    ASSERT_EQ(records.size(), 2u) << "retry topic " << level;
+    for (const auto& rec : records) {
+      EXPECT_EQ(rec.header("idem.attempts"), std::to_string(level));
+      EXPECT_EQ(rec.header("idem.error.message"), "provider answered 503 (test)");
+    }
+  }
+  const auto dlq = read_topic(bootstrap, this->topic_ + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].key, std::to_string(kPoison));
+  EXPECT_EQ(dlq[0].header("idem.attempts"), "3");
+  EXPECT_EQ(dlq[0].header("idem.error.class"), "handler.retry");
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), std::to_string(kPoison - 1));
+  EXPECT_EQ(committed_offsets(bootstrap, this->group_, this->topic_, 1),
+            std::vector<std::int64_t>{kEvents});
 }
 
 TEST(RetryTopicsConfig, RejectsIllegalRetryTopicNamesAndDelays) {
