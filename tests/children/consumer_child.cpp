@@ -1,26 +1,35 @@
-// A consumer process for the fault tests (tests/fault/consumer_fault_test.cpp): an
-// idem::Consumer with the built-in count handler, configured by flags, that can kill
-// itself with SIGKILL at a chosen HookPoint (a real process death, not a simulated
-// return).
+// The consumer process of the multi-process tests: an idem::Consumer configured by flags
+// that can kill itself with SIGKILL at a chosen HookPoint (a real process death, not a
+// simulated return). Its handler, by --handler:
+//   count   the built-in count handler (one effect_log row per event; the default);
+//   effect  an effect handler (Consumer::on_effect) whose call phase completes after 20 ms
+//           on another thread (a stand-in for an HTTP call), up to 256 in flight, and
+//           whose apply phase writes the count handler's row;
+// either way, the order ids given with --always-retry ask for a retry on every attempt.
 //
-//   consumer_child --brokers B --topic T --group G --db URL [--batch N]
-//                  [--batch-window-ms MS] [--crash-point none|after_db_commit|after_handler|
-//                  before_db_commit|batch_polled|after_offset_commit]
-//                  [--crash-probability P] [--seed S] [--kafka key=value]...
+//   consumer_child --brokers B --topic T --group G --db URL [--handler count|effect]
+//                  [--batch N] [--batch-window-ms MS] [--crash-point none|after_db_commit|
+//                  after_handler|before_db_commit|batch_polled|after_offset_commit]
+//                  [--crash-probability P] [--seed S] [--retry-delays-ms MS[,MS...]]
+//                  [--always-retry ORDER_ID]... [--kafka key=value]...
 //
 // stdout protocol (one line each, flushed):
 //   "ready"                       the consumer is constructed and about to run()
 //   "first-batch"                 the first non-empty batch was polled (it owns partitions)
 //   "crash <point> after <n> calls" written just before raise(SIGKILL)
-//   "stats delivered=.. processed=.. duplicates=.. dead_lettered=.. retries=.. transactions=.."
+//   "stats delivered=.. processed=.. duplicates=.. dead_lettered=.. retries=.. transactions=..
+//          calls=.. retry_topic_sends=.."
 //                                 an answer to the stdin line "stats", and once more on exit
 //   "stopped"                     after a graceful stop (SIGTERM/SIGINT); exit status 0
-// Exit status 2 on a bad argument or a setup error, 3 when run() throws.
+// The consumer's log lines go to stderr. Exit status 2 on a bad argument or a setup error,
+// 3 when run() throws.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -43,6 +52,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "support/delayed_calls.hpp"
 
 namespace {
 
@@ -56,6 +66,9 @@ struct Options {
   std::optional<idem::HookPoint> crash_point;
   double crash_probability = 0.0;
   std::uint64_t seed = 1;
+  bool effect = false;
+  std::vector<std::chrono::milliseconds> retry_delays;
+  std::vector<std::int64_t> always_retry;
   std::vector<std::pair<std::string, std::string>> kafka;
 };
 
@@ -84,6 +97,17 @@ std::optional<idem::HookPoint> parse_point(std::string_view name) {
   return std::nullopt;
 }
 
+std::vector<std::chrono::milliseconds> parse_delays(const std::string& list) {
+  std::vector<std::chrono::milliseconds> out;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    out.emplace_back(std::stoll(list.substr(begin, end - begin)));
+    begin = end + 1;
+  }
+  return out;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -109,6 +133,13 @@ Options parse(int argc, char** argv) {
         o.crash_probability = std::stod(value);
       else if (flag == "--seed")
         o.seed = std::stoull(value);
+      else if (flag == "--handler") {
+        if (value != "count" && value != "effect") usage("--handler is count or effect");
+        o.effect = value == "effect";
+      } else if (flag == "--retry-delays-ms")
+        o.retry_delays = parse_delays(value);
+      else if (flag == "--always-retry")
+        o.always_retry.push_back(std::stoll(value));
       else if (flag == "--kafka") {
         const auto eq = value.find('=');
         if (eq == std::string::npos || eq == 0) usage("--kafka expects key=value");
@@ -127,8 +158,10 @@ Options parse(int argc, char** argv) {
 
 std::string stats_line(const idem::ConsumerStats& s) {
   return fmt::format(
-      "stats delivered={} processed={} duplicates={} dead_lettered={} retries={} transactions={}",
-      s.delivered, s.processed, s.duplicates, s.dead_lettered, s.retries, s.transactions);
+      "stats delivered={} processed={} duplicates={} dead_lettered={} retries={} transactions={} "
+      "calls={} retry_topic_sends={}",
+      s.delivered, s.processed, s.duplicates, s.dead_lettered, s.retries, s.transactions, s.calls,
+      s.retry_topic_sends);
 }
 
 }  // namespace
@@ -154,6 +187,7 @@ int main(int argc, char** argv) {
     // Short backoffs: the DB-outage test waits for the retries to succeed.
     config.retry.initial_backoff = std::chrono::milliseconds(50);
     config.retry.max_backoff = std::chrono::milliseconds(1000);
+    config.retry_topics.delays = opts.retry_delays;
     config.kafka = opts.kafka;
 
     auto store = idem::open_store(opts.db);
@@ -177,8 +211,41 @@ int main(int argc, char** argv) {
       }
     };
 
+    // Declared before the consumer: calls still waiting complete into a closed queue.
+    idem::test::DelayedCalls client;
     idem::Consumer consumer(config, std::move(store), std::move(hooks));
-    consumer.on<idem::OrderConfirmed>(opts.topic, idem::count_handler<idem::OrderConfirmed>());
+    const auto always_retry = [&opts](const idem::OrderConfirmed& e) {
+      const auto& ids = opts.always_retry;
+      return std::find(ids.begin(), ids.end(), e.order_id) != ids.end();
+    };
+    if (opts.effect) {
+      consumer.on_effect(
+          opts.topic,
+          idem::EffectHandler<idem::OrderConfirmed, bool>{
+              .call =
+                  [&client, always_retry](const idem::OrderConfirmed& e, const idem::RecordInfo&,
+                                          idem::CallCompletion<bool> done) {
+                    const bool retry = always_retry(e);
+                    client.after(std::chrono::milliseconds(20), [done, retry] {
+                      if (retry) return done.retry("--always-retry");
+                      done.done(true);
+                    });
+                  },
+              .apply =
+                  [](const idem::OrderConfirmed& event, const idem::RecordInfo& record, const bool&,
+                     idem::Transaction& tx) {
+                    idem::record_effect(tx, event.event_id, record);
+                    return idem::Outcome::Done;
+                  },
+              .ordering_key = {}});
+    } else {
+      consumer.on<idem::OrderConfirmed>(
+          opts.topic,
+          [always_retry, count = idem::count_handler<idem::OrderConfirmed>()](
+              const idem::OrderConfirmed& e, const idem::RecordInfo& r, idem::Transaction& tx) {
+            return always_retry(e) ? idem::Outcome::Retry : count(e, r, tx);
+          });
+    }
 
     std::atomic<bool> done{false};
     std::thread signal_waiter([&] {

@@ -1,5 +1,5 @@
 // (d) of issue 12: rebalances with effect calls in flight, as real processes. A consumer
-// (tests/children/effect_consumer_child.cpp: on_effect, 20 ms per call, up to 256 in
+// (tests/children/consumer_child.cpp --handler effect: on_effect, 20 ms per call, up to 256 in
 // flight) is processing when a second member joins the group (a rebalance revokes
 // partitions whose calls are still running); then the first member is SIGKILLed with
 // calls in flight, and the second takes over its partitions from the committed offsets.
@@ -70,7 +70,8 @@ class ConcurrentEffectsFault : public ::testing::TestWithParam<Db> {
     a.db = db_url_;
     a.batch = 100;
     a.seed = seed_;
-    return idem::test::start_consumer(idem::test::child_program("effect_consumer_child"), a);
+    a.handler = "effect";
+    return idem::test::start_consumer(idem::test::child_program("consumer_child"), a);
   }
 
   std::string db_url_;

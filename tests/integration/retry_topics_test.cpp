@@ -385,9 +385,9 @@ TEST(RetryHeaderCheck, ProblemsShowHeaderBytesSafely) {
 // Retry-topic records whose idem.* headers idem would never have written (issue 13, items
 // 7 and 8). A retry topic is an ordinary topic: anyone with produce rights can write to
 // it, and a bug elsewhere can too. The consumer runs as a REAL child process
-// (tests/children/retry_consumer_child.cpp, retry topics on with delays 1 s and 1 s, so
-// max attempts 3); this test process hosts the broker and is the outside producer that
-// writes the bad records straight to retry topic 1 with librdkafka.
+// (tests/children/consumer_child.cpp with --retry-delays-ms, retry topics on with delays 1 s and 1
+// s, so max attempts 3); this test process hosts the broker and is the outside producer that writes
+// the bad records straight to retry topic 1 with librdkafka.
 //
 // What must hold: the consumer stays up (a crash would be a crash loop, since the record
 // is redelivered), the bad record goes to the DLQ of the source topic with error class
@@ -406,7 +406,10 @@ std::int64_t wall_ms() {
       .count();
 }
 
-class RetryHeadersAcrossProcesses : public DevBrokerSuite {
+// Parameter: the child's handler, `count` (Consumer::on) or `effect` (on_effect, whose
+// bad retry records must not even make a call).
+class RetryHeadersAcrossProcesses : public DevBrokerSuite,
+                                    public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
     db_url_ = SqliteBackend::fresh_url();
@@ -454,9 +457,9 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
   /// The consumer child, retry delays 1 s and 1 s; `always_retry` order ids ask for a
   /// retry on every attempt.
   ChildProcess start_consumer(const std::vector<std::int64_t>& always_retry = {}) {
-    std::vector<std::string> argv = {"--brokers",         bootstrap(), "--topic", topic_,
-                                     "--group",           group_,      "--db",    db_url_,
-                                     "--retry-delays-ms", "1000,1000"};
+    std::vector<std::string> argv = {"--brokers",         bootstrap(), "--topic",   topic_,
+                                     "--group",           group_,      "--db",      db_url_,
+                                     "--retry-delays-ms", "1000,1000", "--handler", GetParam()};
     for (const auto id : always_retry) {
       argv.emplace_back("--always-retry");
       argv.push_back(std::to_string(id));
@@ -466,10 +469,10 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
       argv.emplace_back("--kafka");
       argv.emplace_back(kv);
     }
-    ChildProcess child = ChildProcess::spawn(child_program("retry_consumer_child"), argv);
+    ChildProcess child = ChildProcess::spawn(child_program("consumer_child"), argv);
     std::vector<std::string> seen;
     if (!expect_line(child, "ready", 30s, &seen)) {
-      ADD_FAILURE() << "retry_consumer_child did not say ready (said: "
+      ADD_FAILURE() << "consumer_child did not say ready (said: "
                     << (seen.empty() ? "nothing" : seen.back()) << ")";
     }
     return child;
@@ -539,7 +542,7 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite {
 // Item 7: idem.attempts 4294967295 used to wrap to 0 on the next attempt and index
 // delays[-1] (SIGSEGV, then the same again on every restart). An attempt count that is
 // in range but not this retry topic's number is just as impossible for idem to write.
-TEST_F(RetryHeadersAcrossProcesses,
+TEST_P(RetryHeadersAcrossProcesses,
        AttemptsOutOfRangeOrNotTheTopicsLevelGoToTheDlqAndTheConsumerStaysUp) {
   constexpr std::int64_t kWrapping = 100;  // its handler asks for a retry: the old crash
   constexpr std::int64_t kMismatched = 101;
@@ -569,12 +572,16 @@ TEST_F(RetryHeadersAcrossProcesses,
   ASSERT_FALSE(stats.empty());
   EXPECT_EQ(stats.at("processed"), static_cast<std::uint64_t>(kSourceEvents + 1));
   EXPECT_EQ(stats.at("dead_lettered"), 3u);
+  // The effect path calls only the good records (the wrapping one is never called).
+  if (GetParam() == "effect") {
+    EXPECT_EQ(stats.at("calls"), kSourceEvents + 1u);
+  }
 }
 
 // Item 8: idem.retry.not_before far in the future used to pause the retry partition until
 // then (ten years here), and past ~292 years overflowed the steady clock. A retry is never
 // due later than its topic's delay (plus a clock-skew allowance) from now.
-TEST_F(RetryHeadersAcrossProcesses,
+TEST_P(RetryHeadersAcrossProcesses,
        NotBeforeBeyondTheTopicsDelayGoesToTheDlqAndDoesNotPauseThePartition) {
   constexpr std::int64_t kTenYears = 200;
   constexpr std::int64_t kInt64Max = 201;
@@ -610,7 +617,16 @@ TEST_F(RetryHeadersAcrossProcesses,
   ASSERT_FALSE(stats.empty());
   EXPECT_EQ(stats.at("processed"), static_cast<std::uint64_t>(kSourceEvents + 2));
   EXPECT_EQ(stats.at("dead_lettered"), 3u);
+  if (GetParam() == "effect") {
+    EXPECT_EQ(stats.at("calls"), kSourceEvents + 2u);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Handlers, RetryHeadersAcrossProcesses,
+                         ::testing::Values(std::string("count"), std::string("effect")),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
+                         });
 
 }  // namespace across_processes
 

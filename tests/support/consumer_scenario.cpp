@@ -207,7 +207,9 @@ ChildProcess start_consumer(const std::string& program, const ConsumerArgs& a) {
                                    "--crash-probability",
                                    fmt::format("{}", a.crash_probability),
                                    "--seed",
-                                   std::to_string(a.seed)};
+                                   std::to_string(a.seed),
+                                   "--handler",
+                                   a.handler};
   for (const char* kv : {"session.timeout.ms=6000", "heartbeat.interval.ms=1000", "log_level=3",
                          "reconnect.backoff.max.ms=1000"}) {
     argv.emplace_back("--kafka");

@@ -87,6 +87,7 @@ struct ConsumerArgs {
   std::string topic;
   std::string group;
   std::string db;
+  std::string handler = "count";  // consumer_child --handler: count or effect
   std::size_t batch = 100;
   std::string crash_point = "none";  // a to_string(HookPoint) name, or "none"
   double crash_probability = 0.0;
