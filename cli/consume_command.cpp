@@ -212,7 +212,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     StopWatchdog watchdog(
         config.stop_timeout + std::chrono::seconds(1),
         fmt::format("idem: error: consumer stop not finished within {}: a call to the database "
-                    "does not return. The offsets of the batch in progress are not committed: "
+                    "or the broker has not returned. The offsets of the batch in progress are not "
+                    "committed: "
                     "its events will be redelivered and deduplicated",
                     format_duration(config.stop_timeout)));
     auto store = open_store(settings.store_url, settings.store_options);

@@ -90,11 +90,12 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     // (declared before the relay, so its destruction is covered too).
     StopWatchdog watchdog(
         config.stop_timeout + std::chrono::seconds(1),
-        fmt::format("idem: error: relay stop not finished within {}: a call to the database "
-                    "does not return. Rows produced but not marked published are sent again by "
-                    "the next relay, with the same event_id: at-least-once publication, which "
-                    "consumers deduplicate",
-                    format_duration(config.stop_timeout)));
+        fmt::format(
+            "idem: error: relay stop not finished within {}: a call to the database or "
+            "the broker has not returned. Rows produced but not marked published are sent again by "
+            "the next relay, with the same event_id: at-least-once publication, which "
+            "consumers deduplicate",
+            format_duration(config.stop_timeout)));
     config.store_options.application_name = "idem-relay";
 
     RelayObserver observer;
