@@ -16,6 +16,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/config.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
 #include "idem/logging.hpp"
@@ -204,6 +205,17 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                   "--no-idempotency-key only applies to --handler billing");
     }
 
+    // Consumer::run() returns within the stop timeout by itself unless the consumer's
+    // thread is inside a call to a database that stopped answering; a second past it,
+    // this ends the process (declared before the consumer and the maintenance task, so
+    // their destruction is covered too).
+    StopWatchdog watchdog(
+        config.stop_timeout + std::chrono::seconds(1),
+        fmt::format("idem: error: consumer stop not finished within {}: a call to the database "
+                    "or the broker has not returned. The offsets of the batch in progress are not "
+                    "committed: "
+                    "its events will be redelivered and deduplicated",
+                    format_duration(config.stop_timeout)));
     auto store = open_store(settings.store_url, settings.store_options);
     idem::migrate_reference_system(*store);
     std::optional<MaintenanceTask> maintenance;
@@ -248,7 +260,10 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                       store_readiness(settings.store_url, settings.store_options)});
       std::cout << fmt::format("admin server on port {}", admin->port()) << std::endl;
     }
-    const OnStopSignal stop_on_signal(signals, [&consumer] { consumer.stop(); });
+    const OnStopSignal stop_on_signal(signals, [&consumer, &watchdog] {
+      watchdog.arm();
+      consumer.stop();
+    });
 
     std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
               << std::endl;

@@ -1,7 +1,8 @@
 // `idem relay`: publishes outbox rows (library: idem::Relay). Prints `ready` once its
 // connections are open, then one `progress ...` line per progress interval; logs go to
 // stderr. Stops on SIGTERM/SIGINT after the batches in flight were acknowledged and
-// marked (bounded by relay.shutdown_timeout).
+// marked, within relay.stop_timeout: if that could not be done in time (broker or
+// database gone), exits 1 saying so.
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
@@ -30,7 +32,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     std::string rebalance_ms;
     std::string retention_hours;
     std::string progress_ms;
-    std::string shutdown_timeout_ms;
+    std::string stop_timeout;
     bool no_listen = false;
     bool until_empty = false;
     int timeout_s = 600;
@@ -63,10 +65,11 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(cmd->add_option("--rebalance-ms", opts->rebalance_ms,
                             "Shard rebalance interval (relay.rebalance_interval, default 2s)"),
             "relay.rebalance_interval", "ms");
-  cfg->bind(cmd->add_option("--shutdown-timeout-ms", opts->shutdown_timeout_ms,
-                            "On SIGTERM, wait this long for acknowledgements "
-                            "(relay.shutdown_timeout, default 10s)"),
-            "relay.shutdown_timeout", "ms");
+  cfg->bind(cmd->add_option("--stop-timeout", opts->stop_timeout,
+                            "On SIGTERM, finish the batches in flight and exit within this long, "
+                            "else exit 1 saying what was not done (relay.stop_timeout, default "
+                            "30s)"),
+            "relay.stop_timeout");
   cfg->bind_switch(cmd->add_flag("--no-listen", opts->no_listen,
                                  "PostgreSQL: poll only, no LISTEN/NOTIFY (relay.listen=false)"),
                    "relay.listen", "false");
@@ -82,6 +85,17 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     // Before any thread starts (the admin server's, the relay's, librdkafka's).
     StopSignals signals;
     RelayConfig config = settings.relay_config();
+    // The relay returns within the stop timeout by itself unless its own thread is inside
+    // a call to a database that stopped answering; a second past it, this ends the process
+    // (declared before the relay, so its destruction is covered too).
+    StopWatchdog watchdog(
+        config.stop_timeout + std::chrono::seconds(1),
+        fmt::format(
+            "idem: error: relay stop not finished within {}: a call to the database or "
+            "the broker has not returned. Rows produced but not marked published are sent again by "
+            "the next relay, with the same event_id: at-least-once publication, which "
+            "consumers deduplicate",
+            format_duration(config.stop_timeout)));
     config.store_options.application_name = "idem-relay";
 
     RelayObserver observer;
@@ -89,11 +103,12 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     observer.on_progress = [](const RelayProgress& p) {
       std::cout << fmt::format(
                        "progress published={} batches={} resent={} rejected={} cleaned={} "
-                       "backlog={} rejected_rows={} lag_ms={} shards={} rebuilds={}\n",
+                       "backlog={} rejected_rows={} lag_ms={} shards={} rebuilds={} "
+                       "in_flight={}\n",
                        p.published, p.batches, p.resent, p.rejected, p.cleaned, p.backlog,
                        p.rejected_rows,
                        p.oldest_unpublished_age ? p.oldest_unpublished_age->count() : 0,
-                       p.owned_shards, p.producer_rebuilds)
+                       p.owned_shards, p.producer_rebuilds, p.in_flight)
                 << std::flush;
     };
     // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.
@@ -107,7 +122,10 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       std::cout << fmt::format("admin server on port {}\n", admin->port()) << std::flush;
     }
     Relay relay(std::move(config), std::move(observer));
-    const OnStopSignal stop_on_signal(signals, [&relay] { relay.request_stop(); });
+    const OnStopSignal stop_on_signal(signals, [&relay, &watchdog] {
+      watchdog.arm();
+      relay.request_stop();
+    });
     std::cout << "ready\n" << std::flush;
     if (opts->until_empty) {
       const bool drained = relay.run_until_empty(std::chrono::seconds(opts->timeout_s));

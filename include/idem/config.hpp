@@ -238,7 +238,7 @@ struct RelaySettings {
   std::chrono::milliseconds retention{std::chrono::hours(24)};
   std::chrono::milliseconds progress_interval{5000};
   std::chrono::milliseconds rebalance_interval{2000};
-  std::chrono::milliseconds shutdown_timeout{10'000};
+  std::chrono::milliseconds stop_timeout{30'000};
   bool listen = true;  ///< PostgreSQL: LISTEN/NOTIFY besides polling
 };
 

@@ -62,8 +62,13 @@ struct RelayConfig {
   std::chrono::milliseconds progress_interval{5000};
   /// Wait after a database or permanent delivery error before trying again.
   std::chrono::milliseconds error_backoff{500};
-  /// On stop: how long to wait for acknowledgements of what is in flight.
-  std::chrono::milliseconds shutdown_timeout{10'000};
+  /// From request_stop() to run() returning, at most this long: the wait for the
+  /// acknowledgements of what is in flight and for their marks ends there, also when the
+  /// broker or the database is gone. Rows produced but not marked published by then stay
+  /// unpublished and are sent again by the next relay (same event_id: consumers
+  /// deduplicate them). Was `shutdown_timeout` (10 s), which bounded the acknowledgements
+  /// only.
+  std::chrono::milliseconds stop_timeout{30'000};
 };
 
 /// Where the relay is in one batch; for observers (and crash tests, which kill the
@@ -84,6 +89,9 @@ struct RelayProgress {
   std::uint64_t rejected = 0;   ///< rows set aside as rejected by this relay
   std::uint64_t cleaned = 0;    ///< published rows deleted by retention
   std::uint64_t producer_rebuilds = 0;
+  /// Rows produced and not marked published yet (waiting for the broker's ack or for
+  /// their mark), when the progress was reported.
+  std::uint64_t in_flight = 0;
   int owned_shards = 0;       ///< of kOutboxShards
   std::int64_t backlog = -1;  ///< unpublished rows (all shards); -1 = not measured yet
   /// Age of the oldest unpublished row (the lag); nullopt when there is none. Rejected
@@ -109,13 +117,22 @@ class Relay {
   /// Opens the relay's connections (and, on PostgreSQL, LISTENs) and builds the
   /// producer. Does not migrate. \throws Error on connection or configuration failure.
   explicit Relay(RelayConfig config, RelayObserver observer = {});
+  /// Joins the relay's threads; except when a stop gave up on a claim or mark thread
+  /// blocked in a database that does not answer: then the relay's memory and threads are
+  /// left to the process's exit (joining would wait without bound).
   ~Relay();
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
   /// Publishes until request_stop(). Database and broker errors are logged and retried
-  /// (after error_backoff); only setup errors throw. On stop, waits up to
-  /// shutdown_timeout for acknowledgements and marks what was acknowledged.
+  /// (after error_backoff); only setup errors throw. On stop, waits for the
+  /// acknowledgements of what is in flight and marks what was acknowledged, returning
+  /// within config.stop_timeout of request_stop().
+  /// \throws Error(Timeout, Internal) after the stop when it could not finish cleanly: rows
+  ///   produced and not acknowledged in time, marks or a claim the database did not
+  ///   finish in time, or the relay was failing (database or broker error) when stopped.
+  ///   The message says which and that the rows not marked published are sent again by
+  ///   the next relay (at-least-once publication).
   void run();
 
   /// Publishes until no unpublished row is left in the shards this relay owns and

@@ -292,7 +292,7 @@ RelayConfig Config::relay_config() const {
   r.retention = relay.retention;
   r.progress_interval = relay.progress_interval;
   r.rebalance_interval = relay.rebalance_interval;
-  r.shutdown_timeout = relay.shutdown_timeout;
+  r.stop_timeout = relay.stop_timeout;
   r.listen = relay.listen;
   return r;
 }

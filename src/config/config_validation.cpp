@@ -471,7 +471,7 @@ Config validate(const Settings& settings, Problems& problems) {
   v.duration("relay.progress_interval_ms", c.relay.progress_interval);
   v.duration("relay.retention_hours", c.relay.retention);
   v.duration("relay.rebalance_interval", c.relay.rebalance_interval);
-  v.duration("relay.shutdown_timeout", c.relay.shutdown_timeout);
+  v.duration("relay.stop_timeout", c.relay.stop_timeout);
   v.boolean("relay.listen", c.relay.listen);
 
   validate_consumer_extras(v, c);

@@ -216,8 +216,10 @@ const std::vector<KeySpec>& table() {
           hours.unit_of_bare_number = "h";
           return hours;
         }(),
-        duration("relay.shutdown_timeout", "10s",
-                 "on SIGTERM, wait this long for the batches in flight", 0, kHour),
+        duration("relay.stop_timeout", "30s",
+                 "on SIGTERM, finish the batches in flight and exit within this long (then "
+                 "exit non-zero: rows not marked published are sent again by the next relay)",
+                 0, kHour),
         {"store.application_name", KeyType::String, "idem", "PostgreSQL application_name"},
         duration_ms("store.busy_timeout_ms", "5000", "SQLite lock wait", 0, kMaxMs),
         duration_ms("store.connect_timeout_ms", "10000", "PostgreSQL connect deadline", kSecond,

@@ -95,12 +95,18 @@ void ClaimReader::wait(std::chrono::milliseconds timeout) {
   done_.wait_for(lock, timeout, [&] { return result_.has_value(); });
 }
 
-void ClaimReader::discard() noexcept {
-  if (!outstanding_) return;
+bool ClaimReader::discard(std::chrono::steady_clock::time_point until) noexcept {
+  if (!outstanding_) return true;
   std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return result_.has_value(); });
+  const auto there = [&] { return result_.has_value(); };
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    done_.wait(lock, there);
+  } else if (!done_.wait_until(lock, until, there)) {
+    return false;
+  }
   result_.reset();
   outstanding_ = false;
+  return true;
 }
 
 }  // namespace idem::detail

@@ -53,8 +53,11 @@ class ClaimReader {
   /// Waits up to `timeout` for the outstanding claim's result (take() then has it).
   void wait(std::chrono::milliseconds timeout);
   /// Waits for the outstanding claim, if any, and drops its rows: nothing of them was
-  /// sent, and they are claimed again later.
-  void discard() noexcept;
+  /// sent, and they are claimed again later. Gives up at `until` (a stop's deadline: the
+  /// database may not answer any more) and returns false; the claim then stays
+  /// outstanding and its thread busy.
+  bool discard(std::chrono::steady_clock::time_point until =
+                   std::chrono::steady_clock::time_point::max()) noexcept;
 
  private:
   struct Request {

@@ -71,11 +71,16 @@ const std::string* InFlightBatches::front_failure() const noexcept {
   return &batches_.front().error;
 }
 
-std::size_t InFlightBatches::clear() noexcept {
+std::size_t InFlightBatches::rows() const noexcept {
   std::size_t rows = 0;
   for (const Batch& b : batches_) rows += b.ids.size();
-  batches_.clear();
   return rows;
+}
+
+std::size_t InFlightBatches::clear() noexcept {
+  const std::size_t n = rows();
+  batches_.clear();
+  return n;
 }
 
 }  // namespace idem::detail

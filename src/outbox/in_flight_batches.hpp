@@ -32,6 +32,8 @@ class InFlightBatches {
   /// The error of the front batch when one of its rows failed transiently (it blocks
   /// the pipeline: the relay sends again from the oldest unpublished row).
   [[nodiscard]] const std::string* front_failure() const noexcept;
+  /// Rows of every batch (produced, not yet marked).
+  [[nodiscard]] std::size_t rows() const noexcept;
   /// Drops every batch; returns how many rows they held (they are sent again).
   std::size_t clear() noexcept;
 

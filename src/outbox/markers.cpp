@@ -103,11 +103,16 @@ void Markers::submit(MarkJob job) {
   work_.notify_one();
 }
 
-std::vector<MarkResult> Markers::collect(bool all) {
+std::vector<MarkResult> Markers::collect(bool all, std::chrono::steady_clock::time_point until) {
   std::vector<MarkResult> results;
   {
     std::unique_lock lock(mutex_);
-    if (all) finished_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+    const auto idle = [&] { return queue_.empty() && running_ == 0; };
+    if (all && until == std::chrono::steady_clock::time_point::max()) {
+      finished_.wait(lock, idle);
+    } else if (all) {
+      static_cast<void>(finished_.wait_until(lock, until, idle));
+    }
     results.swap(results_);
   }
   for (const MarkResult& r : results) pending_ -= r.batches;

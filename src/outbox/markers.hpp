@@ -49,7 +49,8 @@ class Markers {
   /// A mark writes one statement per `ids_per_statement` ids.
   Markers(std::vector<std::unique_ptr<Store>> connections, SharedConnection& shared,
           const OutboxQueries& queries, std::size_t ids_per_statement);
-  /// Lets the markers finish what is queued, then joins them.
+  /// Lets the markers finish what is queued, then joins them (so it waits for a
+  /// database that does not answer: see Relay::~Relay for how a stop avoids that).
   ~Markers();
   Markers(const Markers&) = delete;
   Markers& operator=(const Markers&) = delete;
@@ -58,9 +59,13 @@ class Markers {
   /// the job counts as never handed over.
   void submit(MarkJob job);
   /// Takes the results the markers have; with `all`, first waits until every job
-  /// handed over is finished. Results of failed marks have ok = false (their rows stay
-  /// unpublished; a marker's store reconnects by itself on its next begin()).
-  [[nodiscard]] std::vector<MarkResult> collect(bool all);
+  /// handed over is finished, or until `until` (a stop's deadline: the database may not
+  /// answer any more; pending() then stays above zero). Results of failed marks have
+  /// ok = false (their rows stay unpublished; a marker's store reconnects by itself on
+  /// its next begin()).
+  [[nodiscard]] std::vector<MarkResult> collect(
+      bool all,
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
   /// Waits up to `timeout` for a result to collect.
   void wait(std::chrono::milliseconds timeout);
   /// Batches handed over whose results were not collected yet.

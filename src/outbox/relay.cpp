@@ -11,7 +11,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/outbox.hpp"
 #include "outbox/claim_reader.hpp"
@@ -32,6 +34,10 @@ using detail::ClaimedBatch;
 using detail::MarkJob;
 using detail::MarkResult;
 using std::chrono::milliseconds;
+
+constexpr std::string_view kNotMarkedResent =
+    "Rows produced but not marked published are sent again by the next relay, with the same "
+    "event_id: at-least-once publication, which consumers deduplicate";
 
 RelayConfig validated(RelayConfig config) {
   if (config.batch_size == 0 || config.max_batches_in_flight == 0) {
@@ -61,6 +67,16 @@ struct Relay::Impl {
   std::int64_t cursor = 0;
   std::vector<Delivery> deliveries;
   std::atomic<bool> stop{false};
+  // When request_stop() was first called (steady clock ticks; 0: not yet): the stop
+  // timeout counts from there.
+  std::atomic<SteadyClock::rep> stop_requested_at{0};
+  // Waits for the claim and mark threads give up here (a stop's deadline; until then
+  // they wait for the database as long as it takes).
+  SteadyClock::time_point give_up_at = SteadyClock::time_point::max();
+  // The last failure, until a claim succeeds again: a stop meanwhile says so.
+  std::string failing;
+  // A stop gave up on a thread blocked in the database: ~Relay must not join it.
+  bool abandoned = false;
   RelayProgress prog;
   bool last_claim_empty = false;
 
@@ -103,7 +119,7 @@ struct Relay::Impl {
   /// from the oldest unpublished row).
   bool collect_marks(bool all, std::string* error = nullptr) {
     bool ok = true;
-    for (const MarkResult& r : markers->collect(all)) {
+    for (const MarkResult& r : markers->collect(all, give_up_at)) {
       if (!r.ok) {
         if (ok && error != nullptr) *error = r.error;
         ok = false;
@@ -128,7 +144,7 @@ struct Relay::Impl {
 
   /// Drops everything in flight (it will be claimed and sent again, same event_ids).
   void reset_pipeline() noexcept {
-    claims->discard();
+    static_cast<void>(claims->discard(give_up_at));  // still outstanding: a stop reports it
     producer->purge();
     prog.resent += in_flight.clear();
     // Marks already handed over cover acknowledged rows only: let them finish (or fail)
@@ -147,6 +163,7 @@ struct Relay::Impl {
   void after_error(std::string_view what, const std::exception& e) {
     log(fmt::format("idem relay: {}: {}; retrying in {} ms", what, e.what(),
                     config.error_backoff.count()));
+    failing = fmt::format("{}: {}", what, e.what());
     reset_pipeline();
     if (const auto* err = dynamic_cast<const Error*>(&e);
         err != nullptr && err->code() == ErrorCode::Connection) {
@@ -175,6 +192,7 @@ struct Relay::Impl {
   /// Throws the claim's own error.
   std::size_t produce_claim(ClaimedBatch claim) {
     if (claim.error) std::rethrow_exception(claim.error);
+    failing.clear();  // the database answers again
     last_claim_empty = claim.ids.empty();
     if (claim.ids.empty()) return 0;
     if (claim.session != ownership.session()) {
@@ -217,6 +235,7 @@ struct Relay::Impl {
     if (!collect_marks(false, &error)) {
       log(fmt::format("idem relay: mark failed ({}); resending from the oldest unpublished row",
                       error));
+      failing = "mark failed: " + error;
       reset_pipeline();
       wait_for_stop(config.error_backoff);
       return;
@@ -226,6 +245,7 @@ struct Relay::Impl {
           fmt::format("idem relay: delivery failed, transient ({}); resending from the oldest "
                       "unpublished row",
                       *failure));
+      failing = "delivery failed: " + *failure;
       reset_pipeline();
       wait_for_stop(config.error_backoff);
       return;
@@ -236,6 +256,7 @@ struct Relay::Impl {
   void report_progress() {
     housekeeping.measure_lag(prog);
     prog.producer_rebuilds = producer->rebuilds();
+    prog.in_flight = in_flight.rows();
     if (observer.on_progress) observer.on_progress(prog);
   }
 
@@ -299,64 +320,118 @@ struct Relay::Impl {
 
   /// Runs turns; on idle waits for a notification or the poll interval (unless
   /// `until_empty`, which returns then). Returns true when it stopped because idle.
-  bool loop(bool until_empty, SteadyClock::time_point deadline) {
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (SteadyClock::now() >= deadline) return false;
-      bool idle = false;
-      try {
-        idle = turn(false);
-      } catch (const std::exception& e) {
-        after_error("database or producer error", e);
-        continue;
-      }
-      if (!idle) continue;
-      if (until_empty && !ownership.owned().empty() && last_claim_empty) return true;
-      const auto progress = housekeeping.next_progress();
-      const auto housekeeping_due =
-          progress ? std::min(ownership.next(), *progress) : ownership.next();
-      const auto until_housekeeping = housekeeping_due - SteadyClock::now();
-      idle_wait.wait(std::clamp(std::chrono::duration_cast<milliseconds>(until_housekeeping),
-                                milliseconds(1), config.poll_interval),
-                     stop);
-    }
-    return false;
-  }
-
-  /// On stop: wait (bounded) for what is in flight, mark what was acknowledged.
-  void shutdown() {
-    claims->discard();
-    const auto deadline = SteadyClock::now() + config.shutdown_timeout;
-    try {
-      while (!pipeline_empty() && SteadyClock::now() < deadline) {
-        producer->poll(milliseconds(in_flight.empty() ? 1 : 20), deliveries);
-        apply_deliveries();
-        settle();
-      }
-    } catch (const std::exception& e) {
-      log(fmt::format("idem relay: during shutdown: {}", e.what()));
-    }
-    reset_pipeline();
-  }
+  bool loop(bool until_empty, SteadyClock::time_point deadline);
+  [[nodiscard]] SteadyClock::time_point stop_deadline() const noexcept;
+  /// On stop: waits (until the stop deadline) for what is in flight and marks what was
+  /// acknowledged. Returns what it could not do, for the caller to report.
+  std::vector<std::string> shutdown();
 };
+
+bool Relay::Impl::loop(bool until_empty, SteadyClock::time_point deadline) {
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (SteadyClock::now() >= deadline) return false;
+    bool idle = false;
+    try {
+      idle = turn(false);
+    } catch (const std::exception& e) {
+      after_error("database or producer error", e);
+      continue;
+    }
+    if (!idle) continue;
+    if (until_empty && !ownership.owned().empty() && last_claim_empty) return true;
+    const auto progress = housekeeping.next_progress();
+    const auto housekeeping_due =
+        progress ? std::min(ownership.next(), *progress) : ownership.next();
+    const auto until_housekeeping = housekeeping_due - SteadyClock::now();
+    idle_wait.wait(std::clamp(std::chrono::duration_cast<milliseconds>(until_housekeeping),
+                              milliseconds(1), config.poll_interval),
+                   stop);
+  }
+  return false;
+}
+
+SteadyClock::time_point Relay::Impl::stop_deadline() const noexcept {
+  const SteadyClock::rep requested = stop_requested_at.load();
+  const SteadyClock::time_point from =
+      requested != 0 ? SteadyClock::time_point(SteadyClock::duration(requested))
+                     : SteadyClock::now();
+  return from + config.stop_timeout;
+}
+
+std::vector<std::string> Relay::Impl::shutdown() {
+  // From here every wait ends at the stop deadline: a broker that is gone never
+  // acknowledges (there is no message timeout) and a database that is gone may never
+  // answer a claim or a mark.
+  give_up_at = stop_deadline();
+  std::vector<std::string> undone;
+  const std::string within = format_duration(config.stop_timeout);
+  static_cast<void>(claims->discard(give_up_at));
+  try {
+    while ((!in_flight.empty() || markers->pending() > 0) && SteadyClock::now() < give_up_at) {
+      producer->poll(milliseconds(in_flight.empty() ? 1 : 20), deliveries);
+      apply_deliveries();
+      settle();
+    }
+  } catch (const std::exception& e) {
+    log(fmt::format("idem relay: during shutdown: {}", e.what()));
+    failing = e.what();
+  }
+  if (const std::size_t rows = in_flight.rows(); rows > 0) {
+    undone.push_back(
+        fmt::format("{} rows produced but not acknowledged by the broker within {}", rows, within));
+  }
+  reset_pipeline();  // purges the producer: its destructor has nothing left to flush
+  if (markers->pending() > 0) {
+    undone.push_back(fmt::format(
+        "marking acknowledged rows published did not finish within {}: the database does not "
+        "answer",
+        within));
+    abandoned = true;
+  }
+  if (claims->outstanding()) {
+    undone.push_back(
+        fmt::format("a claim did not finish within {}: the database does not answer", within));
+    abandoned = true;
+  }
+  if (!failing.empty()) undone.push_back("stopped while failing (" + failing + ")");
+  return undone;
+}
 
 Relay::Relay(RelayConfig config, RelayObserver observer)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(observer))) {}
 
-Relay::~Relay() = default;
+Relay::~Relay() {
+  if (impl_ && impl_->abandoned) {
+    // A claim or mark thread is blocked in a call to a database that stopped answering:
+    // joining it would wait without bound. The relay's memory (its producer's handle
+    // with it) is left to the process's exit instead, as the consumer leaves its handle
+    // after a close that timed out.
+    static_cast<void>(impl_.release());
+  }
+}
 
 void Relay::run() {
   impl_->loop(false, SteadyClock::time_point::max());
-  impl_->shutdown();
+  const std::vector<std::string> undone = impl_->shutdown();
+  if (!undone.empty()) {
+    throw Error(ErrorCode::Timeout, ErrorSource::Internal,
+                fmt::format("relay stop: {}. {}", fmt::join(undone, "; "), kNotMarkedResent));
+  }
 }
 
 bool Relay::run_until_empty(std::chrono::milliseconds timeout) {
   // Ownership first, so "empty" means "empty in the shards this relay owns".
   const bool drained = impl_->loop(true, SteadyClock::now() + timeout);
-  if (!drained) impl_->shutdown();
+  if (!drained) {
+    for (const std::string& problem : impl_->shutdown()) impl_->log("idem relay: stop: " + problem);
+  }
   return drained;
 }
 
 void Relay::request_stop() noexcept {
+  SteadyClock::rep unset = 0;
+  impl_->stop_requested_at.compare_exchange_strong(unset,
+                                                   SteadyClock::now().time_since_epoch().count());
   impl_->stop.store(true, std::memory_order_relaxed);
 }
 

@@ -47,13 +47,13 @@ TEST(ConfigCheck, ListsAKeyOfEveryCommandWithItsOrigin) {
       IDEM_CLI_PATH,
       {"config", "check", "--config", file.string(), "--set", "dlq.timeout=5s", "--set",
        "demo.orders=50"},
-      {{"IDEM_RELAY_SHUTDOWN_TIMEOUT", "3s"}, {"IDEM_PROVIDER_KEY_RETENTION", "2h"}});
+      {{"IDEM_RELAY_STOP_TIMEOUT", "3s"}, {"IDEM_PROVIDER_KEY_RETENTION", "2h"}});
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string in_file = "file " + file.string();
   expect_key(r.output, "consumer.stale_events", "skip", in_file + ":2");
   expect_key(r.output, "dev_broker.brokers", "3", in_file + ":4");
   expect_key(r.output, "dedup.partitioned", "true", in_file + ":6");
-  expect_key(r.output, "relay.shutdown_timeout", "3s", "env IDEM_RELAY_SHUTDOWN_TIMEOUT");
+  expect_key(r.output, "relay.stop_timeout", "3s", "env IDEM_RELAY_STOP_TIMEOUT");
   expect_key(r.output, "provider.key_retention", "2h", "env IDEM_PROVIDER_KEY_RETENTION");
   expect_key(r.output, "dlq.timeout", "5s", "flag --set");
   expect_key(r.output, "demo.orders", "50", "flag --set");
@@ -180,10 +180,10 @@ INSTANTIATE_TEST_SUITE_P(
         CommandFlag{
             {"consume", "--stale", "process"}, "consumer.stale_events", "process", "--stale"},
         CommandFlag{{"relay", "--no-listen"}, "relay.listen", "false", "--no-listen"},
-        CommandFlag{{"relay", "--shutdown-timeout-ms", "2500"},
-                    "relay.shutdown_timeout",
+        CommandFlag{{"relay", "--stop-timeout", "2500ms"},
+                    "relay.stop_timeout",
                     "2500ms",
-                    "--shutdown-timeout-ms"},
+                    "--stop-timeout"},
         CommandFlag{{"dlq", "list", "--topic", "orders.dlq"}, "dlq.topic", "orders.dlq", "--topic"},
         CommandFlag{{"dlq", "replay", "--timeout-s", "5"}, "dlq.timeout", "5s", "--timeout-s"},
         CommandFlag{{"dlq", "replay", "--retention-hours", "72"},

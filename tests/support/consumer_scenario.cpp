@@ -471,6 +471,7 @@ PrivatePostgres::PrivatePostgres(const std::string& bin_dir) : bin_(bin_dir) {
 }
 
 PrivatePostgres::~PrivatePostgres() {
+  if (frozen_) thaw();
   if (running_) static_cast<void>(run_pg_ctl("-m immediate -w -t 30 stop"));
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
@@ -493,6 +494,45 @@ void PrivatePostgres::stop(const std::string& mode) {
   if (run_pg_ctl("-m " + mode + " -w -t 30 stop") != 0)
     throw std::runtime_error("pg_ctl stop failed: " + read_file(dir_ / "server.log"));
   running_ = false;
+}
+
+namespace {
+
+// The postmaster (first line of postmaster.pid) and its children, found through /proc.
+std::vector<pid_t> server_processes(const std::filesystem::path& data_dir) {
+  std::ifstream pid_file(data_dir / "postmaster.pid");
+  pid_t postmaster = 0;
+  if (!(pid_file >> postmaster) || postmaster <= 0)
+    throw std::runtime_error("no postmaster.pid in " + data_dir.string());
+  std::vector<pid_t> pids{postmaster};
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == postmaster) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+}  // namespace
+
+void PrivatePostgres::freeze() {
+  // The postmaster first, so that it forks no new backend meanwhile.
+  for (const pid_t pid : server_processes(dir_ / "data")) ::kill(pid, SIGSTOP);
+  frozen_ = true;
+}
+
+void PrivatePostgres::thaw() {
+  for (const pid_t pid : server_processes(dir_ / "data")) ::kill(pid, SIGCONT);
+  frozen_ = false;
 }
 
 void PrivatePostgres::start() {

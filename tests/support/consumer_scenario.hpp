@@ -159,6 +159,11 @@ class PrivatePostgres {
   void stop(const std::string& mode = "fast");
   /// pg_ctl start -w on the same port; throws on failure.
   void start();
+  /// SIGSTOPs the postmaster and every backend: connections stay open and new ones are
+  /// accepted by the kernel, but nothing answers (a server that hangs, or a network that
+  /// silently drops everything). thaw() (and the destructor) SIGCONT them.
+  void freeze();
+  void thaw();
 
  private:
   int run_pg_ctl(const std::string& args) const;
@@ -168,6 +173,7 @@ class PrivatePostgres {
   std::string run_as_;
   int port_ = 0;
   bool running_ = false;
+  bool frozen_ = false;
 };
 
 }  // namespace idem::test

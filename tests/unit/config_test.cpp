@@ -93,7 +93,7 @@ TEST(ConfigLoader, DefaultsEqualTheLibraryStructs) {
   EXPECT_EQ(consumer.stale_events, lib_consumer.stale_events);
   EXPECT_EQ(consumer.retry_topics.delays, lib_consumer.retry_topics.delays);
   EXPECT_EQ(relay.rebalance_interval, lib_relay.rebalance_interval);
-  EXPECT_EQ(relay.shutdown_timeout, lib_relay.shutdown_timeout);
+  EXPECT_EQ(relay.stop_timeout, lib_relay.stop_timeout);
   EXPECT_EQ(relay.listen, lib_relay.listen);
   const RetentionPolicy lib_policy;
   const RetentionPolicy policy = c.retention_policy();
@@ -142,7 +142,7 @@ TEST(ConfigLoader, ListsEveryKeyOfEveryCommandEvenWhenUnset) {
   const std::string text = c.describe();
   for (const auto* key :
        {"consumer.retry_topics.delays", "dedup.retention", "maintenance.interval", "dlq.timeout",
-        "provider.key_retention", "dev_broker.brokers", "demo.orders", "relay.shutdown_timeout"}) {
+        "provider.key_retention", "dev_broker.brokers", "demo.orders", "relay.stop_timeout"}) {
     EXPECT_NE(text.find(std::string(key) + " = "), std::string::npos) << key << " not in\n" << text;
   }
 }
