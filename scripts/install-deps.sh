@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 postgresql-client-15
   python3-confluent-kafka
+  chromium chromium-driver
 )
 
 sudo_cmd=()

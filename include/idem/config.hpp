@@ -178,6 +178,16 @@ struct DlqSettings {
   double replay_rate = 0;                     ///< records per second; 0 = no limit
 };
 
+/// `console.*`: the operators' web console (`idem console`).
+struct ConsoleSettings {
+  std::string listen = "127.0.0.1:8480";  ///< host:port; loopback by default
+  /// Required (X-Idem-Token header) for replays; empty: the console replays nothing.
+  std::string token;
+  std::chrono::milliseconds refresh{2000};  ///< sampling period of lag and throughput
+  std::vector<std::string> scrape;          ///< admin servers (host:port) read for throughput
+  std::vector<std::string> groups;          ///< groups shown besides the store's
+};
+
 /// `provider.*`: the reference payment provider (`idem provider`).
 struct ProviderSettings {
   std::string listen = "127.0.0.1:0";  ///< host:port; port 0 picks a free port
@@ -272,6 +282,7 @@ struct Config {
   DedupSettings dedup;
   MaintenanceSettings maintenance;
   DlqSettings dlq;
+  ConsoleSettings console;
   ProviderSettings provider;
   BillingSettings billing;
   DevBrokerSettings dev_broker;

@@ -362,6 +362,13 @@ void validate_tools(const Validator& v, Config& c) {
   v.duration("dlq.timeout", c.dlq.timeout);
   v.number("dlq.replay_rate", c.dlq.replay_rate);
 
+  c.console.listen = v.text("console.listen");
+  validate_listen(v, "console.listen", c.console.listen);
+  c.console.token = v.text("console.token");
+  v.duration("console.refresh", c.console.refresh);
+  c.console.scrape = v.list("console.scrape");
+  c.console.groups = v.list("console.groups");
+
   ProviderSettings& p = c.provider;
   p.listen = v.text("provider.listen");
   validate_listen(v, "provider.listen", p.listen);

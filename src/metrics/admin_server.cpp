@@ -1,5 +1,5 @@
 // The admin HTTP server (/metrics, /healthz, /readyz) and the stock readiness checks.
-#include <httplib.h>
+#include "metrics/admin_routes.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -71,6 +71,37 @@ ReadinessCheck store_readiness(std::string store_url, StoreOptions options) {
           }};
 }
 
+namespace detail {
+
+void mount_admin_routes(httplib::Server& server, const Metrics& metrics,
+                        std::vector<ReadinessCheck> checks) {
+  server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.scrape(), std::string(kPrometheusContentType));
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  server.Get("/readyz",
+             [checks = std::move(checks)](const httplib::Request&, httplib::Response& res) {
+               std::string body;
+               bool ready = true;
+               for (const ReadinessCheck& c : checks) {
+                 std::optional<std::string> problem;
+                 try {
+                   problem = c.check();
+                 } catch (const std::exception& e) {
+                   problem = e.what();
+                 }
+                 if (problem) ready = false;
+                 body += fmt::format("{}: {}\n", c.name, problem ? *problem : "ok");
+               }
+               res.status = ready ? 200 : 503;
+               res.set_content(body.empty() ? "ok\n" : body, "text/plain");
+             });
+}
+
+}  // namespace detail
+
 struct AdminServer::Impl {
   httplib::Server server;
   std::thread thread;
@@ -85,29 +116,7 @@ AdminServer::AdminServer(const std::string& listen, const Metrics& metrics,
       colon == std::string::npos || colon == 0 ? "0.0.0.0" : listen.substr(0, colon);
   const int wanted = colon == std::string::npos ? 0 : std::atoi(listen.c_str() + colon + 1);
 
-  impl_->server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.scrape(), std::string(kPrometheusContentType));
-  });
-  impl_->server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  impl_->server.Get("/readyz",
-                    [checks = std::move(checks)](const httplib::Request&, httplib::Response& res) {
-                      std::string body;
-                      bool ready = true;
-                      for (const ReadinessCheck& c : checks) {
-                        std::optional<std::string> problem;
-                        try {
-                          problem = c.check();
-                        } catch (const std::exception& e) {
-                          problem = e.what();
-                        }
-                        if (problem) ready = false;
-                        body += fmt::format("{}: {}\n", c.name, problem ? *problem : "ok");
-                      }
-                      res.status = ready ? 200 : 503;
-                      res.set_content(body.empty() ? "ok\n" : body, "text/plain");
-                    });
+  detail::mount_admin_routes(impl_->server, metrics, std::move(checks));
 
   impl_->port = wanted == 0 ? impl_->server.bind_to_any_port(host)
                             : (impl_->server.bind_to_port(host, wanted) ? wanted : -1);

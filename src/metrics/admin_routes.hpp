@@ -1,0 +1,17 @@
+#pragma once
+// The admin endpoints (/metrics, /healthz, /readyz) on any cpp-httplib server: the
+// AdminServer's own, or the web console's when a consumer serves both on one port
+// (admin.console, src/console/).
+#include <httplib.h>
+
+#include <vector>
+
+#include "idem/metrics/metrics.hpp"
+
+namespace idem::detail {
+
+/// Adds the three routes to `server`. `metrics` must outlive it.
+void mount_admin_routes(httplib::Server& server, const Metrics& metrics,
+                        std::vector<ReadinessCheck> checks);
+
+}  // namespace idem::detail
