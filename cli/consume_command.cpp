@@ -16,7 +16,9 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "console_options.hpp"
 #include "idem/config.hpp"
+#include "idem/console/console.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
 #include "idem/logging.hpp"
@@ -252,13 +254,24 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       }
     }
     std::unique_ptr<AdminServer> admin;
+    std::unique_ptr<Console> console;  // admin.console: the same endpoints plus the console
     if (admin_enabled) {
       metrics.watch(consumer, config.group_id);
-      admin = std::make_unique<AdminServer>(
-          settings.admin.listen, metrics,
-          std::vector<ReadinessCheck>{consumer_readiness(consumer, settings.admin.stuck_after),
-                                      store_readiness(settings.store_url, settings.store_options)});
-      std::cout << fmt::format("admin server on port {}", admin->port()) << std::endl;
+      std::vector<ReadinessCheck> checks{
+          consumer_readiness(consumer, settings.admin.stuck_after),
+          store_readiness(settings.store_url, settings.store_options)};
+      if (settings.admin.console) {
+        ConsoleOptions options = console_options(settings);
+        options.listen = settings.admin.listen;
+        options.groups.push_back(config.group_id);
+        options.admin_metrics = &metrics;
+        options.readiness = std::move(checks);
+        console = std::make_unique<Console>(std::move(options));
+      } else {
+        admin = std::make_unique<AdminServer>(settings.admin.listen, metrics, std::move(checks));
+      }
+      std::cout << fmt::format("admin server on port {}", admin ? admin->port() : console->port())
+                << std::endl;
     }
     const OnStopSignal stop_on_signal(signals, [&consumer, &watchdog] {
       watchdog.arm();
@@ -269,6 +282,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
               << std::endl;
     consumer.run();
     admin.reset();  // before unwatch: no scrape may read a consumer that is going away
+    console.reset();
     if (admin_enabled) metrics.unwatch(consumer);
 
     const ConsumerStats s = consumer.stats();

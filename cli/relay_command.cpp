@@ -13,7 +13,9 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "console_options.hpp"
 #include "idem/config.hpp"
+#include "idem/console/console.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
@@ -114,12 +116,22 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.
     Metrics metrics;
     std::unique_ptr<AdminServer> admin;
+    std::unique_ptr<Console> console;  // admin.console: the same endpoints plus the console
     if (!settings.admin.listen.empty()) {
       observer = metrics.instrument(std::move(observer));
-      admin = std::make_unique<AdminServer>(
-          settings.admin.listen, metrics,
-          std::vector<ReadinessCheck>{store_readiness(settings.store_url, settings.store_options)});
-      std::cout << fmt::format("admin server on port {}\n", admin->port()) << std::flush;
+      std::vector<ReadinessCheck> checks{
+          store_readiness(settings.store_url, settings.store_options)};
+      if (settings.admin.console) {
+        ConsoleOptions options = console_options(settings);
+        options.listen = settings.admin.listen;
+        options.admin_metrics = &metrics;
+        options.readiness = std::move(checks);
+        console = std::make_unique<Console>(std::move(options));
+      } else {
+        admin = std::make_unique<AdminServer>(settings.admin.listen, metrics, std::move(checks));
+      }
+      std::cout << fmt::format("admin server on port {}\n", admin ? admin->port() : console->port())
+                << std::flush;
     }
     Relay relay(std::move(config), std::move(observer));
     const OnStopSignal stop_on_signal(signals, [&relay, &watchdog] {

@@ -120,6 +120,7 @@ struct AdminSettings {
   std::string listen;  ///< host:port; empty = no admin server (port 0 picks a free port)
   /// /readyz reports "stuck" when the consumer loop has not turned for this long.
   std::chrono::milliseconds stuck_after{60'000};
+  bool console = false;  ///< serve the web console on the same port (docs/console.md)
 };
 
 /// `tracing.*`

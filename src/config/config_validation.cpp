@@ -489,6 +489,7 @@ Config validate(const Settings& settings, Problems& problems) {
   c.admin.listen = v.text("admin.listen");
   validate_listen(v, "admin.listen", c.admin.listen);
   v.duration("admin.stuck_after_ms", c.admin.stuck_after);
+  v.boolean("admin.console", c.admin.console);
   if (const int level = v.choice("log.level"); level >= 0)
     c.log.level = static_cast<LogLevel>(level);
   if (const int format = v.choice("log.format"); format >= 0)

@@ -34,6 +34,8 @@ const std::vector<KeySpec>& table() {
     std::vector<KeySpec> k = {
         {"admin.listen", KeyType::String, "",
          "host:port of /metrics, /healthz, /readyz (empty: off)"},
+        {"admin.console", KeyType::Boolean, "false",
+         "idem consume: serve the web console (docs/console.md) on admin.listen too"},
         duration_ms("admin.stuck_after_ms", "60000",
                     "/readyz fails when the consumer loop has not turned for this long", kSecond,
                     kMaxMs),

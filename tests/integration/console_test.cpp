@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/metrics/metrics.hpp"
 #include "idem/store.hpp"
 #include "support/dead_letters.hpp"
 #include "support/dev_broker_suite.hpp"
@@ -180,6 +181,28 @@ TEST_F(ConsoleHttpTest, InputsAreValidatedAndMessagesComeBackAsData) {
   EXPECT_EQ(page->body.find("<script>"), std::string::npos) << "no inline script";
   EXPECT_EQ(client_->Get("/app.js")->status, 200);
   EXPECT_EQ(client_->Get("/", {{"Host", "attacker.example"}})->status, 421);
+}
+
+TEST_F(ConsoleHttpTest, OnAnAdminPortItAlsoServesMetricsHealthAndReadiness) {
+  Metrics metrics;
+  ConsoleOptions o;
+  o.listen = "127.0.0.1:0";
+  o.kafka = DlqConnection{broker_->bootstrap_servers(), {}, 20s};
+  o.store_url = db_url_;
+  o.admin_metrics = &metrics;
+  o.readiness = {{"always", [] { return std::optional<std::string>(); }},
+                 {"never", [] { return std::optional<std::string>("not today"); }}};
+  Console console(std::move(o));
+  httplib::Client http("127.0.0.1", console.port());
+  EXPECT_EQ(http.Get("/metrics")->status, 200);
+  EXPECT_EQ(http.Get("/healthz")->body, "ok\n");
+  const auto ready = http.Get("/readyz");
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_NE(ready->body.find("never: not today"), std::string::npos) << ready->body;
+  EXPECT_EQ(http.Get("/")->status, 200);
+
+  const auto plain = start("");
+  EXPECT_EQ(client_->Get("/metrics")->status, 404) << "only on an admin port";
 }
 
 }  // namespace
