@@ -4,7 +4,8 @@
 // lag table reach 0 as the consumer catches up, opens a dead letter whose payload and
 // error carry <script> (shown as text, never run), does a dry run (nothing sent), then a
 // replay with the token; the consumer applies the event exactly once (a second replay
-// applies nothing) and both replays are in the audit list. Screenshots of each page go
+// applies nothing) and both replays are in the audit list; the consumer, started with
+// admin.console, serves the same pages on its admin port. Screenshots of each page go
 // to IDEM_TEST_OUTPUT_DIR/console/ (two of them are docs/console-*.png).
 #include <chrono>
 #include <filesystem>
@@ -109,12 +110,12 @@ TEST_F(ConsoleBrowserTest, LagReachesZeroADeadLetterIsShownAsTextAndReplayedExac
   }
 
   const std::string logs = (shots_ / "processes.log").string();
-  auto consumer =
-      ChildProcess::spawn(IDEM_CLI_PATH,
-                          {"consume", "--brokers", bootstrap, "--db", db, "--group", group,
-                           "--topic", topic, "--set", "admin.listen=127.0.0.1:0", "--kafka",
-                           "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000"},
-                          {}, logs);
+  auto consumer = ChildProcess::spawn(
+      IDEM_CLI_PATH,
+      {"consume", "--brokers", bootstrap, "--db", db, "--group", group, "--topic", topic, "--set",
+       "admin.listen=127.0.0.1:0", "--set", "admin.console=true", "--kafka",
+       "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000"},
+      {}, logs);
   const std::string admin_port =
       after_prefix(test::read_line_starting_with(consumer, "admin server on port ", 30s),
                    "admin server on port ");
@@ -195,6 +196,10 @@ TEST_F(ConsoleBrowserTest, LagReachesZeroADeadLetterIsShownAsTextAndReplayedExac
   ASSERT_TRUE(
       browser.wait_until(has_text("#dry-run-result", "would re-send 1 record to orders"), 30s))
       << browser.text("#dry-run-result");
+  // The letter's end (payload, buttons, the dry run's answer) in view for the picture.
+  browser.execute(
+      "window.scrollTo(0, 0); document.getElementById('dry-run-result')"
+      ".scrollIntoView({block: 'end'});");
   shot(browser, "dead-letters");
   EXPECT_EQ(effects_of(*store, group, lost.event_id), 0) << "a dry run sends nothing";
 
@@ -239,9 +244,20 @@ TEST_F(ConsoleBrowserTest, LagReachesZeroADeadLetterIsShownAsTextAndReplayedExac
       << browser.text("#status");
   shot(browser, "dedup");
 
-  // Back on the lag page after the replays: still 0, and the page never reloaded.
-  browser.navigate(url + "#groups");
+  // admin.console: the consumer's own admin port serves the same pages (its /metrics fed
+  // the console above all along).
+  browser.navigate(fmt::format("http://127.0.0.1:{}/#groups", admin_port));
   EXPECT_TRUE(browser.wait_until(
+      fmt::format(
+          "const e = document.querySelector('{} .lag-total'); return !!e && e.dataset.lag === '0';",
+          card),
+      60s))
+      << browser.text("#status");
+  shot(browser, "consumer-admin-port");
+
+  // Back on the lag page after the replays: still 0.
+  browser.navigate(url + "#groups");
+  ASSERT_TRUE(browser.wait_until(
       fmt::format(
           "const e = document.querySelector('{} .lag-total'); return !!e && e.dataset.lag === '0';",
           card),
