@@ -493,8 +493,8 @@ class TypedEffectRoute final : public EffectRoute {
 class Consumer {
  public:
   /// Validates the configuration and creates the librdkafka handles (no network I/O yet).
-  /// `store` must be migrated (see Store::migrate); the consumer owns it and uses it
-  /// only from the run() thread.
+  /// `store` must be migrated (see Store::migrate; run() checks the version); the
+  /// consumer owns it and uses it only from the run() thread.
   /// \throws Error(InvalidArgument, Config) for a bad configuration: empty
   ///   bootstrap_servers/group_id/topics, batch_size 0, a negative duration, a
   ///   bad RetryPolicy, an override of enable.auto.commit or enable.auto.offset.store,
@@ -541,7 +541,14 @@ class Consumer {
   ///   could not be done in time (the message says which; the uncommitted events are
   ///   redelivered and deduplicated); rethrows what a hook throws (after the orderly
   ///   close described at ConsumerHooks::at). Handler exceptions and transient database
-  ///   errors never escape: they become retries or dead letters.
+  ///   errors never escape: they become retries or dead letters. Error(Schema) before
+  ///   the first poll when the store's idem schema is missing, older than this idem needs
+  ///   or newer than it knows. A store error that redoing cannot fix on idem's own
+  ///   statements (dedup marks, retention declarations: a dropped table, a revoked
+  ///   privilege) stops run() the same orderly way (only offsets of what the database
+  ///   committed are committed) and is thrown as an Error whose message says
+  ///   "stopping: the store refused a statement for good" and what to do
+  ///   (docs/consumer.md, "Database errors").
   void run();
 
   /// Asks run() to return after the current batch. Only sets an atomic flag and wakes

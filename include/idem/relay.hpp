@@ -115,7 +115,9 @@ struct RelayObserver {
 class Relay {
  public:
   /// Opens the relay's connections (and, on PostgreSQL, LISTENs) and builds the
-  /// producer. Does not migrate. \throws Error on connection or configuration failure.
+  /// producer. Does not migrate. \throws Error on connection or configuration failure;
+  /// Error(Schema) when the store's idem schema is missing, older than this idem needs or
+  /// newer than it knows (the message says which).
   explicit Relay(RelayConfig config, RelayObserver observer = {});
   /// Joins the relay's threads; except when a stop gave up on a claim or mark thread
   /// blocked in a database that does not answer: then the relay's memory and threads are
@@ -124,8 +126,8 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  /// Publishes until request_stop(). Database and broker errors are logged and retried
-  /// (after error_backoff); only setup errors throw. On stop, waits for the
+  /// Publishes until request_stop(). Transient database errors and broker errors are
+  /// logged and retried (after error_backoff). On stop, waits for the
   /// acknowledgements of what is in flight and marks what was acknowledged, returning
   /// within config.stop_timeout of request_stop().
   /// \throws Error(Timeout, Internal) after the stop when it could not finish cleanly: rows
@@ -133,10 +135,16 @@ class Relay {
   ///   finish in time, or the relay was failing (database or broker error) when stopped.
   ///   The message says which and that the rows not marked published are sent again by
   ///   the next relay (at-least-once publication).
+  ///   A database error that redoing cannot fix (a dropped outbox table, a revoked
+  ///   privilege) stops the relay at once instead of being retried: it drops what is in
+  ///   flight (never marking what was not acknowledged) and throws an Error whose message
+  ///   says "stopping: the store refused a statement for good" and what to do
+  ///   (docs/outbox.md).
   void run();
 
   /// Publishes until no unpublished row is left in the shards this relay owns and
-  /// nothing is in flight, or until `timeout`. Returns true when it drained.
+  /// nothing is in flight, or until `timeout`. Returns true when it drained. Throws
+  /// like run().
   /// For tests, benchmarks and `idem relay --until-empty`.
   bool run_until_empty(std::chrono::milliseconds timeout);
 

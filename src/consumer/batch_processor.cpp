@@ -9,6 +9,7 @@
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
 #include "stores/dedup_marks.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem::detail {
 
@@ -193,6 +194,12 @@ bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedul
       call_hook(hooks_, HookPoint::AfterDbCommit);
     }
   } catch (const std::exception& e) {
+    // Only idem's own statements fail here (begin, the marks, savepoints, unmarks, the
+    // commit): a handler's errors were caught above, as its event's. One the store
+    // refuses for good (a missing table, a missing privilege) fails every later batch
+    // alike, so the consumer stops and says why instead of retrying forever; the
+    // transaction is rolled back and no offset of this batch is committed.
+    stop_if_refused_for_good("idem consumer", e);
     // The transaction is gone (rolled back, or in doubt: redelivery plus the dedup
     // rows decide, never a guess). Nothing of this batch counts; every partition in it
     // pauses and retries from its first record.

@@ -71,8 +71,10 @@ class BatchProcessor {
 
   /// Processes `batch` (records of any partitions, each partition's in offset order).
   /// `schedule` supplies earlier failed attempts (for `idem.attempts`).
-  /// Database failures never escape: they become retry_at for every partition.
-  /// \throws HookAbort when a hook throws (the transaction is rolled back).
+  /// Transient database failures never escape: they become retry_at for every partition.
+  /// \throws HookAbort when a hook throws (the transaction is rolled back);
+  ///   stopping_error (store_errors.hpp) when the store refuses one of idem's own
+  ///   statements for good (rolled back too; the caller commits no offset of the batch).
   [[nodiscard]] BatchResult process(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule);
   /// The same for records owned elsewhere (the effect pipeline holds its own), which

@@ -12,6 +12,7 @@
 #include "idem/timestamp.hpp"
 #include "retry/backoff.hpp"
 #include "stores/dedup_retention.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem::detail {
 
@@ -60,11 +61,17 @@ void DedupRetentionDeclarer::declare() {
 
 void DedupRetentionDeclarer::declare_at_start(const std::atomic<bool>& stop) {
   Backoff backoff(config_.retry);
+  bool schema_checked = false;
   for (std::uint32_t attempt = 1;; ++attempt) {
     try {
+      // Before anything else: a store that was never migrated, or migrated by an older or
+      // newer idem, is refused at once with a message that says which.
+      require_idem_schema(store_, "idem consumer");
+      schema_checked = true;
       declare();
       return;
     } catch (const Error& e) {
+      if (!e.transient() && !schema_checked) throw;  // require_idem_schema's message says it all
       if (!e.transient()) {
         throw Error(e.code(), e.source(),
                     fmt::format("consumer group '{}' cannot declare its dedup retention in the "
@@ -89,6 +96,9 @@ void DedupRetentionDeclarer::renew_if_due() {
   try {
     declare();
   } catch (const std::exception& e) {
+    // A declaration the store refuses for good (its table dropped) would lapse, and
+    // maintenance could then drop marks this consumer relies on: stop instead.
+    stop_if_refused_for_good("idem consumer", e);
     next_renewal_ = std::chrono::steady_clock::now() + std::chrono::minutes(1);
     if (log_) log_(fmt::format("idem consumer: renewing the dedup retention: {}", e.what()));
   }

@@ -22,12 +22,14 @@ class DedupRetentionDeclarer {
   DedupRetentionDeclarer(const ConsumerConfig& config, Store& store, DedupHorizonGuard& guard,
                          const LogFn& log);
 
-  /// Declares before the first poll. Transient store errors are retried with the
-  /// consumer's backoff until `stop`; anything else (an unmigrated store) is thrown, so
-  /// the consumer refuses to start and says why.
+  /// Checks the store's idem schema version (require_idem_schema), then declares, before
+  /// the first poll. Transient store errors are retried with the consumer's backoff until
+  /// `stop`; anything else (an unmigrated store, one migrated by a newer idem) is thrown,
+  /// so the consumer refuses to start and says why.
   void declare_at_start(const std::atomic<bool>& stop);
-  /// Renews when due; call between batches (no transaction open on the store). A failure
-  /// is logged and retried a minute later: the declaration outlives many failed renewals.
+  /// Renews when due; call between batches (no transaction open on the store). A transient
+  /// failure is logged and retried a minute later: the declaration outlives many failed
+  /// renewals. One the store refuses for good throws stopping_error (store_errors.hpp).
   void renew_if_due();
 
   /// How often a running consumer renews: well inside the shortest retention (1 h).

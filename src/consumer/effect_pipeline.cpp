@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem::detail {
 
@@ -172,6 +173,8 @@ void EffectPipeline::start_calls(ConsumerStats& delta, TimePoint now) {
     marked = tx->processed_among(ids, deps_.config.group_id);
     tx->rollback();
   } catch (const std::exception& ex) {
+    // idem's own read: refused for good, it would hold every key back forever.
+    stop_if_refused_for_good("idem consumer", ex);
     for (const auto t : tickets) retry_key(entries_.at(t), now, ex.what());
     return;
   }

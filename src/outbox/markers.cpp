@@ -71,12 +71,9 @@ void Markers::run(Store& store) noexcept {
     try {
       mark(store, job, list);
       r = result_of(job);
-    } catch (const std::exception& e) {
-      r.ok = false;
-      r.error = e.what();  // the store reconnects by itself on its next begin()
     } catch (...) {
       r.ok = false;
-      r.error = "unknown error";
+      r.error = std::current_exception();  // the store reconnects by itself on its next begin()
     }
     lock.lock();
     --running_;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,7 +41,7 @@ struct MarkResult {
   std::vector<RejectedRow> rejected;  ///< set aside (when ok)
   std::size_t batches = 0;
   bool ok = true;
-  std::string error;
+  std::exception_ptr error;  ///< what the failed mark threw (null when ok)
 };
 
 class Markers {

@@ -24,6 +24,7 @@
 #include "outbox/shard_ownership.hpp"
 #include "outbox/shared_connection.hpp"
 #include "stores/outbox_queries.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem {
 
@@ -45,6 +46,24 @@ RelayConfig validated(RelayConfig config) {
                 "relay: batch_size and max_batches_in_flight must be positive");
   }
   return config;
+}
+
+// The relay's main connection, refused when the store's idem schema is not the one this
+// idem was built for: on an unmigrated store every claim would fail, forever.
+std::unique_ptr<Store> open_migrated_store(const RelayConfig& config) {
+  std::unique_ptr<Store> store = open_store(config.store_url, config.store_options);
+  detail::require_idem_schema(*store, "idem relay");
+  return store;
+}
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    if (error) std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown error";
 }
 
 }  // namespace
@@ -83,7 +102,7 @@ struct Relay::Impl {
   Impl(RelayConfig config_in, RelayObserver observer_in)
       : config(validated(std::move(config_in))),
         observer(std::move(observer_in)),
-        connection(open_store(config.store_url, config.store_options)),
+        connection(open_migrated_store(config)),
         queries(detail::outbox_queries(connection.store())),
         ownership(connection, queries, config.store_url, config.rebalance_interval),
         housekeeping(connection, queries, config, observer.log),
@@ -117,7 +136,7 @@ struct Relay::Impl {
   /// Takes what the markers finished; waits until they finished everything when `all`.
   /// Returns false when a mark failed (its rows stay unpublished; the caller restarts
   /// from the oldest unpublished row).
-  bool collect_marks(bool all, std::string* error = nullptr) {
+  bool collect_marks(bool all, std::exception_ptr* error = nullptr) {
     bool ok = true;
     for (const MarkResult& r : markers->collect(all, give_up_at)) {
       if (!r.ok) {
@@ -150,9 +169,10 @@ struct Relay::Impl {
     // Marks already handed over cover acknowledged rows only: let them finish (or fail)
     // before scanning again from the oldest unpublished row.
     try {
-      std::string error;
+      std::exception_ptr error;
       if (!collect_marks(true, &error)) {
-        log(fmt::format("idem relay: mark failed ({}); those rows are sent again", error));
+        log(fmt::format("idem relay: mark failed ({}); those rows are sent again",
+                        describe(error)));
       }
     } catch (...) {
       markers->forget_pending();  // only bad_alloc: nothing is being marked any more anyway
@@ -161,10 +181,14 @@ struct Relay::Impl {
   }
 
   void after_error(std::string_view what, const std::exception& e) {
-    log(fmt::format("idem relay: {}: {}; retrying in {} ms", what, e.what(),
-                    config.error_backoff.count()));
+    // Refused for good (a dropped table), it fails alike forever: stop, drop what is in flight.
+    const Error* refused = detail::refused_for_good(e);
+    if (refused == nullptr)
+      log(fmt::format("idem relay: {}: {}; retrying in {} ms", what, e.what(),
+                      config.error_backoff.count()));
     failing = fmt::format("{}: {}", what, e.what());
     reset_pipeline();
+    if (refused != nullptr) throw detail::stopping_error("idem relay", *refused);
     if (const auto* err = dynamic_cast<const Error*>(&e);
         err != nullptr && err->code() == ErrorCode::Connection) {
       ownership.lost();  // the server dropped our session's advisory locks
@@ -231,11 +255,12 @@ struct Relay::Impl {
       step_done(RelayStep::Acked, job.ids.size());
       markers->submit(std::move(job));
     }
-    std::string error;
+    std::exception_ptr error;
     if (!collect_marks(false, &error)) {
+      detail::rethrow_if_refused_for_good(error);  // resent, it would fail its mark again
       log(fmt::format("idem relay: mark failed ({}); resending from the oldest unpublished row",
-                      error));
-      failing = "mark failed: " + error;
+                      describe(error)));
+      failing = "mark failed: " + describe(error);
       reset_pipeline();
       wait_for_stop(config.error_backoff);
       return;

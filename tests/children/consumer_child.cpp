@@ -12,6 +12,10 @@
 //                  after_handler|before_db_commit|batch_polled|after_offset_commit]
 //                  [--crash-probability P] [--seed S] [--retry-delays-ms MS[,MS...]]
 //                  [--always-retry ORDER_ID]... [--kafka key=value]...
+//                  [--migrate yes|no]
+//
+// --migrate no leaves the store as it is (the consumer must then refuse to start on a
+// store without idem's schema); by default it is migrated first, as `idem consume` does.
 //
 // stdout protocol (one line each, flushed):
 //   "ready"                       the consumer is constructed and about to run()
@@ -70,6 +74,7 @@ struct Options {
   std::vector<std::chrono::milliseconds> retry_delays;
   std::vector<std::int64_t> always_retry;
   std::vector<std::pair<std::string, std::string>> kafka;
+  bool migrate = true;
 };
 
 std::mutex g_out_mutex;
@@ -140,6 +145,8 @@ Options parse(int argc, char** argv) {
         o.retry_delays = parse_delays(value);
       else if (flag == "--always-retry")
         o.always_retry.push_back(std::stoll(value));
+      else if (flag == "--migrate" && (value == "yes" || value == "no"))
+        o.migrate = value == "yes";
       else if (flag == "--kafka") {
         const auto eq = value.find('=');
         if (eq == std::string::npos || eq == 0) usage("--kafka expects key=value");
@@ -191,7 +198,7 @@ int main(int argc, char** argv) {
     config.kafka = opts.kafka;
 
     auto store = idem::open_store(opts.db);
-    idem::migrate_reference_system(*store);
+    if (opts.migrate) idem::migrate_reference_system(*store);
 
     std::mt19937_64 rng(opts.seed);
     std::uniform_real_distribution<double> coin(0.0, 1.0);

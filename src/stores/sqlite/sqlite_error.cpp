@@ -113,12 +113,25 @@ std::string code_name(int extended_code) {
 }
 
 ErrorCode classify(int extended_code) noexcept {
+  // Read-only for a moment, not for good: another connection is recovering the WAL, or
+  // the WAL index cannot be locked yet. (Every other SQLITE_READONLY is permanent: the
+  // file or its directory is not writable, or the database was opened read-only.)
+  if (extended_code == SQLITE_READONLY_RECOVERY || extended_code == SQLITE_READONLY_CANTLOCK)
+    return ErrorCode::TransactionAborted;
   switch (extended_code & 0xff) {
     // Another connection holds the lock we need (after busy_timeout ran out), or a
     // table is locked inside this process. Nothing is wrong with the work itself:
-    // redoing the whole transaction later is the right reaction.
+    // redoing the whole transaction later is the right reaction. The same holds for a
+    // WAL locking race (PROTOCOL), a schema changed under a prepared statement more
+    // often than SQLite re-prepares it (SCHEMA), a statement aborted by a rollback
+    // (ABORT), an interrupt, and memory running out.
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorCode::TransactionAborted;
+    case SQLITE_LOCKED:
+    case SQLITE_PROTOCOL:
+    case SQLITE_SCHEMA:
+    case SQLITE_ABORT:
+    case SQLITE_INTERRUPT:
+    case SQLITE_NOMEM: return ErrorCode::TransactionAborted;
     // The data broke a rule of the schema (PRIMARY KEY, UNIQUE, CHECK, NOT NULL,
     // FOREIGN KEY). Redoing the same work gives the same answer.
     case SQLITE_CONSTRAINT: return ErrorCode::Constraint;
@@ -131,8 +144,9 @@ ErrorCode classify(int extended_code) noexcept {
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
     case SQLITE_FULL: return ErrorCode::Connection;
-    // Everything else is about the statement: syntax, missing table, type mismatch,
-    // misuse, a value too big.
+    // Everything else is about the statement or the database's permissions: syntax, a
+    // missing table or column, type mismatch, misuse, a value too big, a read-only file
+    // (SQLITE_READONLY), a denied authorisation. Redoing it gives the same answer.
     default: return ErrorCode::Query;
   }
 }

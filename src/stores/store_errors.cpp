@@ -1,0 +1,104 @@
+#include "stores/store_errors.hpp"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "stores/migration.hpp"
+
+namespace idem::detail {
+
+namespace {
+
+bool contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+ErrorSource source_of(Backend backend) {
+  return backend == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite;
+}
+
+// What an operator should do about a permanent store error. The SQLSTATE (PostgreSQL) or
+// the SQLite code is in Error::detail(); SQLite says "no such table" in its message only.
+std::string_view remedy(const Error& e) {
+  const std::string& d = e.detail();
+  const std::string_view what = e.what();
+  // 42P01 undefined_table, 42703 undefined_column, 42883 undefined_function, 3F000
+  // invalid_schema_name: the schema is not the one this idem was built for.
+  if (e.code() == ErrorCode::Schema || d == "42P01" || d == "42703" || d == "42883" ||
+      d == "3F000" || contains(what, "no such table") || contains(what, "no such column")) {
+    return "the schema is not the one this idem needs; run `idem migrate`, then start again";
+  }
+  // 42501 insufficient_privilege; SQLITE_READONLY*, SQLITE_PERM, SQLITE_AUTH.
+  if (d == "42501" || d.starts_with("SQLITE_READONLY") || d == "SQLITE_PERM" ||
+      d == "SQLITE_AUTH") {
+    return "the database refuses this process's writes; grant the privileges (or make the "
+           "database file writable), then start again";
+  }
+  // 25006 read_only_sql_transaction: a standby, or default_transaction_read_only.
+  if (d == "25006") return "the server is read-only (a standby?); point store.url at the primary";
+  return "retrying cannot fix it; fix the database, then start again";
+}
+
+}  // namespace
+
+const Error* refused_for_good(const std::exception& e) noexcept {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (err == nullptr || err->transient()) return nullptr;
+  const bool store = err->source() == ErrorSource::Postgres || err->source() == ErrorSource::Sqlite;
+  return store ? err : nullptr;
+}
+
+Error stopping_error(std::string_view who, const Error& cause) {
+  return Error(cause.code(), cause.source(),
+               fmt::format("{}: stopping: the store refused a statement for good: {}; {}", who,
+                           cause.what(), remedy(cause)),
+               cause.detail());
+}
+
+void stop_if_refused_for_good(std::string_view who, const std::exception& e) {
+  if (const Error* cause = refused_for_good(e)) throw stopping_error(who, *cause);
+}
+
+void rethrow_if_refused_for_good(const std::exception_ptr& error) {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    if (refused_for_good(e) != nullptr) throw;
+  } catch (...) {
+  }
+}
+
+int known_idem_schema_version(Backend backend) noexcept {
+  const auto& list =
+      backend == Backend::Postgres ? postgres_sql::migrations() : sqlite_sql::migrations();
+  return list.empty() ? 0 : list.back().version;
+}
+
+void require_idem_schema(Store& store, std::string_view who) {
+  const int known = known_idem_schema_version(store.backend());
+  const int found = store.schema_version();
+  if (found == known) return;
+  const ErrorSource source = source_of(store.backend());
+  if (found == 0) {
+    throw Error(ErrorCode::Schema, source,
+                fmt::format("{}: the store has no idem schema (it was never migrated); run `idem "
+                            "migrate` first, then start again",
+                            who));
+  }
+  if (found < known) {
+    throw Error(ErrorCode::Schema, source,
+                fmt::format("{}: the store's idem schema is at version {}, older than the "
+                            "version {} this idem needs; run `idem migrate` first, then start "
+                            "again",
+                            who, found, known));
+  }
+  throw Error(ErrorCode::Schema, source,
+              fmt::format("{}: the store's idem schema is at version {}, newer than the version "
+                          "{} this idem knows: it was migrated by a newer idem; run that idem (or "
+                          "a newer one) against it, never an older one",
+                          who, found, known));
+}
+
+}  // namespace idem::detail
