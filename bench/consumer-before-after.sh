@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # idem_bench_consumer of two builds (an older commit's and this one's) against one
-# PostgreSQL server at fsync=on, full_page_writes=on, rounds interleaved (old, new, old,
-# new, ...) so load changes on a shared machine hit both alike; prints the best round of
+# PostgreSQL server at fsync=on, full_page_writes=on, rounds interleaved (old, new, new,
+# old, old, new, ...) so load changes on a shared machine hit both alike; prints the best round of
 # every row per build, with the load average when that round started.
 #
 #   scripts/with-postgres.sh bench/consumer-before-after.sh OLD_BENCH NEW_BENCH [ROUNDS] [-- ARGS...]
@@ -30,7 +30,11 @@ echo "start: $(uptime)"
 log="$(mktemp)"
 trap 'rm -f "$log" "$log.run"' EXIT
 for ((r = 1; r <= rounds; r++)); do
-  for which in old new; do
+  # Which build goes first alternates, so a load that falls (or rises) through the run
+  # does not favour the build that always runs second.
+  order="old new"
+  ((r % 2 == 0)) && order="new old"
+  for which in $order; do
     args=(--only "${OLD_ONLY:-c}")
     bin="$old"
     if [[ "$which" == new ]]; then
