@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "bench_settings.hpp"
 #include "bench_support.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
@@ -360,7 +361,12 @@ int main(int argc, char** argv) {
   const int rounds =
       std::getenv("IDEM_BENCH_ROUNDS") ? std::atoi(std::getenv("IDEM_BENCH_ROUNDS")) : 2;
   std::vector<Backend> backends = {sqlite_backend()};
-  if (std::getenv("IDEM_TEST_PG_DSN") != nullptr) {
+  std::printf("build %s; %s; sqlite: WAL, synchronous=FULL\n", idem::bench::build_type(),
+              idem::bench::load_line().c_str());
+  if (const char* dsn = std::getenv("IDEM_TEST_PG_DSN"); dsn != nullptr) {
+    // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+    idem::bench::postgres_durable(dsn);
+    std::printf("postgres: %s\n", idem::bench::postgres_settings(dsn).c_str());
     backends.push_back(postgres_backend());
   } else {
     std::printf("postgres: skipped (run under scripts/with-postgres.sh)\n");

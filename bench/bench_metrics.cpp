@@ -38,6 +38,8 @@
 #include "idem/tracing.hpp"
 #include "support/kafka_test_producer.hpp"
 
+#include "bench_settings.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -73,7 +75,16 @@ Options parse(int argc, char** argv) {
 std::string store_url(int round, bool on) {
   for (const char* name : {"IDEM_BENCH_PG_DSN", "IDEM_TEST_PG_DSN"}) {
     const char* v = std::getenv(name);  // NOLINT: bench harness setting, not configuration
-    if (v != nullptr && *v != '\0') return v;
+    if (v != nullptr && *v != '\0') {
+      static const bool durable = [&] {  // figures at fsync on (issue 16), once per run
+        idem::bench::postgres_durable(v);
+        std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(v).c_str(),
+                    idem::bench::build_type(), idem::bench::load_line().c_str());
+        return true;
+      }();
+      (void)durable;
+      return v;
+    }
   }
   const auto path =
       std::filesystem::temp_directory_path() /

@@ -38,6 +38,8 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
+#include "bench_settings.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -405,6 +407,10 @@ int main(int argc, char** argv) {
                  "set IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN (scripts/with-postgres.sh does)\n");
     return 2;
   }
+  // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+  idem::bench::postgres_durable(dsn);
+  std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(dsn).c_str(),
+              idem::bench::build_type(), idem::bench::load_line().c_str());
   std::int64_t rows_a = 1'000'000;
   std::int64_t prefill_b = 10'000'000;
   std::int64_t marks_b = 200'000;

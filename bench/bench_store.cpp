@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -26,6 +27,8 @@
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+
+#include "bench_settings.hpp"
 
 namespace {
 
@@ -83,6 +86,14 @@ void pg_exec(PGconn* c, const char* sql) {
 std::string fresh_pg_url() {
   static std::atomic<int> n{0};
   const std::string dsn = pg_dsn();
+  static const bool durable = [&] {  // figures at fsync on (issue 16), once per run
+    idem::bench::postgres_durable(dsn);
+    std::fprintf(stderr, "postgres: %s; build %s; %s\n",
+                 idem::bench::postgres_settings(dsn).c_str(), idem::bench::build_type(),
+                 idem::bench::load_line().c_str());
+    return true;
+  }();
+  (void)durable;
   const std::string name = fmt::format("idem_bench_{}_{}", getpid(), n++);
   PGconn* c = pg_connect(dsn);
   pg_exec(c, fmt::format("DROP DATABASE IF EXISTS {}", name).c_str());

@@ -147,6 +147,11 @@ class Transaction {
   /// as that call's exception (the message names the deferred statement); rolling back
   /// (to a savepoint made before them, or the whole transaction) discards them, errors
   /// included. SQLite runs the statement at once (its errors surface here).
+  /// PostgreSQL sends consecutive deferred INSERTs of one text (`INSERT INTO t (cols)
+  /// VALUES ($1, $2::type, ...)`, optionally `ON CONFLICT ... DO NOTHING`; nothing else in
+  /// the VALUES) as multi-row INSERTs: same rows, same order, but a FOR EACH STATEMENT
+  /// trigger fires once per merged statement, and one bad row fails the whole merged
+  /// statement (as it would have failed the transaction anyway).
   /// A wrong parameter count for a statement already used on this connection throws
   /// Error(InvalidArgument) here, before anything is queued.
   template <class... Args>

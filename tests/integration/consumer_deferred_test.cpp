@@ -132,5 +132,39 @@ TYPED_TEST(ConsumerDeferredTest, FailingDeferredStatementLosesOnlyItsEvent) {
             std::vector<std::int64_t>{TestFixture::kEvents});
 }
 
+// PostgreSQL merges the batch's consecutive deferred INSERTs of one text into multi-row
+// statements (issue 16), so here the poison row travels in the same statement as every
+// other event's row: that statement fails as a whole, the isolated pass runs each event's
+// INSERT on its own, and only the poison event is dead-lettered.
+TYPED_TEST(ConsumerDeferredTest, FailingRowOfAMergedStatementLosesOnlyItsEvent) {
+  constexpr std::int64_t kPoison = 23;
+  std::atomic<int> poison_calls{0};
+  this->consume(
+      [&](const OrderConfirmed& e, const RecordInfo&, Transaction& tx) {
+        if (e.order_id == kPoison) ++poison_calls;
+        // customer_id NOT NULL fails the poison event's row only.
+        tx.execute_deferred(
+            "INSERT INTO orders (id, customer_id, total_amount, created_at) "
+            "VALUES ($1, $2, $3, $4)",
+            e.order_id, e.order_id == kPoison ? Param(nullptr) : Param(e.customer_id), "1.00",
+            "2026-01-02T03:04:05Z");
+        return Outcome::Done;
+      },
+      [&](const Consumer& c) {
+        return c.stats().processed >= TestFixture::kEvents - 1 && c.stats().dead_lettered >= 1;
+      });
+
+  auto tx = this->observer_->begin();
+  EXPECT_EQ(tx->execute("SELECT count(*) FROM orders")[0].int64(0), TestFixture::kEvents - 1);
+  EXPECT_EQ(tx->execute("SELECT count(*) FROM orders WHERE id = $1", kPoison)[0].int64(0), 0);
+  tx->rollback();
+  EXPECT_GE(poison_calls.load(), 2) << "no isolated pass ran after the failure";
+  const auto dlq = read_topic(this->broker_->bootstrap_servers(), this->topic_ + ".dlq", 1, 1, 20s);
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].header("idem.original.offset"), std::to_string(kPoison - 1));
+  EXPECT_EQ(committed_offsets(this->broker_->bootstrap_servers(), this->group_, this->topic_, 1),
+            std::vector<std::int64_t>{TestFixture::kEvents});
+}
+
 }  // namespace
 }  // namespace idem::test

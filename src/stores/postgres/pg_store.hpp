@@ -13,6 +13,7 @@
 
 #include "idem/store.hpp"
 #include "stores/postgres/pg_connection.hpp"
+#include "stores/postgres/pg_insert_merge.hpp"
 
 namespace idem::detail::pg {
 
@@ -106,6 +107,9 @@ class PostgresTransaction final : public Transaction {
   void queue_control();
   /// Runs the queue and then `main` (if given) in one round trip, and applies what ran.
   Reply run_queue(const Command* main);
+  /// Builds commands_ from the queue, merging runs of one deferred INSERT (see
+  /// pg_insert_merge.hpp).
+  void build_commands();
   Reply run(Statement* stmt, std::string_view sql, const Params& params, int result_format);
   /// Sends the queue now; throws the first error among it.
   void send_queue();
@@ -133,9 +137,12 @@ class PostgresTransaction final : public Transaction {
   std::vector<std::ptrdiff_t> param_offsets_;  // per deferred parameter; -1 for NULL
   // Set by run_queue() when the failure it returned was a deferred statement's: its SQL.
   std::string failed_deferred_;
-  // Reused by run_queue().
+  // Reused by run_queue(): the commands, their parameters, and per queued command the
+  // command it went in (consecutive deferred INSERTs of one text share one).
   std::vector<Command> commands_;
   std::vector<const char*> values_;
+  std::vector<std::size_t> command_of_;
+  std::vector<std::size_t> value_of_;  // per queued command: its first parameter in values_
 };
 
 class PostgresStore final : public Store {
@@ -161,6 +168,7 @@ class PostgresStore final : public Store {
   Connection& connection() noexcept { return conn_; }
   Statement& mark_one() noexcept { return mark_one_; }
   Statement& mark_batch() noexcept { return mark_batch_; }
+  InsertMerger& merger() noexcept { return merger_; }
   TextParams& text_params() noexcept { return text_params_; }
   std::string& scratch() noexcept { return scratch_; }
   void transaction_finished() noexcept { active_ = nullptr; }
@@ -173,6 +181,7 @@ class PostgresStore final : public Store {
   PostgresTransaction* active_ = nullptr;
   Statement mark_one_;
   Statement mark_batch_;
+  InsertMerger merger_{conn_};
   TextParams text_params_;
   std::string scratch_;  // reused buffer for the batch array
 };

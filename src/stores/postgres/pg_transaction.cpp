@@ -86,22 +86,7 @@ void PostgresTransaction::drop_queue() noexcept {
 Reply PostgresTransaction::run_queue(const Command* main) {
   failed_deferred_.clear();
   const bool begin = state_ == State::Pending && begin_queued_;
-  // The deferred parameters' pointers, once the arena no longer grows.
-  values_.clear();
-  for (const std::ptrdiff_t off : param_offsets_) {
-    values_.push_back(off < 0 ? nullptr : param_arena_.data() + off);
-  }
-  commands_.clear();
-  for (const Queued& q : queue_) {
-    Command c;
-    if (q.kind == Queued::Kind::Statement) {
-      c.stmt = q.stmt;
-      c.params.count = static_cast<int>(q.param_count);
-      c.params.values = values_.data() + q.first_param;
-    }
-    c.sql = q.text;
-    commands_.push_back(c);
-  }
+  build_commands();
   if (main != nullptr) commands_.push_back(*main);
 
   Reply reply;
@@ -134,9 +119,20 @@ Reply PostgresTransaction::run_queue(const Command* main) {
     const Failure f = conn_.classify(reply.result.get());
     stopped_by = Earlier{f.code, f.message, f.sqlstate};
   }
+  if (failed && reply.done < commands_.size()) {
+    // A merged INSERT the server would not even prepare (a type it resolves differently
+    // across rows, say) is never merged again; this transaction's failure stands, and
+    // the consumer's isolated pass redoes the batch one statement at a time.
+    const Statement* stmt = commands_[reply.done].stmt;
+    InsertMerger::Entry* e = store_.merger().owner_of(stmt);
+    if (e != nullptr && stmt->prepared_generation != conn_.generation() && stopped_by &&
+        stopped_by->code != ErrorCode::Connection) {
+      e->disabled = true;
+    }
+  }
   for (std::size_t i = 0; i < queue_.size(); ++i) {
     const Queued& q = queue_[i];
-    const bool ran = i < reply.done;
+    const bool ran = command_of_[i] < reply.done;
     if (q.kind == Queued::Kind::Begin && ran) state_ = State::Open;
     if (q.kind == Queued::Kind::Savepoint) {
       for (SavepointMark& sp : savepoints_) {
@@ -145,7 +141,8 @@ Reply PostgresTransaction::run_queue(const Command* main) {
         if (!ran && state_ == State::Open && stopped_by) sp.failure_before = stopped_by;
       }
     }
-    if (failed && i == reply.done && q.kind == Queued::Kind::Statement) {
+    if (failed && command_of_[i] == reply.done && failed_deferred_.empty() &&
+        q.kind == Queued::Kind::Statement) {
       failed_deferred_ = fmt::format("deferred statement {}",
                                      sql_excerpt(q.stmt != nullptr ? q.stmt->sql : q.text));
     }
@@ -156,6 +153,78 @@ Reply PostgresTransaction::run_queue(const Command* main) {
   param_offsets_.clear();
   begin_queued_ = false;
   return reply;
+}
+
+// Merging (issue 16): an optimistic pass of the consumer queues one INSERT per event, and
+// each was its own Bind/Execute on the server. A run of consecutive deferred statements
+// with one mergeable text (pg_insert_merge.hpp) and the right parameter count goes as
+// multi-row INSERTs instead. Only consecutive ones: moving a statement past another could
+// break a foreign key or a trigger's view of the table; and a SAVEPOINT or RELEASE ends a
+// run, so an error still belongs to the savepoint the statement was issued in (the
+// isolated pass syncs each event's statements inside its own savepoint). A merged
+// statement fails as a whole, which is what the single rows did too: the first failure
+// aborts the transaction and the statements after it never run.
+void PostgresTransaction::build_commands() {
+  // The deferred parameters' pointers, in queue order (a run's rows are then adjacent),
+  // once the arena no longer grows.
+  values_.clear();
+  std::vector<std::size_t>& first_value = value_of_;
+  first_value.assign(queue_.size(), 0);
+  command_of_.assign(queue_.size(), 0);
+  for (std::size_t i = 0; i < queue_.size(); ++i) {
+    const Queued& q = queue_[i];
+    first_value[i] = values_.size();
+    if (q.kind != Queued::Kind::Statement) continue;
+    for (std::size_t k = 0; k < q.param_count; ++k) {
+      const std::ptrdiff_t off = param_offsets_[q.first_param + k];
+      values_.push_back(off < 0 ? nullptr : param_arena_.data() + off);
+    }
+  }
+  commands_.clear();
+  std::size_t i = 0;
+  while (i < queue_.size()) {
+    const Queued& q = queue_[i];
+    const std::size_t first = first_value[i];
+    Command c;
+    c.sql = q.text;
+    std::size_t run = 1;
+    InsertMerger::Entry* merge = nullptr;
+    if (q.kind == Queued::Kind::Statement && q.stmt != nullptr) {
+      merge = store_.merger().entry(*q.stmt);
+      if (merge != nullptr && q.param_count != merge->shape->params) merge = nullptr;
+      while (merge != nullptr && i + run < queue_.size() &&
+             queue_[i + run].kind == Queued::Kind::Statement && queue_[i + run].stmt == q.stmt &&
+             queue_[i + run].param_count == q.param_count) {
+        ++run;
+      }
+    }
+    if (q.kind == Queued::Kind::Statement && run == 1) {
+      c.stmt = q.stmt;
+      c.params.count = static_cast<int>(q.param_count);
+      c.params.values = values_.data() + first;
+    }
+    if (run == 1) {
+      command_of_[i] = commands_.size();
+      commands_.push_back(c);
+      ++i;
+      continue;
+    }
+    std::size_t row = 0;
+    for (const std::size_t rows : merge_chunks(run, q.param_count)) {
+      Command m;
+      if (rows == 1) {
+        m.stmt = q.stmt;  // the statement itself, prepared already or with the run
+      } else {
+        m.stmt = store_.merger().statement(*merge, rows, m.sql);
+      }
+      m.params.count = static_cast<int>(rows * q.param_count);
+      m.params.values = values_.data() + first + row * q.param_count;
+      for (std::size_t k = 0; k < rows; ++k) command_of_[i + row + k] = commands_.size();
+      commands_.push_back(m);
+      row += rows;
+    }
+    i += run;
+  }
 }
 
 Reply PostgresTransaction::run(Statement* stmt, std::string_view sql, const Params& params,
