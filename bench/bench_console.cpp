@@ -37,31 +37,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Options {
-  std::uint64_t events = 200'000;
-  std::size_t batch = 1000;
-  int rounds = 3;
-  int partitions = 12;
-};
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "--events")
-      o.events = std::stoull(value);
-    else if (flag == "--batch")
-      o.batch = std::stoul(value);
-    else if (flag == "--rounds")
-      o.rounds = std::stoi(value);
-    else if (flag == "--partitions")
-      o.partitions = std::stoi(value);
-    else
-      throw std::runtime_error("unknown flag " + flag);
-  }
-  return o;
-}
+using Options = idem::bench::OnOffOptions;
 
 std::string store_url(int round, bool on) {
   const auto path =
@@ -125,7 +101,7 @@ double run(const std::string& bootstrap, const std::string& topic, const Options
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  const Options o = idem::bench::parse_on_off_options(argc, argv, 12);
   idem::DevBroker broker;
   const std::string topic = "bench-console";
   broker.create_topic(topic, o.partitions);

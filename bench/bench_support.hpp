@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,36 @@
 namespace idem::bench {
 
 using SteadyClock = std::chrono::steady_clock;
+
+/// The flags of the benchmarks that compare a consumer with a feature on and off in
+/// rounds over one topic (bench_metrics, bench_console).
+struct OnOffOptions {
+  std::uint64_t events = 200'000;
+  std::size_t batch = 1000;
+  int rounds = 3;
+  int partitions = 0;
+};
+
+/// Parses --events, --batch, --rounds and --partitions (default `partitions`).
+inline OnOffOptions parse_on_off_options(int argc, char** argv, int partitions) {
+  OnOffOptions o;
+  o.partitions = partitions;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--events")
+      o.events = std::stoull(value);
+    else if (flag == "--batch")
+      o.batch = std::stoul(value);
+    else if (flag == "--rounds")
+      o.rounds = std::stoi(value);
+    else if (flag == "--partitions")
+      o.partitions = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
+  }
+  return o;
+}
 
 inline double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
