@@ -1,7 +1,8 @@
 // Billing end to end through the concurrent path (issue 12; bench/BILLING-RESULTS.md):
-// orders already in an in-process DevBroker topic -> idem::Consumer with billing_effect
-// (the charge is the call phase, over loopback HTTP to the in-process PaymentProvider;
-// the ledger row and the order update are the apply phase) -> ledger rows committed.
+// orders already in a topic of `idem dev-broker` (its own process) -> idem::Consumer with
+// billing_effect (the charge is the call phase, over loopback HTTP to the in-process
+// PaymentProvider; the ledger row and the order update are the apply phase) -> ledger rows
+// committed.
 //
 // Per backend (SQLite synchronous=FULL, the store's default; PostgreSQL with the server's
 // fsync on) and per provider latency (ProviderFaults::latency: 0, 10, 100 ms), in one run:
@@ -44,13 +45,13 @@
 
 #include "bench_support.hpp"
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "postgres_durable.hpp"
+#include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/postgres_test_db.hpp"
 #include "support/wait.hpp"
@@ -141,11 +142,10 @@ std::string postgres_settings(const std::string& dsn) {
 }
 
 /// A fresh topic holding orders 1..n, each keyed by its order id.
-std::string topic_with_orders(idem::DevBroker& broker, std::int64_t n) {
+std::string topic_with_orders(idem::test::DevBrokerProcess& broker, std::int64_t n) {
   const std::string topic = idem::test::unique_name("billing-bench");
   broker.create_topic(topic, kPartitions);
-  (void)idem::test::produce_keyed_order_events(broker.bootstrap_servers(), topic,
-                                               static_cast<int>(n),
+  (void)idem::test::produce_keyed_order_events(broker.bootstrap(), topic, static_cast<int>(n),
                                                [](std::int64_t id) { return std::to_string(id); });
   return topic;
 }
@@ -165,14 +165,14 @@ struct Pass {
 };
 
 /// One consumer pass with `route` over `n` fresh orders, on a fresh billing database.
-Pass pass(idem::DevBroker& broker, const Backend& backend, std::int64_t n, std::size_t batch,
-          std::size_t max_in_flight,
+Pass pass(idem::test::DevBrokerProcess& broker, const Backend& backend, std::int64_t n,
+          std::size_t batch, std::size_t max_in_flight,
           const std::function<void(idem::Consumer&, const std::string&)>& route) {
   const std::string topic = topic_with_orders(broker, n);
   const std::string db = backend.fresh();
   idem::migrate_reference_system(*idem::open_store(db));
   idem::ConsumerConfig config =
-      consumer_config(broker.bootstrap_servers(), topic, idem::test::unique_name("billing"), batch);
+      consumer_config(broker.bootstrap(), topic, idem::test::unique_name("billing"), batch);
   config.max_in_flight = max_in_flight;
   config.check_topic_retention = false;  // the mock cluster never answers it (a 5 s wait)
   Pass p;
@@ -207,15 +207,15 @@ struct Latency {
 
 /// 1,000 orders/s sent for `seconds` while a billing_effect consumer (M = 1024) runs;
 /// enqueue (send) to the commit of the order's ledger row.
-Latency paced(idem::DevBroker& broker, const Backend& backend, const std::string& provider_url,
-              double seconds) {
+Latency paced(idem::test::DevBrokerProcess& broker, const Backend& backend,
+              const std::string& provider_url, double seconds) {
   const auto n = static_cast<std::int64_t>(seconds * 1000);
   const std::string topic = idem::test::unique_name("billing-paced");
   broker.create_topic(topic, kPartitions);
   const std::string db = backend.fresh();
   idem::migrate_reference_system(*idem::open_store(db));
-  idem::ConsumerConfig config = consumer_config(broker.bootstrap_servers(), topic,
-                                                idem::test::unique_name("billing"), kBatch);
+  idem::ConsumerConfig config =
+      consumer_config(broker.bootstrap(), topic, idem::test::unique_name("billing"), kBatch);
   config.max_in_flight = 1024;
   config.check_topic_retention = false;
 
@@ -251,7 +251,7 @@ Latency paced(idem::DevBroker& broker, const Backend& backend, const std::string
   std::thread runner([&] { consumer.run(); });
   // The group join takes seconds on the mock cluster: a warm-up order (id 1) first; the
   // paced stream (ids 2..n+1, one every millisecond) starts once it is billed.
-  (void)idem::test::produce_keyed_order_events(broker.bootstrap_servers(), topic, 1,
+  (void)idem::test::produce_keyed_order_events(broker.bootstrap(), topic, 1,
                                                [](std::int64_t) { return std::string("warm-up"); });
   if (!idem::test::eventually([&] { return consumer.stats().processed >= 1; }, 60s, 5ms)) {
     consumer.stop();
@@ -259,7 +259,7 @@ Latency paced(idem::DevBroker& broker, const Backend& backend, const std::string
     return {0, 0, 0, "the consumer never billed the warm-up order"};
   }
   {
-    idem::test::KafkaTestProducer producer(broker.bootstrap_servers());
+    idem::test::KafkaTestProducer producer(broker.bootstrap());
     const auto start = SteadyClock::now();
     for (std::int64_t id = 2; id <= n + 1; ++id) {
       std::this_thread::sleep_until(start + std::chrono::microseconds(1000 * (id - 2)));
@@ -320,7 +320,9 @@ int main(int argc, char** argv) {
       "consumer batch %zu, fetch.wait.max.ms %s, %u hardware threads\n",
       static_cast<long long>(opts.orders), kPartitions, kBatch,
       std::getenv("IDEM_BENCH_FETCH_WAIT_MS"), std::thread::hardware_concurrency());
-  idem::DevBroker broker;
+  // `idem dev-broker` in its own process: the records of every run stay there, so the
+  // RSS below is the consumer's and the provider's alone.
+  idem::test::DevBrokerProcess broker(IDEM_CLI_PATH);
   double rss_warm = 0;  // after the first run: the broker, a provider and a consumer have run
   for (const Backend& backend : backends) {
     std::printf("\n== %s: %s\n", backend.name.c_str(), backend.settings.c_str());
@@ -393,11 +395,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  // The in-process broker keeps every run's records (a fresh topic per run), so part of
-  // the growth is the topics' data, not the consumer's.
   std::printf(
       "\nRSS at start %.0f MiB, after the first run %.0f MiB, at end %.0f MiB "
-      "(the in-process broker holds every run's topic)\n",
+      "(the broker runs in its own process)\n",
       rss_start, rss_warm, read_memory().rss_mib);
   return 0;
 }
