@@ -253,25 +253,14 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
             topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
       }
     }
-    std::unique_ptr<AdminServer> admin;
-    std::unique_ptr<Console> console;  // admin.console: the same endpoints plus the console
+    AdminEndpoints admin;
     if (admin_enabled) {
       metrics.watch(consumer, config.group_id);
-      std::vector<ReadinessCheck> checks{
-          consumer_readiness(consumer, settings.admin.stuck_after),
-          store_readiness(settings.store_url, settings.store_options)};
-      if (settings.admin.console) {
-        ConsoleOptions options = console_options(settings);
-        options.listen = settings.admin.listen;
-        options.groups.push_back(config.group_id);
-        options.admin_metrics = &metrics;
-        options.readiness = std::move(checks);
-        console = std::make_unique<Console>(std::move(options));
-      } else {
-        admin = std::make_unique<AdminServer>(settings.admin.listen, metrics, std::move(checks));
-      }
-      std::cout << fmt::format("admin server on port {}", admin ? admin->port() : console->port())
-                << std::endl;
+      admin = start_admin_endpoints(settings, metrics,
+                                    {consumer_readiness(consumer, settings.admin.stuck_after),
+                                     store_readiness(settings.store_url, settings.store_options)},
+                                    {config.group_id});
+      std::cout << fmt::format("admin server on port {}", admin.port()) << std::endl;
     }
     const OnStopSignal stop_on_signal(signals, [&consumer, &watchdog] {
       watchdog.arm();
@@ -281,8 +270,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
               << std::endl;
     consumer.run();
-    admin.reset();  // before unwatch: no scrape may read a consumer that is going away
-    console.reset();
+    admin = {};  // before unwatch: no scrape may read a consumer that is going away
     if (admin_enabled) metrics.unwatch(consumer);
 
     const ConsumerStats s = consumer.stats();

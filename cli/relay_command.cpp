@@ -115,23 +115,12 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     };
     // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.
     Metrics metrics;
-    std::unique_ptr<AdminServer> admin;
-    std::unique_ptr<Console> console;  // admin.console: the same endpoints plus the console
+    AdminEndpoints admin;
     if (!settings.admin.listen.empty()) {
       observer = metrics.instrument(std::move(observer));
-      std::vector<ReadinessCheck> checks{
-          store_readiness(settings.store_url, settings.store_options)};
-      if (settings.admin.console) {
-        ConsoleOptions options = console_options(settings);
-        options.listen = settings.admin.listen;
-        options.admin_metrics = &metrics;
-        options.readiness = std::move(checks);
-        console = std::make_unique<Console>(std::move(options));
-      } else {
-        admin = std::make_unique<AdminServer>(settings.admin.listen, metrics, std::move(checks));
-      }
-      std::cout << fmt::format("admin server on port {}\n", admin ? admin->port() : console->port())
-                << std::flush;
+      admin = start_admin_endpoints(settings, metrics,
+                                    {store_readiness(settings.store_url, settings.store_options)});
+      std::cout << fmt::format("admin server on port {}\n", admin.port()) << std::flush;
     }
     Relay relay(std::move(config), std::move(observer));
     const OnStopSignal stop_on_signal(signals, [&relay, &watchdog] {

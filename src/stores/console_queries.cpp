@@ -1,6 +1,7 @@
 #include "stores/console_queries.hpp"
 
 #include "idem/error.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem::detail {
 
@@ -20,17 +21,9 @@ std::optional<Uuid> optional_uuid(const RowView& row, std::size_t col) {
 
 /// A replay must not run unrecorded: refuse a store migrated by an idem without the table.
 void require_audit_table(Store& store, Transaction& tx) {
-  const char* sql = store.backend() == Backend::Postgres
-                        ? "SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = "
-                          "'idem_console_replay' AND schemaname = ANY (current_schemas(false))"
-                        : "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = "
-                          "'idem_console_replay'";
-  if (tx.execute(sql)[0].int64(0) == 0) {
-    throw Error(ErrorCode::Schema,
-                store.backend() == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite,
+  require_table(store, tx, "idem_console_replay",
                 "the store has no replay audit table (idem_console_replay: it was migrated by an "
                 "older idem); run `idem migrate` first");
-  }
 }
 
 }  // namespace

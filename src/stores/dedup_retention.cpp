@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "stores/store_errors.hpp"
 
 namespace idem::detail {
 
@@ -20,24 +21,13 @@ Millis from_unix_ms(std::int64_t ms) {
   return Millis(milliseconds(ms));
 }
 
-ErrorSource source_of(const Store& store) {
-  return store.backend() == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite;
-}
-
 /// Refuses a store migrated by an idem that did not record retention: without the
 /// declarations a pass would drop what consumers rely on, and a consumer could not
 /// learn what was dropped.
 void require_tables(Store& store, Transaction& tx) {
-  const char* sql = store.backend() == Backend::Postgres
-                        ? "SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = "
-                          "'idem_dedup_marks_dropped' AND schemaname = ANY (current_schemas(false))"
-                        : "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = "
-                          "'idem_dedup_marks_dropped'";
-  if (tx.execute(sql)[0].int64(0) == 0) {
-    throw Error(ErrorCode::Schema, source_of(store),
+  require_table(store, tx, "idem_dedup_marks_dropped",
                 "the store does not record its dedup retention (no idem_dedup_retention "
                 "table: it was migrated by an older idem); run `idem migrate` first");
-  }
 }
 
 /// Reads (and on PostgreSQL locks) the one row of idem_dedup_marks_dropped. Both a

@@ -14,10 +14,6 @@ bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }
 
-ErrorSource source_of(Backend backend) {
-  return backend == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite;
-}
-
 // What an operator should do about a permanent store error. The SQLSTATE (PostgreSQL) or
 // the SQLite code is in Error::detail(); SQLite says "no such table" in its message only.
 std::string_view remedy(const Error& e) {
@@ -41,6 +37,19 @@ std::string_view remedy(const Error& e) {
 }
 
 }  // namespace
+
+ErrorSource error_source(Backend backend) noexcept {
+  return backend == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite;
+}
+
+void require_table(Store& store, Transaction& tx, std::string_view table, const char* message) {
+  const char* sql = store.backend() == Backend::Postgres
+                        ? "SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = $1 AND "
+                          "schemaname = ANY (current_schemas(false))"
+                        : "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1";
+  if (tx.execute(sql, std::string(table))[0].int64(0) == 0)
+    throw Error(ErrorCode::Schema, error_source(store.backend()), message);
+}
 
 const Error* refused_for_good(const std::exception& e) noexcept {
   const auto* err = dynamic_cast<const Error*>(&e);
@@ -80,7 +89,7 @@ void require_idem_schema(Store& store, std::string_view who) {
   const int known = known_idem_schema_version(store.backend());
   const int found = store.schema_version();
   if (found == known) return;
-  const ErrorSource source = source_of(store.backend());
+  const ErrorSource source = error_source(store.backend());
   if (found == 0) {
     throw Error(ErrorCode::Schema, source,
                 fmt::format("{}: the store has no idem schema (it was never migrated); run `idem "
