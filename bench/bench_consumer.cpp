@@ -11,13 +11,18 @@
 //       and the COMMIT behind one sync. On libpq the count handler's INSERTs go two ways:
 //       one statement per event ("raw libpq"), and merged into multi-row INSERTs cut
 //       into the chunks idem sends since issue 16 ("raw libpq multi-row");
+//   (p) at batch 1 on PostgreSQL: pgbench (one client, prepared statements, a custom
+//       script) running one transaction per event with the same statements: the batch
+//       mark of one id and, for `count`, the effect_log INSERT (issue 16's yardstick);
 // each with batch sizes 1, 100 and 1000 and two handlers: `dedup` (no SQL of its own,
 // so it measures idem's overhead) and `count` (one INSERT into effect_log per event).
 //
 //   idem_bench_consumer [--events N] [--batch1-events N] [--batches 1,100,1000]
 //                       [--partitions P] [--dup-ratio 0.1] [--only a,b,c,d]
 //                       [--handlers dedup,count] [--sqlite-dir DIR] [--repeat N]
-//                       [--backends sqlite,postgres]
+//                       [--backends sqlite,postgres] [--depths 1,2]
+//   --depths: the ConsumerConfig::pipeline_depth of every idem row ("idem postgres depth 2":
+//   the next batch prepared while one commits; issue 16).
 //   IDEM_BENCH_PG_DSN / IDEM_TEST_PG_DSN enables PostgreSQL (fresh database per run). The
 //   server is switched to fsync=on, full_page_writes=on first (postgres_durable.hpp:
 //   scripts/with-postgres.sh starts it with both off), and the settings in force, the
@@ -89,12 +94,13 @@ struct Options {
   std::vector<std::size_t> batches{1, 100, 1000};
   int partitions = 0;  // 0: computed from the event count and the mock's retention
   double dup_ratio = 0.10;
-  std::string only = "a,b,c,d";
+  std::string only = "a,b,c,d,p";
   std::string handlers = "dedup,count";
   std::string sqlite_dir;
   std::string pg_dsn;
   int repeat = 3;
   std::string backends = "sqlite,postgres";
+  std::vector<std::size_t> depths{1, 2};
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -102,7 +108,8 @@ struct Options {
       stderr,
       "%s\nusage: idem_bench_consumer [--events N] [--batch1-events N] "
       "[--batches 1,100,1000] [--partitions P] [--dup-ratio R] [--only a,b,c,d] "
-      "[--handlers dedup,count] [--sqlite-dir DIR] [--repeat N] [--backends sqlite,postgres]\n",
+      "[--handlers dedup,count] [--sqlite-dir DIR] [--repeat N] [--backends sqlite,postgres] "
+      "[--depths 1,2]\n",
       why);
   std::exit(2);
 }
@@ -155,6 +162,9 @@ Options parse_options(int argc, char** argv) {
       o.repeat = std::max(1, std::stoi(value()));
     } else if (arg == "--backends") {
       o.backends = value();
+    } else if (arg == "--depths") {
+      o.depths.clear();
+      for (const auto& d : split(value())) o.depths.push_back(std::stoull(d));
     } else if (arg == "--help" || arg == "-h") {
       usage("");
     } else {
@@ -482,7 +492,7 @@ std::vector<Event> consumption_order(const std::string& bootstrap, const std::st
 
 Result run_idem(const std::string& bootstrap, const std::string& topic, const std::string& url,
                 const std::string& backend, const std::string& handler, std::size_t batch,
-                std::size_t target) {
+                std::size_t target, std::size_t depth) {
   {
     auto s = idem::open_store(url);
     idem::migrate_reference_system(*s);
@@ -494,6 +504,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   c.batch_size = batch;
   c.batch_window = 50ms;
   c.kafka = kGroupProps;
+  c.pipeline_depth = depth;
 
   RssProbe probe(target);
   idem::Consumer* self = nullptr;
@@ -536,7 +547,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   const Memory mem = read_memory();
   const idem::ConsumerStats s = consumer.stats();
   Result r;
-  r.config = "idem " + backend;
+  r.config = depth == 1 ? "idem " + backend : fmt::format("idem {} depth {}", backend, depth);
   r.backend = backend;
   r.handler = handler;
   r.idem = true;
@@ -781,6 +792,60 @@ constexpr const char* kEffectSql =
     "INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, kafka_offset) "
     "VALUES ";
 
+/// (p): pgbench with one client for `seconds`, one transaction per event: BEGIN, the
+/// batch mark of one id, for `count` the effect_log INSERT, COMMIT. Ids are
+/// gen_random_uuid() (v4: random positions in the primary key, where idem's v7 ids
+/// append; at these table sizes every page is in the buffer pool either way).
+Result run_pgbench(const std::string& url, const std::string& handler, int seconds) {
+  { idem::migrate_reference_system(*idem::open_store(url)); }
+  const std::filesystem::path script =
+      std::filesystem::temp_directory_path() / fmt::format("idem-pgbench-{}.sql", getpid());
+  {
+    std::ofstream out(script);
+    out << "BEGIN;\n"
+           "INSERT INTO processed_event (event_id, consumer_group) SELECT "
+           "unnest(ARRAY[gen_random_uuid()]), 'pgbench' ON CONFLICT DO NOTHING RETURNING "
+           "event_id;\n";
+    if (handler == "count") {
+      out << "INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, "
+             "kafka_offset) VALUES ('pgbench', gen_random_uuid(), 'orders', 0, 0);\n";
+    }
+    out << "COMMIT;\n";
+  }
+  const char* bin_dir = std::getenv("IDEM_TEST_PG_BIN");
+  const std::string pgbench =
+      bin_dir != nullptr && std::filesystem::exists(std::filesystem::path(bin_dir) / "pgbench")
+          ? (std::filesystem::path(bin_dir) / "pgbench").string()
+          : "pgbench";
+  const std::string command = fmt::format("{} -n -c 1 -j 1 -M prepared -T {} -f {} '{}' 2>&1",
+                                          pgbench, seconds, script.string(), url);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("cannot run " + pgbench);
+  std::string output;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) output += line;
+  const int status = pclose(pipe);
+  std::filesystem::remove(script);
+  double tps = 0;
+  std::size_t transactions = 0;
+  const auto tps_at = output.find("tps = ");
+  const auto tx_at = output.find("number of transactions actually processed: ");
+  if (status != 0 || tps_at == std::string::npos || tx_at == std::string::npos)
+    throw std::runtime_error("pgbench failed: " + output);
+  tps = std::stod(output.substr(tps_at + 6));
+  transactions = std::stoull(output.substr(tx_at + 44));
+  Result r;
+  r.config = "pgbench (p)";
+  r.backend = "postgres";
+  r.handler = handler;
+  r.raw = true;
+  r.batch = 1;
+  r.events = transactions;
+  r.seconds = tps > 0 ? static_cast<double>(transactions) / tps : 0;
+  r.note = "1 client, -M prepared, one transaction per event";
+  return r;
+}
+
 Result run_raw_pg(const std::string& url, const std::string& topic, const std::string& handler,
                   std::size_t batch, std::span<const Event> events, bool multi) {
   { idem::migrate_reference_system(*idem::open_store(url)); }
@@ -1023,13 +1088,17 @@ int main(int argc, char** argv) {
             });
           }
           if (sqlite && listed(o.only, "b")) {
-            keep([&] {
-              return run_idem(broker.bootstrap_servers(), topic,
-                              "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(),
-                              "sqlite", h, batch, target);
-            });
+            for (const std::size_t depth : o.depths) {
+              keep([&] {
+                return run_idem(broker.bootstrap_servers(), topic,
+                                "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(),
+                                "sqlite", h, batch, target, depth);
+              });
+            }
           }
           if (o.pg_dsn.empty()) continue;
+          if (batch == 1 && listed(o.only, "p"))
+            keep([&] { return run_pgbench(fresh_pg_url(o.pg_dsn), h, 10); });
           if (listed(o.only, "d")) {
             keep([&] { return run_raw_pg(fresh_pg_url(o.pg_dsn), topic, h, batch, slice, false); });
             if (h == "count") {
@@ -1038,10 +1107,12 @@ int main(int argc, char** argv) {
             }
           }
           if (listed(o.only, "c")) {
-            keep([&] {
-              return run_idem(broker.bootstrap_servers(), topic, fresh_pg_url(o.pg_dsn), "postgres",
-                              h, batch, target);
-            });
+            for (const std::size_t depth : o.depths) {
+              keep([&] {
+                return run_idem(broker.bootstrap_servers(), topic, fresh_pg_url(o.pg_dsn),
+                                "postgres", h, batch, target, depth);
+              });
+            }
           }
         }
       }

@@ -89,6 +89,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     std::string batch;
     std::string batch_window_ms;
     std::string max_in_flight;
+    std::string pipeline_depth;
     std::string auto_offset_reset;
     std::string dedup_retention_hours;
     std::string safety_margin_hours;
@@ -144,6 +145,10 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                             "Effect handlers (billing): calls in flight at most, across ordering "
                             "keys; one per key at a time (consumer.max_in_flight, default 256)"),
             "consumer.max_in_flight");
+  cfg->bind(cmd->add_option("--pipeline-depth", opts->pipeline_depth,
+                            "2: prepare the next batch on a second store connection while this "
+                            "one commits (consumer.pipeline_depth, default 1)"),
+            "consumer.pipeline_depth");
   cfg->bind(cmd->add_option("--auto-offset-reset", opts->auto_offset_reset,
                             "Where a group without committed offsets starts, default earliest "
                             "(kafka.auto.offset.reset)")

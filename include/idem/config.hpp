@@ -139,6 +139,7 @@ struct ConsumerSettings {
   std::chrono::milliseconds batch_window{50};
   std::size_t max_in_flight =
       256;  ///< effect calls in flight at most (ConsumerConfig::max_in_flight)
+  std::size_t pipeline_depth = 1;  ///< ConsumerConfig::pipeline_depth
   std::string dlq_suffix = ".dlq";
   RetryPolicy retry;
   std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)

@@ -120,6 +120,16 @@ struct ConsumerConfig {
   std::size_t batch_size = 500;     ///< records per transaction, at most; 1 = per message
   /// After the first record of a batch arrives, wait at most this long for more.
   std::chrono::milliseconds batch_window{50};
+  /// 1: a batch is polled, processed, committed and its offsets committed before the
+  /// next. 2: while a batch's COMMIT waits for the database's flush, the next batch is
+  /// polled and prepared (validated, marked, handlers run) on a second store connection
+  /// (Store::connect_again); it commits only after the first committed, and offsets stay
+  /// in order (docs/consumer.md, "Commit overlap"). Handlers then run while the batch
+  /// before is not yet committed: a handler that reads rows an earlier event wrote must
+  /// lock them (SELECT ... FOR UPDATE) or update them in place, as with concurrent
+  /// consumers. Needs a store a second connection can reach (not sqlite://:memory:).
+  /// Batches of effect handlers (Consumer::on_effect) commit as with 1.
+  std::size_t pipeline_depth = 1;
   std::string dlq_suffix = ".dlq";  ///< dead letters of topic T go to T + dlq_suffix
   RetryPolicy retry;
   RetryTopics retry_topics;  ///< non-blocking retries; off by default (see RetryTopics)

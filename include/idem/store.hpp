@@ -307,6 +307,12 @@ class Store {
   [[nodiscard]] virtual int schema_version(std::string_view set = kIdemMigrations) = 0;
 
   [[nodiscard]] virtual Backend backend() const noexcept = 0;
+
+  /// Opens another connection to the same database, with the same options (a consumer
+  /// with `pipeline_depth` 2 prepares its next batch on it while this one commits).
+  /// \throws Error(InvalidArgument) for a private in-memory SQLite database (no second
+  ///   connection can reach it); Error(Connection) as open_store() does.
+  [[nodiscard]] virtual std::unique_ptr<Store> connect_again() const = 0;
 };
 
 /// Opens a store by URL:

@@ -252,6 +252,7 @@ ConsumerConfig Config::consumer_config() const {
   c.batch_size = consumer.batch_size;
   c.batch_window = consumer.batch_window;
   c.max_in_flight = consumer.max_in_flight;
+  c.pipeline_depth = consumer.pipeline_depth;
   c.dlq_suffix = consumer.dlq_suffix;
   c.retry = consumer.retry;
   c.limits.max_payload_bytes = consumer.max_message_bytes;

@@ -442,6 +442,7 @@ Config validate(const Settings& settings, Problems& problems) {
   v.integer("consumer.batch_size", cs.batch_size);
   v.duration("consumer.batch_window_ms", cs.batch_window);
   v.integer("consumer.max_in_flight", cs.max_in_flight);
+  v.integer("consumer.pipeline_depth", cs.pipeline_depth);
   cs.dlq_suffix = v.text("consumer.dlq_suffix");
   if (cs.dlq_suffix.empty())
     v.fail("consumer.dlq_suffix",

@@ -77,6 +77,8 @@ const std::vector<KeySpec>& table() {
          "effect calls in flight at most, one per ordering key", 1, 1000000},
         {"consumer.max_message_bytes", KeyType::Integer, "65536",
          "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024},
+        {"consumer.pipeline_depth", KeyType::Integer, "1",
+         "2: prepare the next batch on a second connection while this one commits", 1, 2},
         {"consumer.provider_url", KeyType::String, "",
          "billing handler: the payment provider's base URL"},
         duration_ms("consumer.retry_initial_ms", "100", "first retry backoff", 1, kMaxMs),

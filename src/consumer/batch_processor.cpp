@@ -37,13 +37,18 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
 }
 
 BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                               const ConsumerHooks& hooks, const RetryTopicMap& retry_topics)
+                               const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
+                               DedupHorizonGuard& horizon_guard)
     : config_(config),
       store_(store),
       routes_(routes),
       hooks_(hooks),
       retry_topics_(retry_topics),
-      horizon_guard_(config) {}
+      horizon_guard_(horizon_guard) {}
+
+BatchProcessor::~BatchProcessor() {
+  rollback();
+}
 
 void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) {
   // Partition order: group by (topic, partition); a stable sort keeps each partition's
@@ -133,6 +138,30 @@ BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
 
 BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule) {
+  BatchResult result = prepare_pointers(batch, schedule);
+  if (tx_) {
+    try {
+      call_hook(hooks_, HookPoint::BeforeDbCommit);
+    } catch (const HookAbort&) {
+      rollback();
+      throw;
+    }
+    commit(result);
+    if (result.committed) call_hook(hooks_, HookPoint::AfterDbCommit);
+  }
+  return result;
+}
+
+BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule) {
+  pointers_.clear();
+  for (const auto& m : batch) pointers_.push_back(m.get());
+  return prepare_pointers(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+}
+
+BatchResult BatchProcessor::prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
+                                             const RetrySchedule& schedule) {
+  rollback();
   BatchResult result;
   validate(batch);
   result.partitions.reserve(groups_.size());
@@ -142,6 +171,22 @@ BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> b
   }
   run_transaction(result, schedule);
   return result;
+}
+
+void BatchProcessor::commit(BatchResult& result) {
+  if (!tx_) return;
+  const std::unique_ptr<Transaction> tx = std::move(tx_);
+  try {
+    tx->commit();
+    result.committed = true;
+  } catch (const std::exception& e) {
+    fail_all(result, e);
+  }
+}
+
+void BatchProcessor::rollback() noexcept {
+  if (tx_) tx_->rollback();
+  tx_.reset();
 }
 
 void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& schedule) {
@@ -162,57 +207,58 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
 
 bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule) {
   try {
-    std::unique_ptr<Transaction> tx;
     if (!ids_.empty()) {
-      tx = store_.begin();
-      const std::vector<bool> fresh = tx->mark_processed_batch(ids_, config_.group_id);
+      tx_ = store_.begin();
+      const std::vector<bool> fresh = tx_->mark_processed_batch(ids_, config_.group_id);
       std::size_t k = 0;
       for (auto& item : items_) {
         if (item.valid) item.fresh = fresh.at(k++);
       }
     }
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
-      if (!process_group(pass, groups_[gi], tx.get(), result, schedule, result.partitions[gi])) {
-        tx->rollback();
+      if (!process_group(pass, groups_[gi], tx_.get(), result, schedule, result.partitions[gi])) {
+        rollback();
         return false;
       }
     }
-    if (tx && pass == Pass::Optimistic) {
+    if (tx_ && pass == Pass::Optimistic) {
       // The handlers' deferred statements run here; a failure among them belongs to
       // some event of the batch, which only the isolated pass can single out.
       try {
-        tx->sync();
+        tx_->sync();
       } catch (const std::exception&) {
-        tx->rollback();
+        rollback();
         return false;
       }
     }
-    if (tx) {
-      call_hook(hooks_, HookPoint::BeforeDbCommit);
-      tx->commit();
-      result.committed = true;
-      call_hook(hooks_, HookPoint::AfterDbCommit);
-    }
+  } catch (const HookAbort&) {
+    rollback();  // as if the process had died here
+    throw;
   } catch (const std::exception& e) {
-    // Only idem's own statements fail here (begin, the marks, savepoints, unmarks, the
-    // commit): a handler's errors were caught above, as its event's. One the store
-    // refuses for good (a missing table, a missing privilege) fails every later batch
-    // alike, so the consumer stops and says why instead of retrying forever; the
-    // transaction is rolled back and no offset of this batch is committed.
-    stop_if_refused_for_good("idem consumer", e);
-    // The transaction is gone (rolled back, or in doubt: redelivery plus the dedup
-    // rows decide, never a guess). Nothing of this batch counts; every partition in it
-    // pauses and retries from its first record.
-    result.failure = e.what();
-    result.dead_letters.clear();
-    result.processed = 0;
-    result.duplicates = 0;
-    for (auto& p : result.partitions) {
-      p.next_offset = p.first_offset;
-      p.retry_at = p.first_offset;
-    }
+    rollback();
+    fail_all(result, e);
   }
   return true;
+}
+
+void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
+  // Only idem's own statements fail here (begin, the marks, savepoints, unmarks, the
+  // commit): a handler's errors were caught in process_group, as its event's. One the
+  // store refuses for good (a missing table, a missing privilege) fails every later
+  // batch alike, so the consumer stops and says why instead of retrying forever; the
+  // transaction is rolled back and no offset of this batch is committed.
+  stop_if_refused_for_good("idem consumer", e);
+  // The transaction is gone (rolled back, or in doubt: redelivery plus the dedup
+  // rows decide, never a guess). Nothing of this batch counts; every partition in it
+  // pauses and retries from its first record.
+  result.failure = e.what();
+  result.dead_letters.clear();
+  result.processed = 0;
+  result.duplicates = 0;
+  for (auto& p : result.partitions) {
+    p.next_offset = p.first_offset;
+    p.retry_at = p.first_offset;
+  }
 }
 
 bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,

@@ -13,6 +13,10 @@
 // statements synced before the savepoint is released, so a failure undoes that event
 // only and the rest of the batch commits. Handlers therefore may run twice for one
 // delivery; only the committed pass's effects remain.
+//
+// prepare() and commit() are the two halves of process(), for a caller that commits on
+// another thread while it prepares the next batch on a second processor and connection
+// (ConsumerConfig::pipeline_depth 2; BatchPipeline).
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -65,9 +69,15 @@ struct BatchResult {
 
 class BatchProcessor {
  public:
-  /// All references must outlive the processor.
+  /// All references must outlive the processor. Two processors may share the routes
+  /// (a route holds the parsed events of the batch being prepared, which commit() does
+  /// not read) and the guard, not the store.
   BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                 const ConsumerHooks& hooks, const RetryTopicMap& retry_topics);
+                 const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
+                 DedupHorizonGuard& horizon_guard);
+  ~BatchProcessor();
+  BatchProcessor(const BatchProcessor&) = delete;
+  BatchProcessor& operator=(const BatchProcessor&) = delete;
 
   /// Processes `batch` (records of any partitions, each partition's in offset order).
   /// `schedule` supplies earlier failed attempts (for `idem.attempts`).
@@ -82,8 +92,22 @@ class BatchProcessor {
   [[nodiscard]] BatchResult process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule);
 
-  [[nodiscard]] const DedupHorizonGuard& horizon_guard() const noexcept { return horizon_guard_; }
-  [[nodiscard]] DedupHorizonGuard& horizon_guard() noexcept { return horizon_guard_; }
+  /// process() up to its commit: validates, marks and runs the handlers, and leaves the
+  /// transaction open (decided: every outcome in the result stands if it commits). A
+  /// failure of the whole transaction is in the result (`failure`, every partition's
+  /// retry_at) and leaves nothing open. \throws like process().
+  [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule);
+  /// True between a prepare() that left a transaction open and commit() or rollback().
+  [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
+  /// Commits what prepare() left open (nothing to do when nothing is), and records in
+  /// `result` whether it did; a failed commit makes it a failure of the whole batch, as
+  /// in process(). Calls no hook, so any thread may call it while the caller's thread
+  /// prepares on another processor. \throws stopping_error as process() does.
+  void commit(BatchResult& result);
+  /// Rolls back what prepare() left open (the batch before it failed: this one must not
+  /// commit ahead of its retry).
+  void rollback() noexcept;
 
  private:
   struct Item {
@@ -108,11 +132,16 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
+  [[nodiscard]] BatchResult prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
+                                             const RetrySchedule& schedule);
   void validate(std::span<const rd_kafka_message_t* const> batch);
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
-  /// Runs one pass. Returns false when the optimistic pass gave up (its transaction is
-  /// rolled back and `result` must be reset); true when the batch is decided.
+  /// Runs one pass, leaving its transaction in tx_. Returns false when the optimistic
+  /// pass gave up (its transaction is rolled back and `result` must be reset); true when
+  /// the batch is decided.
   bool run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule);
+  /// The whole transaction failed with `e`: nothing of the batch counts.
+  void fail_all(BatchResult& result, const std::exception& e);
   /// Returns false when the optimistic pass must give up.
   bool process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,
                      const RetrySchedule& schedule, PartitionOutcome& out);
@@ -124,7 +153,8 @@ class BatchProcessor {
   RouteTable& routes_;
   const ConsumerHooks& hooks_;
   const RetryTopicMap& retry_topics_;
-  DedupHorizonGuard horizon_guard_;
+  DedupHorizonGuard& horizon_guard_;
+  std::unique_ptr<Transaction> tx_;  // left open by prepare()
   // Reused from batch to batch.
   std::vector<Item> items_;
   std::vector<Group> groups_;

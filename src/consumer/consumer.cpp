@@ -1,7 +1,9 @@
-// idem::Consumer: wires the poll loop, the batch processor, the dead-letter producer,
-// the offset tracker and the retry schedule together. The order of one iteration is the
+// idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer,
+// the offset tracker and the retry schedule together. The order of one batch is the
 // whole protocol: poll -> validate -> transaction (mark, handlers, commit) -> DLQ acks
-// -> offset commit; a partition that failed pauses and retries after a backoff.
+// -> offset commit; a partition that failed pauses and retries after a backoff. With
+// pipeline_depth 2 the next batch is polled and prepared while one commits
+// (BatchPipeline); each batch's steps keep this order.
 #include "idem/consumer.hpp"
 
 #include <algorithm>
@@ -14,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/batch_processor.hpp"
+#include "consumer/batch_pipeline.hpp"
 #include "consumer/consumer_config_check.hpp"
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/dedup_retention_declarer.hpp"
@@ -94,8 +96,8 @@ struct Consumer::Impl {
         log(make_log(hooks)),
         backoff(config.retry),
         retry_topics(config),
-        processor(config, *store, routes, hooks, retry_topics),
-        declarer(config, *store, processor.horizon_guard(), log) {
+        horizon_guard(config),
+        declarer(config, *store, horizon_guard, log) {
     const bool forward = static_cast<bool>(hooks.log);
     poll = std::make_unique<detail::PollLoop>(
         config, &log, forward,
@@ -103,11 +105,16 @@ struct Consumer::Impl {
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
             [](std::span<const TopicPartition>) {}});
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
+    batches = std::make_unique<detail::BatchPipeline>(
+        config, *store, routes, hooks, retry_topics, horizon_guard,
+        [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
+        [this] { poll->wake(); });
   }
 
   void run();
   void loop();
   void process_batch();
+  void finish_batch(detail::BatchPipeline::Lane& lane);
   void run_effects(ConsumerStats& delta, bool start_calls);
   void add_stats(const ConsumerStats& delta);
   void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
@@ -128,11 +135,12 @@ struct Consumer::Impl {
   detail::RetrySchedule schedule;
   detail::Backoff backoff;
   detail::RetryTopicMap retry_topics;
-  detail::BatchProcessor processor;
+  detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
   std::unique_ptr<detail::DeadLetterProducer> dlq;
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
+  std::unique_ptr<detail::BatchPipeline> batches;
   std::vector<detail::KafkaMessage> batch;
   std::unique_ptr<detail::EffectPipeline> effects;  // null without effect routes
 
@@ -152,6 +160,9 @@ struct Consumer::Impl {
 };
 
 void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) {
+  // The batch whose commit is in flight is finished first, so its offsets are among
+  // those committed here and none is advanced for a partition no longer owned.
+  if (!final_commit_attempted) batches->settle();
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
@@ -292,8 +303,8 @@ void Consumer::Impl::run() {
   });
   if (has_effects) {
     effects = std::make_unique<detail::EffectPipeline>(
-        detail::EffectPipeline::Deps{config, *store, processor, *poll, tracker, retry_topics, log,
-                                     hooks.on_batch,
+        detail::EffectPipeline::Deps{config, *store, batches->first_processor(), *poll, tracker,
+                                     retry_topics, log, hooks.on_batch,
                                      [this](detail::BatchResult& r, ConsumerStats& delta) {
                                        apply_dead_letter_acks(r, delta);
                                      }},
@@ -303,10 +314,13 @@ void Consumer::Impl::run() {
   poll->subscribe(subscription);
   try {
     loop();
+    batches->settle();
   } catch (const detail::HookAbort& abort) {
+    batches->abandon();
     finish_quietly();
     std::rethrow_exception(abort.error);
   } catch (...) {
+    batches->abandon();
     finish_quietly();
     throw;
   }
@@ -340,6 +354,7 @@ void Consumer::Impl::loop() {
       }
     }
     last_loop.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    if (declarer.renewal_due()) batches->settle();  // the declaration uses the first connection
     declarer.renew_if_due();
     resume_due();
     auto wait = kIdleWait;
@@ -351,9 +366,11 @@ void Consumer::Impl::loop() {
       wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(*due - now),
                         std::chrono::milliseconds(0), kIdleWait);
     }
+    // A batch whose commit is in flight is finished as soon as the commit returns; the
+    // poll stops waiting for it then.
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
                      stopping ? keep_polling : stop_requested,
-                     effects ? &effects->wake_flag() : nullptr);
+                     effects ? &effects->wake_flag() : &batches->commit_done());
     if (schedule.any_paused()) {
       // Belt and braces: pausing purges fetched records, but nothing of a paused
       // partition may be processed ahead of its retry.
@@ -369,7 +386,10 @@ void Consumer::Impl::loop() {
       effects->admit(batch, effect_delta);
       if (batch.size() != polled) detail::call_hook(hooks, HookPoint::BatchPolled);
     }
-    if (!batch.empty()) process_batch();
+    if (!batch.empty())
+      process_batch();
+    else
+      batches->settle();
     batch.clear();
     if (effects) run_effects(effect_delta, !stopping);
   }
@@ -440,17 +460,19 @@ void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStat
 
 void Consumer::Impl::process_batch() {
   detail::call_hook(hooks, HookPoint::BatchPolled);
-  ConsumerStats delta;
-  delta.delivered = batch.size();
+  batches->submit(batch, schedule);
+  if (effects) batches->settle();  // the effect path uses the first connection
+}
 
-  const auto started_at = std::chrono::steady_clock::now();
-  detail::BatchResult r = processor.process(batch, schedule);
-  const auto processed_at = std::chrono::steady_clock::now();
+void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
+  detail::BatchResult& r = lane.result;
+  ConsumerStats delta;
+  delta.delivered = lane.batch.size();
   if (!r.failure.empty()) {
     log(
         fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
                     "partitions after a backoff: {}",
-                    batch.size(), r.failure));
+                    lane.batch.size(), r.failure));
   }
   delta.processed = r.processed;
   delta.duplicates = r.duplicates;
@@ -465,11 +487,11 @@ void Consumer::Impl::process_batch() {
     }
     if (p.retry_at) {
       const auto delay = schedule.failed(p.tp, *p.retry_at, now, backoff);
-      const auto retried = std::find_if(batch.begin(), batch.end(), [&](const auto& m) {
+      const auto retried = std::find_if(lane.batch.begin(), lane.batch.end(), [&](const auto& m) {
         return m->partition == p.tp.partition && m->offset == *p.retry_at &&
                p.tp.topic == rd_kafka_topic_name(m->rkt);
       });
-      if (retried != batch.end()) {
+      if (retried != lane.batch.end()) {
         log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
                         delay.count()));
       }
@@ -491,7 +513,8 @@ void Consumer::Impl::process_batch() {
     }
   }
   if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
-  if (hooks.on_batch) hooks.on_batch({batch.size(), r.committed, processed_at - started_at});
+  if (hooks.on_batch)
+    hooks.on_batch({lane.batch.size(), r.committed, lane.committed - lane.started});
 }
 
 Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks) {
@@ -551,7 +574,7 @@ std::vector<PartitionLag> Consumer::lag() const {
 ConsumerStats Consumer::stats() const {
   std::lock_guard lock(impl_->stats_mutex);
   ConsumerStats out = impl_->stats;
-  impl_->processor.horizon_guard().fill(out);
+  impl_->horizon_guard.fill(out);
   out.last_loop = std::chrono::steady_clock::time_point(
       std::chrono::steady_clock::duration(impl_->last_loop.load(std::memory_order_relaxed)));
   return out;

@@ -43,6 +43,11 @@ void validate_consumer_config(const ConsumerConfig& c) {
   }
   if (c.clock == nullptr) bad_config("clock is null");
   if (c.max_in_flight == 0) bad_config("max_in_flight must be at least 1");
+  if (c.pipeline_depth < 1 || c.pipeline_depth > 2)
+    bad_config(
+        fmt::format("pipeline_depth must be 1 or 2, not {} (commits stay in order, so a "
+                    "deeper pipeline would overlap nothing more)",
+                    c.pipeline_depth));
   if (c.max_buffered_per_partition == 0)
     bad_config("max_buffered_per_partition must be at least 1");
   if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");

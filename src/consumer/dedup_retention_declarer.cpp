@@ -92,7 +92,7 @@ void DedupRetentionDeclarer::declare_at_start(const std::atomic<bool>& stop) {
 }
 
 void DedupRetentionDeclarer::renew_if_due() {
-  if (std::chrono::steady_clock::now() < next_renewal_) return;
+  if (!renewal_due()) return;
   try {
     declare();
   } catch (const std::exception& e) {

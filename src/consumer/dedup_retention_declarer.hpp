@@ -31,6 +31,10 @@ class DedupRetentionDeclarer {
   /// failure is logged and retried a minute later: the declaration outlives many failed
   /// renewals. One the store refuses for good throws stopping_error (store_errors.hpp).
   void renew_if_due();
+  /// True when the next renew_if_due() would use the store.
+  [[nodiscard]] bool renewal_due() const noexcept {
+    return std::chrono::steady_clock::now() >= next_renewal_;
+  }
 
   /// How often a running consumer renews: well inside the shortest retention (1 h).
   [[nodiscard]] static std::chrono::milliseconds renew_interval(

@@ -12,7 +12,11 @@
 //                  after_handler|before_db_commit|batch_polled|after_offset_commit]
 //                  [--crash-probability P] [--seed S] [--retry-delays-ms MS[,MS...]]
 //                  [--always-retry ORDER_ID]... [--kafka key=value]...
-//                  [--migrate yes|no]
+//                  [--migrate yes|no] [--pipeline-depth 1|2]
+//
+// --pipeline-depth defaults to IDEM_CONSUMER_PIPELINE_DEPTH (the variable `idem consume`
+// reads for consumer.pipeline_depth), else 1: the fault suites run once more with it set
+// to 2 (tests/CMakeLists.txt), for these children and the CLI alike.
 //
 // --migrate no leaves the store as it is (the consumer must then refuse to start on a
 // store without idem's schema); by default it is migrated first, as `idem consume` does.
@@ -75,6 +79,7 @@ struct Options {
   std::vector<std::int64_t> always_retry;
   std::vector<std::pair<std::string, std::string>> kafka;
   bool migrate = true;
+  std::size_t pipeline_depth = 1;
 };
 
 std::mutex g_out_mutex;
@@ -115,6 +120,13 @@ std::vector<std::chrono::milliseconds> parse_delays(const std::string& list) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  if (const char* depth = std::getenv("IDEM_CONSUMER_PIPELINE_DEPTH")) {
+    try {
+      o.pipeline_depth = std::stoul(depth);
+    } catch (const std::logic_error&) {
+      usage(fmt::format("bad IDEM_CONSUMER_PIPELINE_DEPTH '{}'", depth));
+    }
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (i + 1 >= argc) usage(fmt::format("{} needs a value", flag));
@@ -145,6 +157,8 @@ Options parse(int argc, char** argv) {
         o.retry_delays = parse_delays(value);
       else if (flag == "--always-retry")
         o.always_retry.push_back(std::stoll(value));
+      else if (flag == "--pipeline-depth")
+        o.pipeline_depth = std::stoul(value);
       else if (flag == "--migrate" && (value == "yes" || value == "no"))
         o.migrate = value == "yes";
       else if (flag == "--kafka") {
@@ -191,6 +205,7 @@ int main(int argc, char** argv) {
     config.topics = {opts.topic};
     config.batch_size = opts.batch;
     config.batch_window = std::chrono::milliseconds(opts.batch_window_ms);
+    config.pipeline_depth = opts.pipeline_depth;
     // Short backoffs: the DB-outage test waits for the retries to succeed.
     config.retry.initial_backoff = std::chrono::milliseconds(50);
     config.retry.max_backoff = std::chrono::milliseconds(1000);

@@ -556,6 +556,32 @@ TEST(ConsumerConfigTest, RejectsIncompleteConfigAndUnknownRoutes) {
   EXPECT_THROW(consumer.on<OrderConfirmed>("t", count_handler<OrderConfirmed>()), Error);
 }
 
+TEST(ConsumerConfigTest, PipelineDepthIsOneOrTwoAndTwoNeedsASecondConnection) {
+  ConsumerConfig c;
+  c.bootstrap_servers = "127.0.0.1:9";
+  c.group_id = "g";
+  c.topics = {"t"};
+  for (const std::size_t depth : {std::size_t{0}, std::size_t{3}}) {
+    c.pipeline_depth = depth;
+    try {
+      Consumer consumer(c, open_store(test::fresh_sqlite_url()));
+      ADD_FAILURE() << "pipeline_depth " << depth << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.source(), ErrorSource::Config);
+      EXPECT_NE(std::string(e.what()).find("pipeline_depth"), std::string::npos) << e.what();
+    }
+  }
+  c.pipeline_depth = 2;
+  EXPECT_NO_THROW(Consumer(c, open_store(test::fresh_sqlite_url())));
+  try {
+    Consumer consumer(c, open_store("sqlite://:memory:"));
+    ADD_FAILURE() << "depth 2 on a private in-memory database was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(":memory:"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BackoffTest, GrowsExponentiallyWithJitterAndIsCapped) {
   RetryPolicy p;
   p.initial_backoff = 100ms;

@@ -165,6 +165,35 @@ Workload make_workload(const std::string& topic, std::size_t total, double dupli
   return w;
 }
 
+Workload straddling_workload(const std::string& topic, std::size_t total, std::size_t every,
+                             std::size_t near, std::size_t far, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> distance(near, far);
+  Workload w;
+  // Copies by the index of the record they are due at (sent at the first free one).
+  std::map<std::size_t, std::vector<TestRecord>> copies_at;
+  std::int64_t order = 0;
+  while (w.records.size() < total) {
+    if (auto due = copies_at.begin(); due != copies_at.end() && due->first <= w.records.size()) {
+      for (auto& copy : due->second) {
+        if (w.records.size() == total) break;
+        w.records.push_back(std::move(copy));
+        ++w.duplicates;
+      }
+      copies_at.erase(due);
+      continue;
+    }
+    const OrderConfirmed e = make_event(++order);
+    w.valid_ids.insert(e.event_id.to_string());
+    TestRecord record{
+        topic, std::to_string(e.order_id), to_json(e), {{"event_id", e.event_id.to_string()}}, -1};
+    if (order % static_cast<std::int64_t>(every) == 0)
+      copies_at[w.records.size() + distance(rng)].push_back(record);
+    w.records.push_back(std::move(record));
+  }
+  return w;
+}
+
 void produce(const std::string& bootstrap, const Workload& w, std::size_t begin, std::size_t end) {
   KafkaTestProducer producer(bootstrap);
   for (std::size_t i = begin; i < end && i < w.records.size(); ++i) producer.send(w.records[i]);
@@ -218,6 +247,10 @@ ChildProcess start_consumer(const std::string& program, const ConsumerArgs& a) {
   for (const auto& kv : a.kafka) {
     argv.emplace_back("--kafka");
     argv.push_back(kv);
+  }
+  if (a.pipeline_depth != 0) {
+    argv.emplace_back("--pipeline-depth");
+    argv.push_back(std::to_string(a.pipeline_depth));
   }
   ChildProcess child = ChildProcess::spawn(program, argv);
   std::vector<std::string> seen;

@@ -69,6 +69,14 @@ struct Workload {
                                      double duplicate_ratio, double malformed_ratio_per_kind,
                                      std::uint64_t seed);
 
+/// `total` messages on `topic`, no malformed ones: distinct valid events in order, every
+/// `every`-th one sent again between `near` and `far` records later (for a consumer
+/// taking batches of about that many records, the two copies mostly land in consecutive
+/// batches: pipeline_depth 2 prepares the second while the first commits).
+[[nodiscard]] Workload straddling_workload(const std::string& topic, std::size_t total,
+                                           std::size_t every, std::size_t near, std::size_t far,
+                                           std::uint64_t seed);
+
 /// Sends records [begin, end) of `w` and waits for the acknowledgements.
 void produce(const std::string& bootstrap, const Workload& w, std::size_t begin, std::size_t end);
 
@@ -93,6 +101,7 @@ struct ConsumerArgs {
   double crash_probability = 0.0;
   std::uint64_t seed = 1;
   std::vector<std::string> kafka;  // key=value, after the mock-cluster defaults below
+  std::size_t pipeline_depth = 0;  // 0: the child's default (IDEM_CONSUMER_PIPELINE_DEPTH, else 1)
 };
 
 /// Starts consumer_child (path `program`) and waits for its "ready" line (30 s). The

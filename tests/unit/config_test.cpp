@@ -152,6 +152,7 @@ TEST(ConfigLoader, EveryCommandsSettingsComeTypedFromEveryLayer) {
 [consumer]
 stale_events = "skip"
 handler = "billing"
+pipeline_depth = 2
 provider_url = "http://127.0.0.1:8080"
 [consumer.retry_topics]
 delays = ["1s", "1.5m"]
@@ -178,6 +179,7 @@ topics = ["a", "b:7"]
   EXPECT_EQ(c.consumer.retry_topics.delays, (std::vector<std::chrono::milliseconds>{1s, 90s}));
   EXPECT_EQ(c.consumer_config().retry_topics.delays, c.consumer.retry_topics.delays);
   EXPECT_EQ(c.consumer_config().stale_events, StaleEventPolicy::Skip);
+  EXPECT_EQ(c.consumer_config().pipeline_depth, 2U);
   EXPECT_EQ(c.dedup.horizon.retention, 48h);
   EXPECT_EQ(c.dedup.horizon.safety_margin, 2h);
   EXPECT_EQ(c.consumer_config().dedup_horizon.stale_age(), 46h);
@@ -195,7 +197,7 @@ topics = ["a", "b:7"]
   EXPECT_EQ(c.dev_broker.topics[0].partitions, 3);
   EXPECT_EQ(c.dev_broker.topics[1].name, "b");
   EXPECT_EQ(c.dev_broker.topics[1].partitions, 7);
-  EXPECT_EQ(entry(c, "dedup.retention").origin.describe(), "file " + file + ":9");
+  EXPECT_EQ(entry(c, "dedup.retention").origin.describe(), "file " + file + ":10");
   EXPECT_EQ(entry(c, "maintenance.interval").origin.describe(), "env IDEM_MAINTENANCE_INTERVAL");
   EXPECT_EQ(entry(c, "dedup.safety_margin").origin.describe(), "flag --safety-margin-hours");
   EXPECT_EQ(entry(c, "dlq.replay_rate").origin.describe(), "default");

@@ -150,6 +150,27 @@ TEST(SqliteStoreOpen, BusyTimeoutComesFromTheOptions) {
   EXPECT_EQ(pragma_text(*store, "PRAGMA busy_timeout"), "1234");
 }
 
+TEST(SqliteStoreOpen, ASecondConnectionReachesTheSameFileWithTheSameOptions) {
+  idem::StoreOptions options;
+  options.busy_timeout = std::chrono::milliseconds(1234);
+  auto store = idem::open_store(fresh_sqlite_url(), options);
+  static_cast<void>(store->migrate());
+  auto tx = store->begin();
+  EXPECT_TRUE(tx->mark_processed(idem::new_uuid_v7(), "g"));
+  tx->commit();
+  const auto again = store->connect_again();
+  EXPECT_EQ(pragma_text(*again, "PRAGMA busy_timeout"), "1234");
+  EXPECT_EQ(pragma_text(*again, "SELECT count(*) FROM processed_event"), "1");
+}
+
+TEST(SqliteStoreOpen, APrivateInMemoryDatabaseHasNoSecondConnection) {
+  auto store = idem::open_store("sqlite://:memory:");
+  const auto e = error_from([&] { (void)store->connect_again(); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(std::string(e->what()).find("pipeline_depth"), std::string::npos) << e->what();
+}
+
 TEST(SqliteStoreOpen, NativeHandleOfAnotherBackendIsRejected) {
   struct OtherStore final : Store {
     std::unique_ptr<idem::Transaction> begin() override { return nullptr; }
@@ -157,6 +178,7 @@ TEST(SqliteStoreOpen, NativeHandleOfAnotherBackendIsRejected) {
     idem::MigrationReport migrate_set(const idem::MigrationSet&) override { return {}; }
     int schema_version(std::string_view) override { return 0; }
     idem::Backend backend() const noexcept override { return idem::Backend::Postgres; }
+    std::unique_ptr<Store> connect_again() const override { return nullptr; }
   } other;
   const auto e = error_from([&] { (void)idem::sqlite_native_handle(other); });
   ASSERT_TRUE(e);

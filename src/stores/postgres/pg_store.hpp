@@ -159,6 +159,7 @@ class PostgresStore final : public Store {
                                    std::span<const SchemaMigration> migrations,
                                    const MigrateOptions* options);
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Postgres; }
+  [[nodiscard]] std::unique_ptr<Store> connect_again() const override;
 
   PGconn* native() {
     if (active_ != nullptr) active_->start_now();
@@ -177,6 +178,9 @@ class PostgresStore final : public Store {
   Result query(const char* sql, std::span<const char* const> params, const char* what);
   void check_processed_event(const MigrateOptions& options, bool recorded);
 
+  // Kept for connect_again() only (it may hold a password: never logged).
+  std::string conninfo_;
+  StoreOptions options_;
   Connection conn_;
   PostgresTransaction* active_ = nullptr;
   Statement mark_one_;

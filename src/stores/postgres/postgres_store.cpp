@@ -40,7 +40,7 @@ constexpr const char* kMarkBatchSql =
 }  // namespace
 
 PostgresStore::PostgresStore(std::string_view conninfo, const StoreOptions& options)
-    : conn_(conninfo, options) {
+    : conninfo_(conninfo), options_(options), conn_(conninfo, options) {
   mark_one_.name = "idem_mark";
   mark_one_.sql = kMarkOneSql;
   // event_id binary (16 bytes, no parsing on the server), consumer_group text.
@@ -48,6 +48,10 @@ PostgresStore::PostgresStore(std::string_view conninfo, const StoreOptions& opti
   mark_batch_.name = "idem_mark_batch";
   mark_batch_.sql = kMarkBatchSql;
   mark_batch_.types = {kUuidArrayOid, kTextOid};
+}
+
+std::unique_ptr<Store> PostgresStore::connect_again() const {
+  return std::make_unique<PostgresStore>(conninfo_, options_);
 }
 
 std::unique_ptr<Transaction> PostgresStore::begin() {

@@ -73,7 +73,10 @@ class ControlScope {
 // SqliteStore
 
 SqliteStore::SqliteStore(std::string_view path, const StoreOptions& options)
-    : path_(path), user_cache_(kUserStatementCacheSize), batch_cache_(kBatchStatementCacheSize) {
+    : path_(path),
+      options_(options),
+      user_cache_(kUserStatementCacheSize),
+      batch_cache_(kBatchStatementCacheSize) {
   if (path_.empty()) {
     invalid("sqlite: empty database path (use \":memory:\" for a private in-memory database)");
   }
@@ -279,6 +282,15 @@ void SqliteStore::materialize_open_savepoints() {
 
 void SqliteStore::transaction_finished(const SqliteTransaction* tx) noexcept {
   if (open_tx_ == tx) open_tx_ = nullptr;
+}
+
+std::unique_ptr<Store> SqliteStore::connect_again() const {
+  if (path_ == ":memory:") {
+    invalid(
+        "sqlite: a private in-memory database (:memory:) has one connection; a second one "
+        "(consumer.pipeline_depth 2) needs a database file");
+  }
+  return std::make_unique<SqliteStore>(path_, options_);
 }
 
 std::unique_ptr<Transaction> SqliteStore::begin() {

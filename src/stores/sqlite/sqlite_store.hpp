@@ -32,6 +32,7 @@ class SqliteStore final : public Store {
   MigrationReport migrate_set(const MigrationSet& set) override;
   [[nodiscard]] int schema_version(std::string_view set) override;
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Sqlite; }
+  [[nodiscard]] std::unique_ptr<Store> connect_again() const override;
 
   [[nodiscard]] sqlite3* db() const noexcept { return db_; }
   /// Runs the deferred SAVEPOINTs of the open transaction (before native-handle use).
@@ -70,6 +71,7 @@ class SqliteStore final : public Store {
 
   sqlite3* db_ = nullptr;
   std::string path_;
+  StoreOptions options_;  // for connect_again()
   std::size_t max_batch_rows_ = 0;
   SqliteTransaction* open_tx_ = nullptr;
   // Set while idem itself runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT; the authorizer denies
