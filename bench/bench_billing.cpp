@@ -20,12 +20,17 @@
 // RSS (VmRSS) at the start and the end of the whole run.
 //
 //   idem_bench_billing [--quick] [--orders N] [--paced-s S] [--latencies 0,10,100]
-//                      [--in-flight 1,64,256,1024]
+//                      [--in-flight 1,64,256,1024] [--soak N]
+// --soak N: instead of the matrix, N passes of one configuration (SQLite, latency 10 ms,
+// M 256, one provider for all of them), with RSS after each pass, as is and after
+// malloc_trim(0) (what the allocator holds free is then given back): a leak grows both
+// pass after pass; a high-water mark of the allocator stops growing.
 //   IDEM_TEST_PG_DSN (scripts/with-postgres.sh) adds PostgreSQL, a fresh database per run.
 // --quick: 300 orders per run and 2 s paced (a smoke run); the default (full) is 20,000
 // orders per run and 10 s paced. Runs whose ideal rate would take longer than ~8 s
 // (M = 1 at 10/100 ms, the sequential handler at 10/100 ms) take fewer orders, at
 // least 30: the figure is a rate either way.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +75,7 @@ struct Options {
   double paced_s = 10;
   std::vector<int> latencies{0, 10, 100};
   std::vector<std::size_t> in_flight{1, 64, 256, 1024};
+  int soak = 0;
 };
 
 std::vector<std::int64_t> parse_list(const std::string& text) {
@@ -101,6 +107,8 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--latencies") {
       o.latencies.clear();
       for (auto v : parse_list(value())) o.latencies.push_back(static_cast<int>(v));
+    } else if (flag == "--soak") {
+      o.soak = std::stoi(value());
     } else if (flag == "--in-flight") {
       o.in_flight.clear();
       for (auto v : parse_list(value())) o.in_flight.push_back(static_cast<std::size_t>(v));
@@ -299,6 +307,34 @@ Latency paced(idem::test::DevBrokerProcess& broker, const Backend& backend,
 
 }  // namespace
 
+/// --soak: one configuration again and again in one process; RSS after each pass.
+void soak(idem::test::DevBrokerProcess& broker, const Backend& backend, const Options& opts) {
+  constexpr std::size_t kInFlight = 256;
+  const std::string provider_db = backend.fresh();
+  idem::http::ProviderConfig pc;
+  pc.faults.latency = 10ms;
+  idem::http::PaymentProvider provider(idem::open_store(provider_db), pc);
+  provider.start("127.0.0.1", 0);
+  idem::BillingConfig bc;
+  bc.provider_url = provider.base_url();
+  bc.client.max_host_connections = kInFlight;
+  std::printf("soak: %s, latency 10 ms, effect %zu, %lld orders per pass\n", backend.name.c_str(),
+              kInFlight, static_cast<long long>(opts.orders));
+  std::printf("%5s %10s %12s %18s\n", "pass", "orders/s", "RSS MiB", "RSS trimmed MiB");
+  for (int i = 1; i <= opts.soak; ++i) {
+    const Pass p = pass(
+        broker, backend, opts.orders, kBatch, kInFlight,
+        [&](idem::Consumer& c, const std::string& t) { c.on_effect(t, idem::billing_effect(bc)); });
+    const double rss = read_memory().rss_mib;
+    malloc_trim(0);
+    std::printf("%5d %10.0f %12.0f %18.0f  %s\n", i, p.per_s, rss, read_memory().rss_mib,
+                p.check.c_str());
+    std::fflush(stdout);
+  }
+  provider.stop();
+  remove_if_sqlite(provider_db);
+}
+
 int main(int argc, char** argv) {
   const Options opts = parse(argc, argv);
   std::vector<Backend> backends = {
@@ -323,6 +359,10 @@ int main(int argc, char** argv) {
   // `idem dev-broker` in its own process: the records of every run stay there, so the
   // RSS below is the consumer's and the provider's alone.
   idem::test::DevBrokerProcess broker(IDEM_CLI_PATH);
+  if (opts.soak > 0) {
+    soak(broker, backends.front(), opts);
+    return 0;
+  }
   double rss_warm = 0;  // after the first run: the broker, a provider and a consumer have run
   for (const Backend& backend : backends) {
     std::printf("\n== %s: %s\n", backend.name.c_str(), backend.settings.c_str());
