@@ -24,8 +24,8 @@ BatchPipeline::BatchPipeline(const ConsumerConfig& config, Store& store, RouteTa
       one_writer_(store.backend() == Backend::Sqlite),
       finish_(std::move(finish)),
       wake_(std::move(wake)) {
-  processors_.push_back(std::make_unique<BatchProcessor>(config, store, routes, hooks,
-                                                         retry_topics, horizon_guard));
+  processors_.push_back(
+      std::make_unique<BatchProcessor>(config, store, routes, hooks, retry_topics, horizon_guard));
   if (config.pipeline_depth < 2) return;
   second_store_ = store.connect_again();
   processors_.push_back(std::make_unique<BatchProcessor>(config, *second_store_, routes, hooks,
@@ -64,8 +64,9 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
 
   if (waiting_ != nullptr) {
     Lane& before = finish_waiting();
-    const bool held_back = std::any_of(lane.batch.begin(), lane.batch.end(),
-                                       [&](const KafkaMessage& m) { return stops(before.result, *m); });
+    const bool held_back =
+        std::any_of(lane.batch.begin(), lane.batch.end(),
+                    [&](const KafkaMessage& m) { return stops(before.result, *m); });
     if (held_back) {
       // A partition of the batch before pauses for a retry (or that whole batch did not
       // commit): none of its later records may commit ahead of it.

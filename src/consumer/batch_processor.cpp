@@ -129,11 +129,16 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
   }
 }
 
-BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule) {
+std::span<const rd_kafka_message_t* const> BatchProcessor::pointers_of(
+    std::span<const KafkaMessage> batch) {
   pointers_.clear();
   for (const auto& m : batch) pointers_.push_back(m.get());
-  return process(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+  return pointers_;
+}
+
+BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
+                                    const RetrySchedule& schedule) {
+  return process(pointers_of(batch), schedule);
 }
 
 BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
@@ -154,9 +159,7 @@ BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> b
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule) {
-  pointers_.clear();
-  for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare_pointers(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+  return prepare_pointers(pointers_of(batch), schedule);
 }
 
 BatchResult BatchProcessor::prepare_pointers(std::span<const rd_kafka_message_t* const> batch,

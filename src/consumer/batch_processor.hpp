@@ -132,6 +132,8 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
+  [[nodiscard]] std::span<const rd_kafka_message_t* const> pointers_of(
+      std::span<const KafkaMessage> batch);
   [[nodiscard]] BatchResult prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
                                              const RetrySchedule& schedule);
   void validate(std::span<const rd_kafka_message_t* const> batch);

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -77,6 +78,18 @@ void PrintTo(Db db, std::ostream* os) {
 std::uint64_t random_seed() {
   return std::random_device{}();
 }
+
+struct CrashPoint {
+  const char* name;    // to_string(HookPoint)
+  double probability;  // per hook call
+};
+
+// AfterHandler is called once per new event, the others once per batch (<= kBatch records):
+// each process gets about a thousand records before it dies, so a run never finishes
+// before its crashes (P(one process outliving 120 batches) = 0.9^120, about 3e-6).
+constexpr CrashPoint kAfterDbCommit{"after_db_commit", 0.1};
+constexpr CrashPoint kAfterHandler{"after_handler", 0.001};
+constexpr CrashPoint kBeforeDbCommit{"before_db_commit", 0.1};
 
 /// A broker, a topic with its DLQ, a store and a workload; what every scenario starts from.
 class ConsumerFaultBase : public ::testing::Test {
@@ -271,6 +284,22 @@ class ConsumerFaultBase : public ::testing::Test {
         deadline, 100ms);
   }
 
+  /// One CrashLoop per point, each with a group of its own, run at once until all are
+  /// done; each must have crashed kMinCrashes times. Returns the loops (groups, logs).
+  std::vector<CrashLoop> crash_loops(std::initializer_list<CrashPoint> points) {
+    std::vector<CrashLoop> loops;
+    for (const CrashPoint& point : points) {
+      loops.emplace_back(*this, unique_name(std::string("billing-") + point.name), point.name,
+                         point.probability, kTargetCrashes);
+    }
+    EXPECT_TRUE(run_all(loops, 600s));
+    for (const auto& l : loops) {
+      EXPECT_GE(l.crashes(), kMinCrashes)
+          << "too few crashes at " << l.point() << " to prove anything (the run finished first)";
+    }
+    return loops;
+  }
+
   std::string db_url_;
   std::unique_ptr<DevBrokerProcess> broker_;
   std::string topic_;
@@ -285,18 +314,6 @@ class ConsumerFaultBase : public ::testing::Test {
 // 1 + 2: duplicates, malformed messages of every kind, and SIGKILL at a crash point many times.
 // ---------------------------------------------------------------------------------------------
 
-struct CrashPoint {
-  const char* name;    // to_string(HookPoint)
-  double probability;  // per hook call
-};
-
-// AfterHandler is called once per new event, the others once per batch (<= kBatch records):
-// each process gets about a thousand records before it dies, so a run never finishes
-// before its crashes (P(one process outliving 120 batches) = 0.9^120, about 3e-6).
-constexpr CrashPoint kAfterDbCommit{"after_db_commit", 0.1};
-constexpr CrashPoint kAfterHandler{"after_handler", 0.001};
-constexpr CrashPoint kBeforeDbCommit{"before_db_commit", 0.1};
-
 class ConsumerCrash : public ConsumerFaultBase, public ::testing::WithParamInterface<Db> {};
 
 // One group per crash point, all three on the same topic and store at once (so this is
@@ -308,17 +325,11 @@ TEST_P(ConsumerCrash, EveryValidEventHasExactlyOneEffectAcrossRepeatedKills) {
   produce_all();
   ASSERT_EQ(malformed_.size(), workload_.malformed);
 
-  std::vector<CrashLoop> loops;
-  for (const CrashPoint& point : {kAfterDbCommit, kAfterHandler, kBeforeDbCommit}) {
-    loops.emplace_back(*this, unique_name(std::string("billing-") + point.name), point.name,
-                       point.probability, kTargetCrashes);
-  }
-  ASSERT_TRUE(run_all(loops, 600s));
+  const std::vector<CrashLoop> loops =
+      crash_loops({kAfterDbCommit, kAfterHandler, kBeforeDbCommit});
   ASSERT_FALSE(HasFailure());
   std::vector<std::string> groups;
   for (const auto& l : loops) {
-    EXPECT_GE(l.crashes(), kMinCrashes)
-        << "too few crashes at " << l.point() << " to prove anything (the run finished first)";
     groups.push_back(l.group());
     std::printf("[ crashes  ] %s: %d SIGKILLs at %s (%s)\n", db_name(GetParam()).c_str(),
                 l.crashes(), l.point().c_str(),
@@ -485,18 +496,10 @@ TEST_P(StraddlingDuplicates, ResolveAsDuplicatesAcrossKillsBetweenTheTwoCommits)
   produce_all();
   pipeline_depth_ = 2;
 
-  std::vector<CrashLoop> loops;
-  for (const CrashPoint& point : {kAfterDbCommit, kBeforeDbCommit}) {
-    loops.emplace_back(*this, unique_name(std::string("billing-") + point.name), point.name,
-                       point.probability, kTargetCrashes);
-  }
-  ASSERT_TRUE(run_all(loops, 600s));
+  const std::vector<CrashLoop> loops = crash_loops({kAfterDbCommit, kBeforeDbCommit});
   ASSERT_FALSE(HasFailure());
   std::vector<std::string> groups;
-  for (const auto& l : loops) {
-    EXPECT_GE(l.crashes(), kMinCrashes) << "too few crashes at " << l.point();
-    groups.push_back(l.group());
-  }
+  for (const auto& l : loops) groups.push_back(l.group());
   drain(groups);
   for (const auto& g : groups) EXPECT_TRUE(invariant(g));
 }

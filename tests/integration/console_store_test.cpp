@@ -85,12 +85,12 @@ class ConsoleStoreTest : public test::DevBrokerSuite {
 TYPED_TEST_SUITE(ConsoleStoreTest, test::AllBackends, test::BackendName);
 
 TYPED_TEST(ConsoleStoreTest, TheDedupPageCountsEachGroupsMarksWithTheirBirthTimes) {
-  const auto before = std::chrono::time_point_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now());
+  const auto before =
+      std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
   const std::vector<Uuid> billing = this->mark("billing", 3);
   const std::vector<Uuid> audit = this->mark("audit", 1);
-  const auto after = std::chrono::time_point_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now());
+  const auto after =
+      std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
   static_cast<void>(detail::declare_dedup_retention(*this->store_, "billing", 168h, "host-1/42",
                                                     std::chrono::system_clock::now()));
   {
@@ -98,8 +98,9 @@ TYPED_TEST(ConsoleStoreTest, TheDedupPageCountsEachGroupsMarksWithTheirBirthTime
     Outbox outbox;
     for (int i = 0; i < 2; ++i) {
       static_cast<void>(outbox.enqueue(*tx, [](const Uuid& id) {
-        return OutboxMessage{"order", "7", "orders", fmt::format(R"({{"event_id":"{}"}})", id.to_string()),
-                             {}, std::nullopt};
+        return OutboxMessage{"order",  "7",
+                             "orders", fmt::format(R"({{"event_id":"{}"}})", id.to_string()),
+                             {},       std::nullopt};
       }));
     }
     tx->commit();
@@ -157,14 +158,11 @@ TYPED_TEST(ConsoleStoreTest, AReplayIsAuditedInTheStoreBeforeAndAfterItSends) {
   }
   const auto console = this->start("t0ken");
   const auto origin = fmt::format("http://127.0.0.1:{}", console->port());
-  const json body = {{"topic", dlq},
-                     {"partition", 0},
-                     {"offset", 0},
-                     {"dry_run", false},
-                     {"operator", "grace"}};
-  const auto res = this->client_->Post(
-      "/api/dlq/replay", {{"Origin", origin}, {"X-Idem-Token", "t0ken"}}, body.dump(),
-      "application/json");
+  const json body = {
+      {"topic", dlq}, {"partition", 0}, {"offset", 0}, {"dry_run", false}, {"operator", "grace"}};
+  const auto res =
+      this->client_->Post("/api/dlq/replay", {{"Origin", origin}, {"X-Idem-Token", "t0ken"}},
+                          body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(test::end_offsets(this->broker_->bootstrap_servers(), topic, 1).at(0), 1);
