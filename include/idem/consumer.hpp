@@ -152,7 +152,8 @@ struct ConsumerConfig {
   /// The clock of the horizon guard; must outlive the Consumer.
   const Clock* clock = &SystemClock::instance();
   /// Effect handlers (Consumer::on_effect): events whose call phase may be running at once,
-  /// across all ordering keys (one call per key at a time). At least 1.
+  /// across all ordering keys (one call per key at a time). A call that returned no longer
+  /// counts while its result waits for the apply transaction. At least 1.
   std::size_t max_in_flight = 256;
   /// Effect handlers: records of one partition held in memory at most (received, not yet
   /// finished); the partition pauses when it is full and resumes at half. At least 1.

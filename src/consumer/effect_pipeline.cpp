@@ -150,6 +150,9 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
       // Applied as a Retry: the processor sends the record to its next retry topic (or
       // the DLQ after the last attempt), and the key moves on.
     }
+    // The call is over: its slot goes to the next call; the key stays busy until the
+    // result is applied (finish) or retried.
+    if (e.scheduled) scheduler_.call_returned(e.key);
     e.state = State::Ready;
     e.result = std::move(c.result);
     e.reason = std::move(c.reason);
@@ -181,7 +184,8 @@ void EffectPipeline::start_calls(ConsumerStats& delta, TimePoint now) {
   for (std::size_t i = 0; i < tickets.size(); ++i) {
     Entry& e = entries_.at(tickets[i]);
     if (marked.at(i)) {
-      e.state = State::Ready;  // the processor's mark finds it and counts a duplicate
+      scheduler_.call_returned(e.key);  // no call: its slot is free at once
+      e.state = State::Ready;           // the processor's mark finds it and counts a duplicate
       ready_.push_back(tickets[i]);
       continue;
     }

@@ -46,20 +46,27 @@ std::vector<KeyedScheduler::Ticket> KeyedScheduler::take_ready(TimePoint now) {
   return out;
 }
 
-void KeyedScheduler::finish(const std::string& key) {
+void KeyedScheduler::call_returned(const std::string& key) {
   const auto it = lanes_.find(key);
   if (it == lanes_.end() || it->second.state != State::InFlight) return;
+  it->second.state = State::Returned;
+  --in_flight_;
+}
+
+void KeyedScheduler::finish(const std::string& key) {
+  const auto it = lanes_.find(key);
+  if (it == lanes_.end() || !started(it->second.state)) return;
+  if (it->second.state == State::InFlight) --in_flight_;
   it->second.tickets.pop_front();
   --size_;
-  --in_flight_;
   make_runnable(key, it->second);
   erase_if_empty(key);
 }
 
 void KeyedScheduler::retry_at(const std::string& key, TimePoint at) {
   const auto it = lanes_.find(key);
-  if (it == lanes_.end() || it->second.state != State::InFlight) return;
-  --in_flight_;
+  if (it == lanes_.end() || !started(it->second.state)) return;
+  if (it->second.state == State::InFlight) --in_flight_;
   it->second.state = State::Waiting;
   it->second.resume_at = at;
   waiting_.emplace(at, key);
@@ -68,7 +75,7 @@ void KeyedScheduler::retry_at(const std::string& key, TimePoint at) {
 void KeyedScheduler::remove_queued(const std::function<bool(Ticket)>& drop) {
   std::vector<std::string> emptied;
   for (auto& [key, lane] : lanes_) {
-    const bool head_in_flight = lane.state == State::InFlight;
+    const bool head_in_flight = started(lane.state);
     const Ticket head = lane.tickets.empty() ? 0 : lane.tickets.front();
     const auto first = lane.tickets.begin() + (head_in_flight ? 1 : 0);
     const auto kept = std::remove_if(first, lane.tickets.end(), drop);

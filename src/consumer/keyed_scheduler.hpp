@@ -2,9 +2,11 @@
 // Which effect calls may start now: one FIFO of tickets per ordering key, in arrival
 // (offset) order, at most one ticket per key in flight, and at most `max_in_flight`
 // tickets in flight over all keys (Confluent Parallel Consumer's "key ordering"). A
-// ticket is in flight from take_ready() until finish() or retry_at(): the next event of
-// its key waits for the previous one to be finished, not merely called, so a key's effects
-// are applied in offset order too. A key whose head failed waits until its retry time;
+// ticket is in flight from take_ready() until its call returns (call_returned()), or
+// finish() or retry_at(): the limit counts calls, not results waiting for their apply
+// transaction. Its key stays busy until finish() or retry_at(): the next event of a key
+// waits for the previous one to be finished, not merely called, so a key's effects are
+// applied in offset order too. A key whose head failed waits until its retry time;
 // other keys go on. Plain data structure: no clock, no threads (the run() thread owns it).
 #include <chrono>
 #include <cstddef>
@@ -35,11 +37,16 @@ class KeyedScheduler {
   /// They are in flight when this returns.
   [[nodiscard]] std::vector<Ticket> take_ready(TimePoint now);
 
-  /// The in-flight head of `key` is finished: it leaves the queue; the next may start.
+  /// The call of the in-flight head of `key` returned: it no longer counts against the
+  /// in-flight limit, and its key stays busy until finish() or retry_at().
+  void call_returned(const std::string& key);
+
+  /// The head of `key` (in flight or returned) is finished: it leaves the queue; the
+  /// next may start.
   void finish(const std::string& key);
 
-  /// The in-flight head of `key` failed: it stays at the head, no longer in flight, and
-  /// may start again at `at` (no other ticket of the key starts before it).
+  /// The head of `key` (in flight or returned) failed: it stays at the head, no longer
+  /// in flight, and may start again at `at` (no other ticket of the key starts before it).
   void retry_at(const std::string& key, TimePoint at);
 
   /// Removes the tickets for which `drop` is true that are not in flight (e.g. those of
@@ -55,7 +62,15 @@ class KeyedScheduler {
   [[nodiscard]] bool runnable() const noexcept;
 
  private:
-  enum class State { Idle, InFlight, Waiting };
+  enum class State {
+    Idle,      // no ticket of the key started
+    InFlight,  // its head's call runs (counted in in_flight_)
+    Returned,  // its head's call returned; the result waits for its apply transaction
+    Waiting,   // its head failed and waits for its retry time
+  };
+  [[nodiscard]] static bool started(State s) noexcept {
+    return s == State::InFlight || s == State::Returned;
+  }
   struct Lane {
     std::deque<Ticket> tickets;
     State state = State::Idle;

@@ -51,6 +51,29 @@ TEST(KeyedScheduler, RespectsTheGlobalInFlightLimit) {
   EXPECT_EQ(s.take_ready(kT0), (std::vector<Ticket>{3}));
 }
 
+TEST(KeyedScheduler, AReturnedCallFreesItsSlotButNotItsKey) {
+  KeyedScheduler s(2);
+  s.push("a", 1);
+  s.push("a", 2);
+  s.push("b", 3);
+  s.push("c", 4);
+  EXPECT_EQ(s.take_ready(kT0), (std::vector<Ticket>{1, 3}));
+  s.call_returned("a");  // its result waits for the apply transaction
+  EXPECT_EQ(s.in_flight(), 1u);
+  EXPECT_EQ(s.take_ready(kT0), (std::vector<Ticket>{4})) << "the slot went to another key";
+  s.finish("b");
+  EXPECT_TRUE(s.take_ready(kT0).empty()) << "a's second ticket waits until the first is applied";
+  s.finish("a");
+  EXPECT_EQ(s.take_ready(kT0), (std::vector<Ticket>{2}));
+  // A returned head that must be called again waits for its time and counts again then.
+  s.call_returned("a");
+  s.retry_at("a", kT0 + 1s);
+  EXPECT_EQ(s.in_flight(), 1u);  // c
+  EXPECT_TRUE(s.take_ready(kT0).empty());
+  EXPECT_EQ(s.take_ready(kT0 + 1s), (std::vector<Ticket>{2}));
+  EXPECT_EQ(s.in_flight(), 2u);
+}
+
 TEST(KeyedScheduler, AFailedKeyWaitsForItsRetryTimeWhileOthersGoOn) {
   KeyedScheduler s(10);
   s.push("bad", 1);
