@@ -136,11 +136,6 @@ std::span<const rd_kafka_message_t* const> BatchProcessor::pointers_of(
   return pointers_;
 }
 
-BatchResult BatchProcessor::process(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule) {
-  return process(pointers_of(batch), schedule);
-}
-
 BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule) {
   BatchResult result = prepare_pointers(batch, schedule);

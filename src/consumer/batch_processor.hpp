@@ -85,10 +85,9 @@ class BatchProcessor {
   /// \throws HookAbort when a hook throws (the transaction is rolled back);
   ///   stopping_error (store_errors.hpp) when the store refuses one of idem's own
   ///   statements for good (rolled back too; the caller commits no offset of the batch).
-  [[nodiscard]] BatchResult process(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule);
-  /// The same for records owned elsewhere (the effect pipeline holds its own), which
-  /// must stay alive until the result's dead letters are sent.
+  /// The records must stay alive until the result's dead letters are sent. (The effect
+  /// pipeline calls it with the records it holds; the batch loop prepares and commits
+  /// through BatchPipeline.)
   [[nodiscard]] BatchResult process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule);
 
