@@ -8,7 +8,8 @@ namespace idem::detail {
 
 namespace {
 
-bool stops(const BatchResult& before, const rd_kafka_message_t& m) {
+/// True when `before` stopped the partition of `m` (retry_at set).
+bool stopped_by(const BatchResult& before, const rd_kafka_message_t& m) {
   return std::any_of(before.partitions.begin(), before.partitions.end(), [&](const auto& p) {
     return p.retry_at && p.tp.partition == m.partition && p.tp.topic == rd_kafka_topic_name(m.rkt);
   });
@@ -64,14 +65,12 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
 
   if (waiting_ != nullptr) {
     Lane& before = finish_waiting();
-    const bool held_back =
-        std::any_of(lane.batch.begin(), lane.batch.end(),
-                    [&](const KafkaMessage& m) { return stops(before.result, *m); });
-    if (held_back) {
-      // A partition of the batch before pauses for a retry (or that whole batch did not
-      // commit): none of its later records may commit ahead of it.
+    // A partition of the batch before pauses for a retry (or that whole batch did not
+    // commit): none of its later records may commit ahead of it.
+    const auto held_back = std::erase_if(
+        lane.batch, [&](const KafkaMessage& m) { return stopped_by(before.result, *m); });
+    if (held_back > 0) {
       processor_of(lane).rollback();
-      std::erase_if(lane.batch, [&](const KafkaMessage& m) { return stops(before.result, *m); });
       if (!lane.batch.empty()) prepare(lane, schedule);
     }
     before.batch.clear();
@@ -83,15 +82,7 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
   }
 
   BatchProcessor& processor = processor_of(lane);
-  if (processor.open()) {
-    try {
-      call_hook(hooks_, HookPoint::BeforeDbCommit);
-    } catch (const HookAbort&) {
-      processor.rollback();
-      lane.batch.clear();
-      throw;
-    }
-  }
+  if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
   waiting_ = &lane;
   if (!commit_thread_.joinable() || !processor.open()) {
     processor.commit(lane.result);
@@ -107,6 +98,7 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
 }
 
 void BatchPipeline::await_commit() {
+  if (!commit_thread_.joinable()) return;  // depth 1: every commit ran inline
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [&] { return committing_ == nullptr; });
   commit_done_.store(false);

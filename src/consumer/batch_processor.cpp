@@ -129,23 +129,11 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
   }
 }
 
-std::span<const rd_kafka_message_t* const> BatchProcessor::pointers_of(
-    std::span<const KafkaMessage> batch) {
-  pointers_.clear();
-  for (const auto& m : batch) pointers_.push_back(m.get());
-  return pointers_;
-}
-
 BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
                                     const RetrySchedule& schedule) {
   BatchResult result = prepare_pointers(batch, schedule);
   if (tx_) {
-    try {
-      call_hook(hooks_, HookPoint::BeforeDbCommit);
-    } catch (const HookAbort&) {
-      rollback();
-      throw;
-    }
+    before_commit();
     commit(result);
     if (result.committed) call_hook(hooks_, HookPoint::AfterDbCommit);
   }
@@ -154,7 +142,18 @@ BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> b
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule) {
-  return prepare_pointers(pointers_of(batch), schedule);
+  pointers_.clear();
+  for (const auto& m : batch) pointers_.push_back(m.get());
+  return prepare_pointers(pointers_, schedule);
+}
+
+void BatchProcessor::before_commit() {
+  try {
+    call_hook(hooks_, HookPoint::BeforeDbCommit);
+  } catch (const HookAbort&) {
+    rollback();  // as if the process had died before COMMIT
+    throw;
+  }
 }
 
 BatchResult BatchProcessor::prepare_pointers(std::span<const rd_kafka_message_t* const> batch,

@@ -99,6 +99,9 @@ class BatchProcessor {
                                     const RetrySchedule& schedule);
   /// True between a prepare() that left a transaction open and commit() or rollback().
   [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
+  /// The BeforeDbCommit hook, on the caller's thread, before commit(). \throws HookAbort
+  /// when the hook throws (the open transaction is rolled back first).
+  void before_commit();
   /// Commits what prepare() left open (nothing to do when nothing is), and records in
   /// `result` whether it did; a failed commit makes it a failure of the whole batch, as
   /// in process(). Calls no hook, so any thread may call it while the caller's thread
@@ -131,8 +134,6 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
-  [[nodiscard]] std::span<const rd_kafka_message_t* const> pointers_of(
-      std::span<const KafkaMessage> batch);
   [[nodiscard]] BatchResult prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
                                              const RetrySchedule& schedule);
   void validate(std::span<const rd_kafka_message_t* const> batch);

@@ -58,14 +58,9 @@ class ConsoleStoreTest : public test::DevBrokerSuite {
   }
 
   std::unique_ptr<Console> start(const std::string& token) {
-    ConsoleOptions o;
-    o.listen = "127.0.0.1:0";
-    o.token = token;
-    o.kafka = DlqConnection{broker_->bootstrap_servers(), {}, 20s};
-    o.store_url = url_;
-    auto console = std::make_unique<Console>(std::move(o));
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", console->port());
-    client_->set_read_timeout(60, 0);
+    auto console =
+        std::make_unique<Console>(test::console_options(broker_->bootstrap_servers(), url_, token));
+    client_ = test::console_client(*console);
     return console;
   }
 

@@ -48,14 +48,9 @@ class ConsoleHttpTest : public test::DevBrokerSuite {
   [[nodiscard]] std::string dlq() const { return topic_ + ".dlq"; }
 
   std::unique_ptr<Console> start(const std::string& token) {
-    ConsoleOptions o;
-    o.listen = "127.0.0.1:0";
-    o.token = token;
-    o.kafka = DlqConnection{broker_->bootstrap_servers(), {}, 20s};
-    o.store_url = db_url_;
-    auto console = std::make_unique<Console>(std::move(o));
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", console->port());
-    client_->set_read_timeout(60, 0);
+    auto console = std::make_unique<Console>(
+        test::console_options(broker_->bootstrap_servers(), db_url_, token));
+    client_ = test::console_client(*console);
     origin_ = fmt::format("http://127.0.0.1:{}", console->port());
     return console;
   }

@@ -1,5 +1,7 @@
 #include "support/dead_letters.hpp"
 
+#include <chrono>
+
 namespace idem::test {
 
 OrderConfirmed console_order(std::int64_t order_id) {
@@ -28,6 +30,22 @@ TestRecord dead_letter_of(const OrderConfirmed& event, const std::string& dlq_to
            {"idem.error.message", error_message},
            {"idem.attempts", "3"}},
           0};
+}
+
+ConsoleOptions console_options(const std::string& bootstrap, const std::string& store_url,
+                               const std::string& token) {
+  ConsoleOptions o;
+  o.listen = "127.0.0.1:0";
+  o.token = token;
+  o.kafka = DlqConnection{bootstrap, {}, std::chrono::seconds(20)};
+  o.store_url = store_url;
+  return o;
+}
+
+std::unique_ptr<httplib::Client> console_client(const Console& console) {
+  auto client = std::make_unique<httplib::Client>("127.0.0.1", console.port());
+  client->set_read_timeout(60, 0);
+  return client;
 }
 
 }  // namespace idem::test
