@@ -396,26 +396,44 @@ class RelayPostgres : public RelayTest<test::PostgresBackend> {};
 
 TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
   if (url_.empty()) return;
-  constexpr int kKeys = 50;
+  constexpr int kKeys = 50;  // they fall in 46 distinct shards: more than either half
   constexpr int kPerKey = 40;
   RelayConfig c = relay_config(url_);
   c.batch_size = 50;
-  Relay a(c);
-  Relay b(c);
-  std::thread ta([&] { a.run(); });
-  std::thread tb([&] { b.run(); });
-  // Enqueue while both relays run and rebalance shards between them.
-  for (int seq = 0; seq < kPerKey; ++seq) {
-    auto tx = store_->begin();
-    for (int k = 0; k < kKeys; ++k) {
-      outbox_.enqueue(*tx, [&](const Uuid&) {
-        return OutboxMessage{
-            "thing", fmt::format("k{}", k), topic_, fmt::format("k{}:{}", k, seq), {}, {}};
-      });
+  c.progress_interval = 20ms;  // the reports say how many shards each relay owns
+  std::atomic<int> owned_by_a{0};
+  std::atomic<int> owned_by_b{0};
+  const auto observe_ownership = [](std::atomic<int>& owned) {
+    RelayObserver o;
+    o.on_progress = [&owned](const RelayProgress& p) { owned = p.owned_shards; };
+    return o;
+  };
+  Relay a(c, observe_ownership(owned_by_a));
+  Relay b(c, observe_ownership(owned_by_b));
+  const auto enqueue = [&](int from_seq, int to_seq) {
+    for (int seq = from_seq; seq < to_seq; ++seq) {
+      auto tx = store_->begin();
+      for (int k = 0; k < kKeys; ++k) {
+        outbox_.enqueue(*tx, [&](const Uuid&) {
+          return OutboxMessage{
+              "thing", fmt::format("k{}", k), topic_, fmt::format("k{}:{}", k, seq), {}, {}};
+        });
+      }
+      tx->commit();
     }
-    tx->commit();
-    if (seq % 8 == 0) std::this_thread::sleep_for(100ms);  // let rebalancing happen mid-stream
-  }
+  };
+  // Relay a publishes the first half alone; b joins mid-stream, which moves shards
+  // between them while rows wait and are in flight.
+  std::thread ta([&] { a.run(); });
+  enqueue(0, kPerKey / 2);
+  std::thread tb([&] { b.run(); });
+  // Once the shards are split evenly, each half holds some of the keys (46 distinct
+  // shards do not fit in 32): each relay alone can publish its half of the rows enqueued
+  // from now on. (EXPECT, not ASSERT: the relay threads must still be stopped and joined.)
+  EXPECT_TRUE(eventually(
+      [&] { return owned_by_a == kOutboxShards / 2 && owned_by_b == kOutboxShards / 2; }, 30s))
+      << "the relays did not split the shards: a owns " << owned_by_a << ", b owns " << owned_by_b;
+  enqueue(kPerKey / 2, kPerKey);
   EXPECT_TRUE(eventually([&] { return unpublished() == 0; }, 60s));
   a.request_stop();
   b.request_stop();
