@@ -121,6 +121,12 @@ struct ChargeFlow {
   Reply reply;
   ProviderFaults faults;  // as they were when the request arrived
   std::optional<asio::steady_timer> latency;
+  // The charge waits for both: the latency, which runs from the request's arrival, and
+  // the key's claim (committed during that wait), so a charge costs its latency plus one
+  // durable commit, not two.
+  bool latency_over = false;
+  bool latency_cancelled = false;  // the provider is stopping: charge nothing
+  bool claimed = false;
 };
 
 struct PaymentProvider::Impl {
@@ -133,7 +139,9 @@ struct PaymentProvider::Impl {
   void handle_summary(Reply reply);
   void handle_faults(const HttpRequest& req, Reply reply);
   void on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer answer);
-  void wait_latency(const std::shared_ptr<ChargeFlow>& flow);
+  void start_latency(const std::shared_ptr<ChargeFlow>& flow);
+  void claim_ready(const std::shared_ptr<ChargeFlow>& flow);
+  void charge_or_give_up(const std::shared_ptr<ChargeFlow>& flow);
   void give_up(const std::shared_ptr<ChargeFlow>& flow);
   void charge(const std::shared_ptr<ChargeFlow>& flow);
   void answer(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer answer);
@@ -279,29 +287,46 @@ void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
       .faults = now_faults,
       .latency = std::nullopt});
   begin_work();
+  if (!at_once) start_latency(flow);
   ledger.claim(flow->attempt,
                on_loop([this, flow](LedgerAnswer a) { on_claim(flow, std::move(a)); }));
 }
 
 void PaymentProvider::Impl::on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
-  if (a.outcome != LedgerOutcome::Claimed) return answer(flow, std::move(a));
-  if (!hooks) return wait_latency(flow);
+  if (a.outcome != LedgerOutcome::Claimed) {
+    if (flow->latency) flow->latency->cancel();  // answered now: nothing to wait for
+    return answer(flow, std::move(a));
+  }
+  if (!hooks) return claim_ready(flow);
   asio::post(*hooks, [this, flow] {
     config.after_claim(flow->attempt.key);
-    asio::post(io, [this, flow] { wait_latency(flow); });
+    asio::post(io, [this, flow] { claim_ready(flow); });
   });
 }
 
-void PaymentProvider::Impl::wait_latency(const std::shared_ptr<ChargeFlow>& flow) {
-  if (stopping) return give_up(flow);
-  if (flow->faults.latency.count() == 0) return charge(flow);
+void PaymentProvider::Impl::start_latency(const std::shared_ptr<ChargeFlow>& flow) {
+  if (flow->faults.latency.count() == 0) {
+    flow->latency_over = true;
+    return;
+  }
   flow->latency.emplace(io, flow->faults.latency);
   waiting_latency.insert(flow.get());
   flow->latency->async_wait([this, flow](boost::system::error_code ec) {
     waiting_latency.erase(flow.get());
-    if (ec || stopping) return give_up(flow);
-    charge(flow);
+    flow->latency_over = true;
+    flow->latency_cancelled = ec || stopping;
+    if (flow->claimed) charge_or_give_up(flow);
   });
+}
+
+void PaymentProvider::Impl::claim_ready(const std::shared_ptr<ChargeFlow>& flow) {
+  flow->claimed = true;
+  if (flow->latency_over) charge_or_give_up(flow);
+}
+
+void PaymentProvider::Impl::charge_or_give_up(const std::shared_ptr<ChargeFlow>& flow) {
+  if (stopping || flow->latency_cancelled) return give_up(flow);
+  charge(flow);
 }
 
 // The provider stops while `flow` holds a claimed key and nothing was charged: the key

@@ -46,7 +46,9 @@ struct ProviderFaults {
   double reset_after_commit = 0.0;
   /// Share of charge requests answered 503 before anything is stored.
   double unavailable = 0.0;
-  /// Added to every new charge after its key is claimed (widens the in-flight window).
+  /// How long a new charge takes before it is charged, from the request's arrival; its
+  /// key is claimed (and committed) meanwhile, so the key is in flight for that long
+  /// (409 to a concurrent duplicate). The answer follows the charge's own durable commit.
   /// A timer: a request waiting out its latency holds no thread.
   std::chrono::milliseconds latency{0};
   /// Share of orders declined with 402 {"error":"card_declined"} and not charged.
