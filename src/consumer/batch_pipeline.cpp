@@ -31,19 +31,16 @@ BatchPipeline::BatchPipeline(const ConsumerConfig& config, Store& store, RouteTa
   second_store_ = store.connect_again();
   processors_.push_back(std::make_unique<BatchProcessor>(config, *second_store_, routes, hooks,
                                                          retry_topics, horizon_guard));
-  commit_thread_ = std::thread([this] { commit_thread_main(); });
+  commit_ = std::make_unique<BackgroundCommit>(wake_);
 }
 
 BatchPipeline::~BatchPipeline() {
   abandon();
-  if (commit_thread_.joinable()) {
-    {
-      std::lock_guard lock(mutex_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    commit_thread_.join();
-  }
+}
+
+const std::atomic<bool>& BatchPipeline::commit_done() const noexcept {
+  static const std::atomic<bool> never{false};  // depth 1: every commit runs inline
+  return commit_ ? commit_->done() : never;
 }
 
 BatchProcessor& BatchPipeline::processor_of(const Lane& lane) noexcept {
@@ -84,25 +81,20 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
   BatchProcessor& processor = processor_of(lane);
   if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
   waiting_ = &lane;
-  if (!commit_thread_.joinable() || !processor.open()) {
+  if (!commit_ || !processor.open()) {
     processor.commit(lane.result);
     lane.committed = std::chrono::steady_clock::now();
-    if (!commit_thread_.joinable()) settle();
+    if (!commit_) settle();
     return;
   }
-  {
-    std::lock_guard lock(mutex_);
-    committing_ = &lane;
-  }
-  cv_.notify_all();
+  commit_->start([&processor, &lane] {
+    processor.commit(lane.result);
+    lane.committed = std::chrono::steady_clock::now();
+  });
 }
 
 void BatchPipeline::await_commit() {
-  if (!commit_thread_.joinable()) return;  // depth 1: every commit ran inline
-  std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return committing_ == nullptr; });
-  commit_done_.store(false);
-  if (commit_error_) std::rethrow_exception(std::exchange(commit_error_, nullptr));
+  if (commit_) commit_->wait();  // depth 1: every commit ran inline
 }
 
 BatchPipeline::Lane& BatchPipeline::finish_waiting() {
@@ -122,41 +114,13 @@ void BatchPipeline::settle() {
 }
 
 void BatchPipeline::abandon() noexcept {
-  {
-    // The connection stays in use until the commit in flight returns.
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return committing_ == nullptr; });
-    commit_error_ = nullptr;
-  }
-  commit_done_.store(false);
+  // The connection stays in use until the commit in flight returns.
+  if (commit_) commit_->wait_quietly();
   waiting_ = nullptr;
   for (auto& processor : processors_) processor->rollback();
   for (Lane& lane : lanes_) {
     lane.batch.clear();
     lane.result = {};
-  }
-}
-
-void BatchPipeline::commit_thread_main() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    cv_.wait(lock, [&] { return quit_ || committing_ != nullptr; });
-    if (committing_ == nullptr) return;  // quit, nothing left to commit
-    Lane& lane = *committing_;
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      processor_of(lane).commit(lane.result);
-    } catch (...) {
-      error = std::current_exception();  // stopping_error: the run() thread rethrows it
-    }
-    lane.committed = std::chrono::steady_clock::now();
-    lock.lock();
-    commit_error_ = error;
-    committing_ = nullptr;
-    commit_done_.store(true);
-    cv_.notify_all();
-    if (wake_) wake_();
   }
 }
 

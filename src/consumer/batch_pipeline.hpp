@@ -16,14 +16,11 @@
 // one's commit returned (the overlap is the poll, not the handlers).
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "consumer/background_commit.hpp"
 #include "consumer/batch_processor.hpp"
 
 namespace idem::detail {
@@ -73,7 +70,7 @@ class BatchPipeline {
 
   [[nodiscard]] bool in_flight() const noexcept { return waiting_ != nullptr; }
   /// Set once the commit in flight has returned; the poll then stops waiting.
-  [[nodiscard]] const std::atomic<bool>& commit_done() const noexcept { return commit_done_; }
+  [[nodiscard]] const std::atomic<bool>& commit_done() const noexcept;
 
   /// The processor on the first connection, for the effect path; only while nothing is
   /// in flight (settle() first).
@@ -86,7 +83,6 @@ class BatchPipeline {
   /// Waits for the batch in flight and finishes it (AfterDbCommit, then `finish_`);
   /// returns its lane, still holding its records and result.
   Lane& finish_waiting();
-  void commit_thread_main();
   [[nodiscard]] BatchProcessor& processor_of(const Lane& lane) noexcept;
 
   const ConsumerHooks& hooks_;
@@ -97,16 +93,8 @@ class BatchPipeline {
   std::vector<std::unique_ptr<BatchProcessor>> processors_;  // one per lane
   Lane lanes_[2];
   std::size_t next_lane_ = 0;
-  Lane* waiting_ = nullptr;  // committed or committing, not yet finished
-
-  // The commit thread (depth 2): runs one commit at a time.
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  Lane* committing_ = nullptr;  // handed to the commit thread; null once returned
-  std::exception_ptr commit_error_;
-  bool quit_ = false;
-  std::atomic<bool> commit_done_{false};
-  std::thread commit_thread_;
+  Lane* waiting_ = nullptr;                   // committed or committing, not yet finished
+  std::unique_ptr<BackgroundCommit> commit_;  // depth 2 only; last: it uses the lanes
 };
 
 }  // namespace idem::detail

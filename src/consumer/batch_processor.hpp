@@ -97,6 +97,11 @@ class BatchProcessor {
   /// retry_at) and leaves nothing open. \throws like process().
   [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule);
+  /// The same over records the caller owns (the effect pipeline's).
+  [[nodiscard]] BatchResult prepare(std::span<const rd_kafka_message_t* const> batch,
+                                    const RetrySchedule& schedule) {
+    return prepare_pointers(batch, schedule);
+  }
   /// True between a prepare() that left a transaction open and commit() or rollback().
   [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
   /// The BeforeDbCommit hook, on the caller's thread, before commit(). \throws HookAbort

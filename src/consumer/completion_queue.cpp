@@ -25,6 +25,13 @@ std::vector<CallDone> CompletionQueue::drain() {
   return out;
 }
 
+void CompletionQueue::poke() noexcept {
+  std::lock_guard lock(mutex_);
+  if (closed_) return;
+  pending_.store(true);
+  if (wake_) wake_();
+}
+
 void CompletionQueue::set_wake(std::function<void()> wake) {
   std::lock_guard lock(mutex_);
   wake_ = std::move(wake);

@@ -34,6 +34,10 @@ class CompletionQueue final : public CompletionPort {
   /// True while completions wait to be drained; the poll loop returns early when set.
   [[nodiscard]] const std::atomic<bool>& pending() const noexcept { return pending_; }
 
+  /// Sets pending() and wakes the poll without a completion: other work for the run()
+  /// thread is ready (an apply transaction's commit returned). Thread-safe.
+  void poke() noexcept;
+
   /// Called (under the queue's lock) after each completion; must not block.
   void set_wake(std::function<void()> wake);
 

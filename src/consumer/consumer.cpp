@@ -117,6 +117,8 @@ struct Consumer::Impl {
   void finish_batch(detail::BatchPipeline::Lane& lane);
   void run_effects(ConsumerStats& delta, bool start_calls);
   void add_stats(const ConsumerStats& delta);
+  /// Records where processing of each partition in `moved` goes on, for lag().
+  void note_moved(const std::vector<PartitionOffset>& moved);
   void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
   void resume_due();
   void defer_early_retries();
@@ -160,9 +162,17 @@ struct Consumer::Impl {
 };
 
 void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) {
-  // The batch whose commit is in flight is finished first, so its offsets are among
-  // those committed here and none is advanced for a partition no longer owned.
-  if (!final_commit_attempted) batches->settle();
+  // The batch (and the effects' apply transaction) whose commit is in flight is finished
+  // first, so its offsets are among those committed here and none is advanced for a
+  // partition no longer owned.
+  if (!final_commit_attempted) {
+    batches->settle();
+    if (effects) {
+      ConsumerStats delta;
+      note_moved(effects->settle(delta));
+      add_stats(delta);
+    }
+  }
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
@@ -302,13 +312,11 @@ void Consumer::Impl::run() {
     return dynamic_cast<const detail::EffectRoute*>(r.second.get()) != nullptr;
   });
   if (has_effects) {
-    effects = std::make_unique<detail::EffectPipeline>(
-        detail::EffectPipeline::Deps{config, *store, batches->first_processor(), *poll, tracker,
-                                     retry_topics, log, hooks.on_batch,
-                                     [this](detail::BatchResult& r, ConsumerStats& delta) {
-                                       apply_dead_letter_acks(r, delta);
-                                     }},
-        routes);
+    effects = std::make_unique<detail::EffectPipeline>(detail::EffectPipeline::Deps{
+        config, *store, batches->first_processor(), routes, hooks, horizon_guard, *poll, tracker,
+        retry_topics, log, hooks.on_batch, [this](detail::BatchResult& r, ConsumerStats& delta) {
+          apply_dead_letter_acks(r, delta);
+        }});
   }
   declarer.declare_at_start(stop_requested);
   poll->subscribe(subscription);
@@ -403,11 +411,13 @@ void Consumer::Impl::run_effects(ConsumerStats& delta, bool start_calls) {
     delta.offset_commits = 1;
   }
   add_stats(delta);
-  {
-    std::lock_guard lock(stats_mutex);
-    for (const auto& p : moved) processed_next[p.tp] = p.offset;
-  }
+  note_moved(moved);
   if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+}
+
+void Consumer::Impl::note_moved(const std::vector<PartitionOffset>& moved) {
+  std::lock_guard lock(stats_mutex);
+  for (const auto& p : moved) processed_next[p.tp] = p.offset;
 }
 
 void Consumer::Impl::add_stats(const ConsumerStats& delta) {

@@ -9,7 +9,7 @@
 
 namespace idem::detail {
 
-EffectPipeline::EffectPipeline(Deps deps, const RouteTable& routes)
+EffectPipeline::EffectPipeline(Deps deps)
     : deps_(std::move(deps)),
       completions_(std::make_shared<CompletionQueue>()),
       scheduler_(deps_.config.max_in_flight),
@@ -17,7 +17,7 @@ EffectPipeline::EffectPipeline(Deps deps, const RouteTable& routes)
       horizon_(deps_.config),
       key_backoff_(deps_.config.retry),
       apply_backoff_(deps_.config.retry) {
-  for (const auto& [topic, route] : routes) {
+  for (const auto& [topic, route] : deps_.routes) {
     auto* effect = dynamic_cast<EffectRoute*>(route.get());
     if (effect == nullptr) continue;
     effect_routes_.emplace(topic, effect);
@@ -28,9 +28,20 @@ EffectPipeline::EffectPipeline(Deps deps, const RouteTable& routes)
         });
   }
   completions_->set_wake([&poll = deps_.poll] { poll.wake(); });
+  try {
+    apply_store_ = deps_.store.connect_again();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::InvalidArgument) throw;
+    return;  // a private in-memory database: applies commit inline on the first connection
+  }
+  applier_ = std::make_unique<BatchProcessor>(deps_.config, *apply_store_, deps_.routes,
+                                              deps_.hooks, deps_.retry_topics, deps_.horizon_guard);
+  commit_ = std::make_unique<BackgroundCommit>([queue = completions_] { queue->poke(); });
 }
 
 EffectPipeline::~EffectPipeline() {
+  if (commit_) commit_->wait_quietly();  // its connection is in use until then
+  if (applier_) applier_->rollback();
   completions_->close();
   for (auto& [topic, route] : effect_routes_) route->set_staged(nullptr);
 }
@@ -115,6 +126,15 @@ std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool sta
   take_completions(delta, now);
   if (start) start_calls(delta, now);
   apply_ready(delta, now);
+  return advance_offsets();
+}
+
+std::vector<PartitionOffset> EffectPipeline::settle(ConsumerStats& delta) {
+  if (applying_) settle_apply(delta, std::chrono::steady_clock::now());
+  return advance_offsets();
+}
+
+std::vector<PartitionOffset> EffectPipeline::advance_offsets() {
   std::vector<PartitionOffset> moved;
   for (const TopicPartition& tp : touched_) {
     if (const auto pos = windows_.commit_position(tp)) {
@@ -226,6 +246,10 @@ void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
 }
 
 void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
+  if (applying_) {
+    if (!commit_->done().load()) return;  // one apply transaction at a time
+    settle_apply(delta, now);
+  }
   if (ready_.empty() || now < apply_not_before_) return;
   // The processor keeps each partition's records in the order given: offset order.
   std::sort(ready_.begin(), ready_.end(), [&](std::uint64_t a, std::uint64_t b) {
@@ -250,11 +274,37 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     ~ClearStaged() { staged.clear(); }
   } clear_staged{staged_};
 
-  const auto started_at = std::chrono::steady_clock::now();
-  BatchResult r = deps_.processor.process(messages, no_schedule_);
-  const auto applied_at = std::chrono::steady_clock::now();
+  Applying a{tickets, {}, std::chrono::steady_clock::now(), {}};
+  if (!applier_) {
+    a.result = deps_.processor.process(messages, no_schedule_);
+    a.committed = std::chrono::steady_clock::now();
+    return finish_apply(delta, a, now);
+  }
+  a.result = applier_->prepare(messages, no_schedule_);
+  if (!applier_->open()) {  // nothing to commit: the transaction failed as a whole
+    a.committed = std::chrono::steady_clock::now();
+    return finish_apply(delta, a, now);
+  }
+  applier_->before_commit();
+  applying_ = std::move(a);
+  commit_->start([this] {
+    applier_->commit(applying_->result);
+    applying_->committed = std::chrono::steady_clock::now();
+  });
+}
+
+void EffectPipeline::settle_apply(ConsumerStats& delta, TimePoint now) {
+  commit_->wait();  // rethrows stopping_error
+  Applying a = std::move(*applying_);
+  applying_.reset();
+  if (a.result.committed) call_hook(deps_.hooks, HookPoint::AfterDbCommit);
+  finish_apply(delta, a, now);
+}
+
+void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint now) {
+  BatchResult& r = a.result;
   deps_.settle_dead_letters(r, delta);
-  if (deps_.on_batch) deps_.on_batch({n, r.committed, applied_at - started_at});
+  if (deps_.on_batch) deps_.on_batch({a.tickets.size(), r.committed, a.committed - a.started});
   delta.processed += r.processed;
   delta.duplicates += r.duplicates;
   if (r.committed) ++delta.transactions;
@@ -263,13 +313,13 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     // call is repeated for it.
     const auto delay = apply_backoff_.delay(++apply_failures_);
     apply_not_before_ = now + delay;
-    deps_.log(fmt::format("idem consumer: applying {} effect(s) failed, retrying in {} ms: {}", n,
-                          delay.count(), r.failure));
-    ready_.insert(ready_.end(), tickets.begin(), tickets.end());
+    deps_.log(fmt::format("idem consumer: applying {} effect(s) failed, retrying in {} ms: {}",
+                          a.tickets.size(), delay.count(), r.failure));
+    ready_.insert(ready_.end(), a.tickets.begin(), a.tickets.end());
     return;
   }
   apply_failures_ = 0;
-  settle_applied(r, tickets, now);
+  settle_applied(r, a.tickets, now);
 }
 
 void EffectPipeline::settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets,
@@ -309,7 +359,11 @@ void EffectPipeline::finish(std::uint64_t ticket) {
 std::optional<EffectPipeline::TimePoint> EffectPipeline::next_work(TimePoint now) const {
   std::optional<TimePoint> at;
   const auto earliest = [&](TimePoint t) { at = at ? std::min(*at, t) : t; };
-  if (!ready_.empty()) earliest(std::max(now, apply_not_before_));
+  if (applying_) {
+    if (commit_->done().load()) earliest(now);  // settle it; the next apply may follow
+  } else if (!ready_.empty()) {
+    earliest(std::max(now, apply_not_before_));
+  }
   if (scheduler_.runnable()) earliest(now);
   if (const auto retry = scheduler_.next_retry()) earliest(*retry);
   return at;

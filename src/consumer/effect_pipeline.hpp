@@ -5,8 +5,12 @@
 //   2. keys whose previous event is finished start their next call (KeyedScheduler), after
 //      one read-only check which of those events are already marked (a duplicate never
 //      calls);
-//   3. events whose call completed are applied in ONE batch transaction through the
-//      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers);
+//   3. events whose call completed are applied in ONE batch transaction through a
+//      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers)
+//      on the effect path's own connection; its COMMIT, which mostly waits for the WAL
+//      flush, runs on a background thread while later turns take completions and start
+//      calls; the next apply transaction starts once that commit returned and its
+//      outcome was settled (dead letters sent, offsets advanced, keys freed);
 //   4. each partition's offset advances over its contiguous finished prefix only
 //      (ContiguousOffsets), and a partition holding too many records pauses.
 // A call that completes with retry() holds back only its key (capped backoff), or, with
@@ -29,6 +33,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "consumer/background_commit.hpp"
 #include "consumer/batch_processor.hpp"
 #include "consumer/completion_queue.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
@@ -49,8 +54,13 @@ class EffectPipeline {
   /// What the pipeline works with; everything must outlive it.
   struct Deps {
     const ConsumerConfig& config;
-    Store& store;
+    Store& store;  ///< the first connection: the read-only check before calls
+    /// On the first connection: applies commit inline there when the store has no
+    /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
+    RouteTable& routes;
+    const ConsumerHooks& hooks;
+    DedupHorizonGuard& horizon_guard;  ///< the processors' (shared)
     PollLoop& poll;
     OffsetTracker& tracker;
     const RetryTopicMap& retry_topics;  ///< on: a call asking for a retry goes to one
@@ -61,8 +71,9 @@ class EffectPipeline {
     std::function<void(BatchResult&, ConsumerStats&)> settle_dead_letters;
   };
 
-  /// `routes` is scanned for EffectRoutes now; their staged-call lookups point here.
-  EffectPipeline(Deps deps, const RouteTable& routes);
+  /// `deps.routes` is scanned for EffectRoutes now; their staged-call lookups point here.
+  /// Opens the effect path's own connection (Store::connect_again). \throws Error from it.
+  explicit EffectPipeline(Deps deps);
   ~EffectPipeline();
   EffectPipeline(const EffectPipeline&) = delete;
   EffectPipeline& operator=(const EffectPipeline&) = delete;
@@ -76,7 +87,13 @@ class EffectPipeline {
   /// \throws HookAbort when a hook throws.
   std::vector<PartitionOffset> turn(ConsumerStats& delta, bool start_calls);
 
-  /// Set while completions wait: the poll returns early.
+  /// Waits for the apply transaction whose commit is in flight, if any, and settles it
+  /// (dead letters, offsets into the OffsetTracker, keys). Before the offsets of revoked
+  /// partitions are committed. Returns the partitions whose commit position moved.
+  /// \throws stopping_error from the commit; HookAbort from AfterDbCommit.
+  std::vector<PartitionOffset> settle(ConsumerStats& delta);
+
+  /// Set while completions wait or an apply's commit returned: the poll returns early.
   [[nodiscard]] const std::atomic<bool>& wake_flag() const noexcept {
     return completions_->pending();
   }
@@ -84,7 +101,9 @@ class EffectPipeline {
   /// results wait to be applied; else the earliest key retry; nullopt when idle.
   [[nodiscard]] std::optional<TimePoint> next_work(TimePoint now) const;
   /// No call in flight and nothing waiting to be applied.
-  [[nodiscard]] bool settled() const noexcept { return calling_ == 0 && ready_.empty(); }
+  [[nodiscard]] bool settled() const noexcept {
+    return calling_ == 0 && ready_.empty() && !applying_;
+  }
 
   /// Drops everything of `partitions` (called from the rebalance callback).
   void on_revoked(std::span<const TopicPartition> partitions);
@@ -112,7 +131,17 @@ class EffectPipeline {
   void take_completions(ConsumerStats& delta, TimePoint now);
   void start_calls(ConsumerStats& delta, TimePoint now);
   void start_call(std::uint64_t ticket, Entry& e);
+  /// An apply transaction between its prepare and its settling.
+  struct Applying {
+    std::vector<std::uint64_t> tickets;
+    BatchResult result;
+    TimePoint started;
+    TimePoint committed;
+  };
   void apply_ready(ConsumerStats& delta, TimePoint now);
+  void settle_apply(ConsumerStats& delta, TimePoint now);
+  void finish_apply(ConsumerStats& delta, Applying& a, TimePoint now);
+  std::vector<PartitionOffset> advance_offsets();
   void settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets, TimePoint now);
   void retry_key(Entry& e, TimePoint now, std::string_view why);
   void finish(std::uint64_t ticket);
@@ -137,6 +166,12 @@ class EffectPipeline {
   std::map<StageKey, const StagedCall*> staged_;
   std::uint32_t apply_failures_ = 0;
   TimePoint apply_not_before_{};
+  // The apply transactions' own connection and processor (null: no second connection;
+  // applies then commit inline through deps_.processor).
+  std::unique_ptr<Store> apply_store_;
+  std::unique_ptr<BatchProcessor> applier_;
+  std::optional<Applying> applying_;          // prepared and handed to commit_, not yet settled
+  std::unique_ptr<BackgroundCommit> commit_;  // last: its job uses the members above
 };
 
 }  // namespace idem::detail
