@@ -14,6 +14,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -303,6 +305,83 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   EXPECT_EQ(reported_records.load(), 4u) << "each record is applied in one reported transaction";
   EXPECT_GE(committed_batches.load(), 1);
 }
+
+#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
+class ConcurrentEffectsPostgres : public ConcurrentEffectsTest<PostgresBackend> {};
+
+// An apply transaction's COMMIT runs beside the run() thread: while one cannot finish,
+// the calls of the events after it still start and complete. The COMMIT is held by a
+// deferred constraint trigger that waits for an advisory lock this test holds.
+TEST_F(ConcurrentEffectsPostgres, CallsGoOnWhileAnApplyTransactionCommits) {
+  if (IsSkipped()) return;
+  constexpr int kOrders = 100;
+  constexpr std::int64_t kGate = 4242;
+  {
+    auto tx = observer_->begin();
+    tx->execute("CREATE TABLE commit_gate (order_id bigint NOT NULL)");
+    tx->execute(
+        "CREATE FUNCTION wait_for_the_gate() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$");
+    tx->execute(
+        "CREATE CONSTRAINT TRIGGER wait_for_the_gate AFTER INSERT ON commit_gate "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_for_the_gate()");
+    tx->commit();
+  }
+  const std::unique_ptr<Store> gate = open_store(url_);
+  const auto set_gate = [&](std::string_view fn) {
+    auto tx = gate->begin();
+    tx->execute(fmt::format("SELECT {}($1)", fn), kGate);
+    tx->commit();
+  };
+  set_gate("pg_advisory_lock");  // closed: every apply transaction waits in its COMMIT
+  struct OpenAtExit {
+    std::function<void()> unlock;
+    bool closed = true;
+    void open() {
+      if (std::exchange(closed, false)) unlock();
+    }
+    ~OpenAtExit() { open(); }
+  } open_at_exit{[&] { set_gate("pg_advisory_unlock"); }};
+  produce(kOrders, [](std::int64_t id) { return fmt::format("customer-{}", id); });
+
+  std::atomic<int> calls{0};
+  DelayedCalls client;
+  std::unique_ptr<Consumer> consumer = make_consumer(8);
+  consumer->on_effect(
+      topic_,
+      EffectHandler<OrderConfirmed, bool>{
+          .call =
+              [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
+                ++calls;
+                client.after(1ms, [done] { done.done(true); });
+              },
+          .apply =
+              [](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
+                record_effect(tx, e.event_id, r);
+                tx.execute("INSERT INTO commit_gate(order_id) VALUES ($1)", e.order_id);
+                return Outcome::Done;
+              },
+          .ordering_key = {}});
+  const Consumer& observed = *consumer;
+  RunningConsumer running(std::move(consumer));
+  // 8 in flight at most, and nothing can commit: every call must still be made.
+  const bool all_called = eventually([&] { return calls.load() == kOrders; }, 60s, 20ms);
+  const int called_while_closed = calls.load();
+  const std::uint64_t applied_while_closed = observed.stats().processed;
+  open_at_exit.open();
+  const bool all = eventually(
+      [&] { return observed.stats().processed >= static_cast<std::uint64_t>(kOrders); }, 60s, 20ms);
+  ASSERT_TRUE(running.stop());
+  if (running.error()) std::rethrow_exception(running.error());
+  EXPECT_TRUE(all_called) << "calls stopped at " << called_while_closed << " of " << kOrders
+                          << " while an apply transaction waited in its COMMIT";
+  EXPECT_EQ(applied_while_closed, 0U) << "an apply committed through the closed gate";
+  ASSERT_TRUE(all) << "processed " << observed.stats().processed << " of " << kOrders;
+  EXPECT_EQ(calls.load(), kOrders);
+  EXPECT_EQ(effects(), kOrders);
+  EXPECT_EQ(max_effects_per_event(*observer_, group_), 1);
+}
+#endif
 
 }  // namespace
 }  // namespace idem::test
