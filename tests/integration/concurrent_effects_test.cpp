@@ -74,6 +74,26 @@ class CallLog {
   int calls_ = 0;
 };
 
+/// An effect whose call counts itself and answers after 1 ms, and whose apply records the
+/// effect (and runs `also` in the same transaction).
+EffectHandler<OrderConfirmed, bool> counted_effect(
+    std::atomic<int>& calls, DelayedCalls& client,
+    std::function<void(const OrderConfirmed&, Transaction&)> also = {}) {
+  return {
+      .call =
+          [&calls, &client](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
+            ++calls;
+            client.after(1ms, [done] { done.done(true); });
+          },
+      .apply =
+          [also](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
+            record_effect(tx, e.event_id, r);
+            if (also) also(e, tx);
+            return Outcome::Done;
+          },
+      .ordering_key = {}};
+}
+
 template <class Backend>
 class ConcurrentEffectsTest : public DevBrokerSuite {
  protected:
@@ -273,20 +293,7 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   };
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = this->make_consumer(8, 4096, std::move(hooks));
-  consumer->on_effect(
-      this->topic_,
-      EffectHandler<OrderConfirmed, bool>{
-          .call =
-              [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
-                ++calls;
-                client.after(1ms, [done] { done.done(true); });
-              },
-          .apply =
-              [](const OrderConfirmed& ev, const RecordInfo& r, const bool&, Transaction& tx) {
-                record_effect(tx, ev.event_id, r);
-                return Outcome::Done;
-              },
-          .ordering_key = {}});
+  consumer->on_effect(this->topic_, counted_effect(calls, client));
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
   const bool done = eventually(
@@ -347,21 +354,10 @@ TEST_F(ConcurrentEffectsPostgres, CallsGoOnWhileAnApplyTransactionCommits) {
   std::atomic<int> calls{0};
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = make_consumer(8);
-  consumer->on_effect(
-      topic_,
-      EffectHandler<OrderConfirmed, bool>{
-          .call =
-              [&](const OrderConfirmed&, const RecordInfo&, CallCompletion<bool> done) {
-                ++calls;
-                client.after(1ms, [done] { done.done(true); });
-              },
-          .apply =
-              [](const OrderConfirmed& e, const RecordInfo& r, const bool&, Transaction& tx) {
-                record_effect(tx, e.event_id, r);
-                tx.execute("INSERT INTO commit_gate(order_id) VALUES ($1)", e.order_id);
-                return Outcome::Done;
-              },
-          .ordering_key = {}});
+  consumer->on_effect(topic_,
+                      counted_effect(calls, client, [](const OrderConfirmed& e, Transaction& tx) {
+                        tx.execute("INSERT INTO commit_gate(order_id) VALUES ($1)", e.order_id);
+                      }));
   const Consumer& observed = *consumer;
   RunningConsumer running(std::move(consumer));
   // 8 in flight at most, and nothing can commit: every call must still be made.
