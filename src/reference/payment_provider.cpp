@@ -93,13 +93,13 @@ ProviderSummary read_summary(Transaction& tx) {
 }
 
 std::vector<Charge> read_charges(Transaction& tx, std::optional<std::int64_t> order_id) {
-  constexpr std::string_view columns =
+  constexpr std::string_view kColumns =
       "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
       "FROM provider_charge ";
   const Rows rows =
       order_id
-          ? tx.execute(std::string(columns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
-          : tx.execute(std::string(columns) + "ORDER BY payment_id");
+          ? tx.execute(std::string(kColumns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
+          : tx.execute(std::string(kColumns) + "ORDER BY payment_id");
   std::vector<Charge> out;
   out.reserve(rows.size());
   for (const RowView row : rows) {
