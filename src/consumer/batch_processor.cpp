@@ -129,22 +129,11 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
   }
 }
 
-BatchResult BatchProcessor::process(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule) {
-  BatchResult result = prepare_pointers(batch, schedule);
-  if (tx_) {
-    before_commit();
-    commit(result);
-    if (result.committed) call_hook(hooks_, HookPoint::AfterDbCommit);
-  }
-  return result;
-}
-
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule) {
   pointers_.clear();
   for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare_pointers(pointers_, schedule);
+  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
 }
 
 void BatchProcessor::before_commit() {
@@ -156,8 +145,8 @@ void BatchProcessor::before_commit() {
   }
 }
 
-BatchResult BatchProcessor::prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
-                                             const RetrySchedule& schedule) {
+BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> batch,
+                                    const RetrySchedule& schedule) {
   rollback();
   BatchResult result;
   validate(batch);

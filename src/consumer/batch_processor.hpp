@@ -14,9 +14,10 @@
 // only and the rest of the batch commits. Handlers therefore may run twice for one
 // delivery; only the committed pass's effects remain.
 //
-// prepare() and commit() are the two halves of process(), for a caller that commits on
-// another thread while it prepares the next batch on a second processor and connection
-// (ConsumerConfig::pipeline_depth 2; BatchPipeline).
+// prepare(), before_commit() and commit() are separate steps, so that a caller may
+// commit on another thread while it goes on (BatchPipeline with pipeline_depth 2 prepares
+// the next batch on a second processor; the effect pipeline starts calls); the caller
+// runs the AfterDbCommit hook once the commit returned.
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -79,38 +80,30 @@ class BatchProcessor {
   BatchProcessor(const BatchProcessor&) = delete;
   BatchProcessor& operator=(const BatchProcessor&) = delete;
 
-  /// Processes `batch` (records of any partitions, each partition's in offset order).
-  /// `schedule` supplies earlier failed attempts (for `idem.attempts`).
-  /// Transient database failures never escape: they become retry_at for every partition.
+  /// Prepares `batch` (records of any partitions, each partition's in offset order):
+  /// validates, marks and runs the handlers, and leaves the transaction open (decided:
+  /// every outcome in the result stands if it commits). `schedule` supplies earlier
+  /// failed attempts (for `idem.attempts`). Transient database failures never escape: a
+  /// failure of the whole transaction is in the result (`failure`, every partition's
+  /// retry_at) and leaves nothing open.
   /// \throws HookAbort when a hook throws (the transaction is rolled back);
   ///   stopping_error (store_errors.hpp) when the store refuses one of idem's own
   ///   statements for good (rolled back too; the caller commits no offset of the batch).
-  /// The records must stay alive until the result's dead letters are sent. (The effect
-  /// pipeline calls it with the records it holds; the batch loop prepares and commits
-  /// through BatchPipeline.)
-  [[nodiscard]] BatchResult process(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule);
-
-  /// process() up to its commit: validates, marks and runs the handlers, and leaves the
-  /// transaction open (decided: every outcome in the result stands if it commits). A
-  /// failure of the whole transaction is in the result (`failure`, every partition's
-  /// retry_at) and leaves nothing open. \throws like process().
   [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule);
-  /// The same over records the caller owns (the effect pipeline's).
+  /// The same over records the caller owns (the effect pipeline's); they must stay alive
+  /// until the result's dead letters are sent.
   [[nodiscard]] BatchResult prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule) {
-    return prepare_pointers(batch, schedule);
-  }
+                                    const RetrySchedule& schedule);
   /// True between a prepare() that left a transaction open and commit() or rollback().
   [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
   /// The BeforeDbCommit hook, on the caller's thread, before commit(). \throws HookAbort
   /// when the hook throws (the open transaction is rolled back first).
   void before_commit();
   /// Commits what prepare() left open (nothing to do when nothing is), and records in
-  /// `result` whether it did; a failed commit makes it a failure of the whole batch, as
-  /// in process(). Calls no hook, so any thread may call it while the caller's thread
-  /// prepares on another processor. \throws stopping_error as process() does.
+  /// `result` whether it did; a failed commit makes it a failure of the whole batch.
+  /// Calls no hook, so any thread may call it while the caller's thread goes on.
+  /// \throws stopping_error as prepare() does.
   void commit(BatchResult& result);
   /// Rolls back what prepare() left open (the batch before it failed: this one must not
   /// commit ahead of its retry).
@@ -139,8 +132,6 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
-  [[nodiscard]] BatchResult prepare_pointers(std::span<const rd_kafka_message_t* const> batch,
-                                             const RetrySchedule& schedule);
   void validate(std::span<const rd_kafka_message_t* const> batch);
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
   /// Runs one pass, leaving its transaction in tx_. Returns false when the optimistic

@@ -274,27 +274,28 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     ~ClearStaged() { staged.clear(); }
   } clear_staged{staged_};
 
+  // Without a second connection (applier_ null) the COMMIT runs here, on the first.
+  BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
   Applying a{tickets, {}, std::chrono::steady_clock::now(), {}};
-  if (!applier_) {
-    a.result = deps_.processor.process(messages, no_schedule_);
-    a.committed = std::chrono::steady_clock::now();
-    return finish_apply(delta, a, now);
-  }
-  a.result = applier_->prepare(messages, no_schedule_);
-  if (!applier_->open()) {  // nothing to commit: the transaction failed as a whole
-    a.committed = std::chrono::steady_clock::now();
-    return finish_apply(delta, a, now);
-  }
-  applier_->before_commit();
+  a.result = processor.prepare(messages, no_schedule_);
+  if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
-  commit_->start([this] {
-    applier_->commit(applying_->result);
+  const auto commit = [this, &processor] {
+    processor.commit(applying_->result);  // nothing to do when the transaction failed
     applying_->committed = std::chrono::steady_clock::now();
-  });
+  };
+  if (commit_ && processor.open()) return commit_->start(commit);
+  commit();
+  settle_apply(delta, now);
 }
 
 void EffectPipeline::settle_apply(ConsumerStats& delta, TimePoint now) {
-  commit_->wait();  // rethrows stopping_error
+  try {
+    if (commit_) commit_->wait();
+  } catch (...) {
+    applying_.reset();  // stopping_error: nothing of it is settled, no offset moves
+    throw;
+  }
   Applying a = std::move(*applying_);
   applying_.reset();
   if (a.result.committed) call_hook(deps_.hooks, HookPoint::AfterDbCommit);

@@ -125,7 +125,6 @@ struct ChargeFlow {
   // the key's claim (committed during that wait), so a charge costs its latency plus one
   // durable commit, not two.
   bool latency_over = false;
-  bool latency_cancelled = false;  // the provider is stopping: charge nothing
   bool claimed = false;
 };
 
@@ -311,10 +310,11 @@ void PaymentProvider::Impl::start_latency(const std::shared_ptr<ChargeFlow>& flo
   }
   flow->latency.emplace(io, flow->faults.latency);
   waiting_latency.insert(flow.get());
-  flow->latency->async_wait([this, flow](boost::system::error_code ec) {
+  // Cancelled only by a stop (charge_or_give_up sees `stopping`) or by an answer that
+  // needs no charge (never claimed): the error code adds nothing.
+  flow->latency->async_wait([this, flow](boost::system::error_code) {
     waiting_latency.erase(flow.get());
     flow->latency_over = true;
-    flow->latency_cancelled = ec || stopping;
     if (flow->claimed) charge_or_give_up(flow);
   });
 }
@@ -325,7 +325,7 @@ void PaymentProvider::Impl::claim_ready(const std::shared_ptr<ChargeFlow>& flow)
 }
 
 void PaymentProvider::Impl::charge_or_give_up(const std::shared_ptr<ChargeFlow>& flow) {
-  if (stopping || flow->latency_cancelled) return give_up(flow);
+  if (stopping) return give_up(flow);
   charge(flow);
 }
 
