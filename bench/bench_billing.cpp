@@ -79,6 +79,7 @@ struct Options {
   std::vector<int> latencies{0, 10, 100};
   std::vector<std::size_t> in_flight{1, 64, 256, 1024};
   int soak = 0;
+  std::vector<std::string> backends{"sqlite", "postgres"};
 };
 
 std::vector<std::int64_t> parse_list(const std::string& text) {
@@ -110,6 +111,10 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--latencies") {
       o.latencies.clear();
       for (auto v : parse_list(value())) o.latencies.push_back(static_cast<int>(v));
+    } else if (flag == "--backends") {
+      o.backends.clear();
+      std::stringstream in(value());
+      for (std::string b; std::getline(in, b, ',');) o.backends.push_back(b);
     } else if (flag == "--soak") {
       o.soak = std::stoi(value());
     } else if (flag == "--in-flight") {
@@ -368,6 +373,7 @@ int main(int argc, char** argv) {
   }
   double rss_warm = 0;  // after the first run: the broker, a provider and a consumer have run
   for (const Backend& backend : backends) {
+    if (std::ranges::find(opts.backends, backend.name) == opts.backends.end()) continue;
     std::printf("\n== %s: %s\n", backend.name.c_str(), backend.settings.c_str());
     const Pass limit =
         pass(broker, backend, opts.orders, kBatch, 1024,
@@ -427,7 +433,7 @@ int main(int argc, char** argv) {
         charged += p.orders;
         std::fflush(stdout);
       }
-      if (latency_ms == 10 || latency_ms == 100) {
+      if ((latency_ms == 10 || latency_ms == 100) && opts.paced_s > 0) {
         const Latency l = paced(broker, backend, provider.base_url(), opts.paced_s);
         std::printf(
             "%6d ms paced 1,000/s, effect 1024: %lld orders, enqueue->ledger p50 %.1f ms "
