@@ -48,6 +48,7 @@ EffectPipeline::~EffectPipeline() {
 
 void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta) {
   std::size_t kept = 0;
+  std::vector<std::uint64_t> callable;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto it = effect_routes_.find(rd_kafka_topic_name(batch[i]->rkt));
     if (it == effect_routes_.end()) {
@@ -56,10 +57,51 @@ void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delt
       continue;
     }
     ++delta.delivered;
-    admit_one(std::move(batch[i]), *it->second);
+    if (const std::uint64_t ticket = admit_one(std::move(batch[i]), *it->second))
+      callable.push_back(ticket);
   }
   batch.resize(kept);
   for (const TopicPartition& tp : touched_) windows_.pause_if_full(tp);
+  check_marks_on_admit(callable);
+}
+
+void EffectPipeline::check_marks_on_admit(std::span<const std::uint64_t> tickets) {
+  // One read for the whole polled batch instead of one per turn before its calls. The
+  // answer stays true until the call unless something marks the event meanwhile: this
+  // pipeline applying another record of the same id (those read again at the call), or
+  // another process applying a copy of the event from another partition, which races
+  // with any read before a call (the provider's idempotency key covers that one).
+  std::vector<Entry*> asked;
+  for (const auto t : tickets) {
+    Entry& e = entries_.at(t);
+    if (ids_held_[e.event_id]++ == 0) asked.push_back(&e);  // else it stays AtCall
+  }
+  try {
+    read_marks(asked);
+  } catch (const std::exception& ex) {
+    stop_if_refused_for_good("idem consumer", ex);
+    // They stay AtCall: read again (and retried) before their calls.
+  }
+}
+
+void EffectPipeline::read_marks(std::span<Entry* const> entries) {
+  if (entries.empty()) return;
+  std::vector<Uuid> ids;
+  ids.reserve(entries.size());
+  for (const Entry* e : entries) ids.push_back(e->event_id);
+  auto tx = deps_.store.begin_read();
+  const std::vector<bool> marked = tx->processed_among(ids, deps_.config.group_id);
+  tx->rollback();
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    entries[i]->mark_check = marked.at(i) ? MarkCheck::Marked : MarkCheck::Fresh;
+}
+
+void EffectPipeline::erase_entry(std::unordered_map<std::uint64_t, Entry>::iterator it) {
+  if (it->second.scheduled) {
+    const auto held = ids_held_.find(it->second.event_id);
+    if (held != ids_held_.end() && --held->second == 0) ids_held_.erase(held);
+  }
+  entries_.erase(it);
 }
 
 std::string EffectPipeline::default_key(const EffectRecord& r) const {
@@ -73,10 +115,10 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
   return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
 }
 
-void EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
+std::uint64_t EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
   // Fetched before a pause took effect, or again after a seek: it comes back in order.
-  if (!windows_.admit(tp, m->offset)) return;
+  if (!windows_.admit(tp, m->offset)) return 0;
   touched_.insert(tp);
   const std::uint64_t ticket = next_ticket_++;
   Entry e;
@@ -119,6 +161,7 @@ void EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   // Staged after the move: the reason's view must point into the entry in the table.
   if (!held.reason.empty())
     held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
+  return held.scheduled ? ticket : 0;
 }
 
 std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool start) {
@@ -158,7 +201,7 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
       // result is never applied here. The key was kept busy until now so that no other
       // call of it overlapped this one.
       scheduler_.finish(e.key);
-      entries_.erase(it);
+      erase_entry(it);
       continue;
     }
     if (c.outcome == Outcome::Retry) {
@@ -184,33 +227,31 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
 void EffectPipeline::start_calls(ConsumerStats& delta, TimePoint now) {
   const std::vector<std::uint64_t> tickets = scheduler_.take_ready(now);
   if (tickets.empty()) return;
-  // One read-only look at the dedup rows for all of them: an event already marked for
-  // the group (a redelivery) makes no call. The mark in the apply transaction stays the
-  // only arbiter; this only saves the calls.
-  std::vector<Uuid> ids;
-  ids.reserve(tickets.size());
-  for (const auto t : tickets) ids.push_back(entries_.at(t).event_id);
-  std::vector<bool> marked;
+  // Those whose admission read may be stale are read again, all in one look. The mark
+  // in the apply transaction stays the only arbiter; these reads only save the calls.
+  std::vector<Entry*> asked;
+  for (const auto t : tickets) {
+    Entry& e = entries_.at(t);
+    if (e.mark_check == MarkCheck::AtCall) asked.push_back(&e);
+  }
   try {
-    auto tx = deps_.store.begin_read();
-    marked = tx->processed_among(ids, deps_.config.group_id);
-    tx->rollback();
+    read_marks(asked);
   } catch (const std::exception& ex) {
     // idem's own read: refused for good, it would hold every key back forever.
     stop_if_refused_for_good("idem consumer", ex);
-    for (const auto t : tickets) retry_key(entries_.at(t), now, ex.what());
-    return;
+    for (Entry* e : asked) retry_key(*e, now, ex.what());
   }
-  for (std::size_t i = 0; i < tickets.size(); ++i) {
-    Entry& e = entries_.at(tickets[i]);
-    if (marked.at(i)) {
+  for (const auto t : tickets) {
+    Entry& e = entries_.at(t);
+    if (e.mark_check == MarkCheck::AtCall) continue;  // its read failed: retry_key above
+    if (e.mark_check == MarkCheck::Marked) {
       scheduler_.call_returned(e.key);  // no call: its slot is free at once
       e.state = State::Ready;           // the processor's mark finds it and counts a duplicate
-      ready_.push_back(tickets[i]);
+      ready_.push_back(t);
       continue;
     }
     ++delta.calls;
-    start_call(tickets[i], e);
+    start_call(t, e);
   }
 }
 
@@ -236,6 +277,7 @@ void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
   const auto delay = key_backoff_.delay(e.attempts);
   scheduler_.retry_at(e.key, now + delay);
   e.state = State::Queued;
+  e.mark_check = MarkCheck::AtCall;  // a copy may have been applied meanwhile
   e.staged = {};
   e.result.reset();
   deps_.log(
@@ -354,7 +396,7 @@ void EffectPipeline::finish(std::uint64_t ticket) {
   const auto it = entries_.find(ticket);
   if (it == entries_.end()) return;
   if (it->second.scheduled) scheduler_.finish(it->second.key);
-  entries_.erase(it);
+  erase_entry(it);
 }
 
 std::optional<EffectPipeline::TimePoint> EffectPipeline::next_work(TimePoint now) const {
@@ -390,7 +432,7 @@ void EffectPipeline::on_revoked(std::span<const TopicPartition> partitions) {
       continue;
     }
     if (e.state == State::Ready && e.scheduled) scheduler_.finish(e.key);
-    it = entries_.erase(it);
+    erase_entry(it++);
   }
   std::erase_if(ready_, [&](std::uint64_t t) { return !entries_.contains(t); });
   windows_.forget(partitions);

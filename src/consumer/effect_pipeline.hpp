@@ -2,9 +2,11 @@
 // The effect path of idem::Consumer (Consumer::on_effect, IDEM-4): records of effect
 // topics are held here from poll to commit. Per run() turn:
 //   1. completions of call phases come in from other threads (CompletionQueue);
-//   2. keys whose previous event is finished start their next call (KeyedScheduler), after
-//      one read-only check which of those events are already marked (a duplicate never
-//      calls);
+//   2. keys whose previous event is finished start their next call (KeyedScheduler); an
+//      event already marked makes no call (a duplicate never calls): which events are
+//      marked is read once per polled batch, when they are admitted, and read again just
+//      before the call only where that answer may have gone stale meanwhile (another
+//      record held here carries the same event id, or the first read failed);
 //   3. events whose call completed are applied in ONE batch transaction through a
 //      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers)
 //      on the effect path's own connection; its COMMIT, which mostly waits for the WAL
@@ -110,6 +112,12 @@ class EffectPipeline {
 
  private:
   enum class State { Queued, Calling, Ready };
+  /// What the read of the dedup marks said about an event before its call.
+  enum class MarkCheck {
+    Fresh,   ///< not marked when admitted, and nothing here could have marked it since
+    Marked,  ///< marked when admitted: no call
+    AtCall,  ///< read again just before the call
+  };
   struct Entry {
     KafkaMessage message;
     std::shared_ptr<EffectRecord> record;
@@ -120,6 +128,7 @@ class EffectPipeline {
     bool scheduled = false;
     Uuid event_id;
     State state = State::Queued;
+    MarkCheck mark_check = MarkCheck::AtCall;
     std::uint32_t attempts = 0;
     StagedCall staged;  // outcome Retry (no call result) until a call completed
     std::shared_ptr<void> result;
@@ -127,7 +136,15 @@ class EffectPipeline {
   };
   using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
 
-  void admit_one(KafkaMessage m, EffectRoute& route);
+  /// Returns the ticket of a record that will be called (0: none).
+  std::uint64_t admit_one(KafkaMessage m, EffectRoute& route);
+  /// One read of the dedup marks for the events of `tickets`, just admitted.
+  void check_marks_on_admit(std::span<const std::uint64_t> tickets);
+  /// Reads which of `entries` are marked for the group (one read) into their mark_check.
+  /// \throws what the store throws; nothing is set then.
+  void read_marks(std::span<Entry* const> entries);
+  /// Removes an entry, and its event id from ids_held_.
+  void erase_entry(std::unordered_map<std::uint64_t, Entry>::iterator it);
   void take_completions(ConsumerStats& delta, TimePoint now);
   void start_calls(ConsumerStats& delta, TimePoint now);
   void start_call(std::uint64_t ticket, Entry& e);
@@ -157,6 +174,10 @@ class EffectPipeline {
   Backoff apply_backoff_;
   RetrySchedule no_schedule_;  // attempts of the processor's blocking retries: none here
   std::unordered_map<std::uint64_t, Entry> entries_;
+  // Event ids of the callable entries held, with their count: a record admitted while
+  // another record of its event id is held reads the marks again before its call (the
+  // other one may be applied meanwhile).
+  std::unordered_map<Uuid, std::uint32_t> ids_held_;
   std::vector<std::uint64_t> ready_;
   std::size_t calling_ = 0;
   std::uint64_t next_ticket_ = 1;

@@ -313,6 +313,56 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   EXPECT_GE(committed_batches.load(), 1);
 }
 
+// Events marked before they are polled (a redelivery after a crash between the apply
+// transaction's commit and the offset commit) are found by the one read of the marks
+// when their batch is admitted: none of them is called, each counts as a duplicate, and
+// the unmarked ones are called once each.
+TYPED_TEST(ConcurrentEffectsTest, EventsMarkedBeforeTheyArePolledMakeNoCall) {
+  if (this->IsSkipped()) return;
+  constexpr int kOrders = 40;
+  std::vector<Uuid> ids;
+  {
+    KafkaTestProducer producer(this->broker_->bootstrap_servers());
+    for (int i = 1; i <= kOrders; ++i) {
+      OrderConfirmed e;
+      e.event_id = new_uuid_v7();
+      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now());
+      e.order_id = i;
+      e.customer_id = 7;
+      e.total_amount = Amount::from_hundredths(500);
+      ids.push_back(e.event_id);
+      producer.send({this->topic_, std::to_string(i), to_json(e),
+                     {{"event_id", e.event_id.to_string()}}, -1});
+    }
+    producer.flush(30s);
+  }
+  {
+    auto tx = this->observer_->begin();  // every other event is marked already
+    for (std::size_t i = 0; i < ids.size(); i += 2)
+      ASSERT_TRUE(tx->mark_processed(ids[i], this->group_));
+    tx->commit();
+  }
+  std::atomic<int> calls{0};
+  DelayedCalls client;
+  std::unique_ptr<Consumer> consumer = this->make_consumer(64);
+  consumer->on_effect(this->topic_, counted_effect(calls, client));
+  const Consumer& observed = *consumer;
+  RunningConsumer running(std::move(consumer));
+  const bool done = eventually(
+      [&] {
+        const ConsumerStats s = observed.stats();
+        return s.processed + s.duplicates == static_cast<std::uint64_t>(kOrders);
+      },
+      60s, 20ms);
+  ASSERT_TRUE(running.stop());
+  if (running.error()) std::rethrow_exception(running.error());
+  EXPECT_TRUE(done);
+  EXPECT_EQ(observed.stats().duplicates, static_cast<std::uint64_t>(kOrders / 2));
+  EXPECT_EQ(calls.load(), kOrders / 2) << "a marked event was called";
+  EXPECT_EQ(this->effects(), kOrders / 2);
+}
+
 #ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
 class ConcurrentEffectsPostgres : public ConcurrentEffectsTest<PostgresBackend> {};
 
