@@ -326,14 +326,17 @@ TYPED_TEST(ConcurrentEffectsTest, EventsMarkedBeforeTheyArePolledMakeNoCall) {
     for (int i = 1; i <= kOrders; ++i) {
       OrderConfirmed e;
       e.event_id = new_uuid_v7();
-      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now());
+      e.occurred_at =
+          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
       e.order_id = i;
       e.customer_id = 7;
       e.total_amount = Amount::from_hundredths(500);
       ids.push_back(e.event_id);
-      producer.send({this->topic_, std::to_string(i), to_json(e),
-                     {{"event_id", e.event_id.to_string()}}, -1});
+      producer.send({this->topic_,
+                     std::to_string(i),
+                     to_json(e),
+                     {{"event_id", e.event_id.to_string()}},
+                     -1});
     }
     producer.flush(30s);
   }
