@@ -48,7 +48,7 @@ EffectPipeline::~EffectPipeline() {
 
 void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta) {
   std::size_t kept = 0;
-  std::vector<std::uint64_t> callable;
+  std::vector<Entry*> to_read;  // callable, and no other record of its event id is held
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto it = effect_routes_.find(rd_kafka_topic_name(batch[i]->rkt));
     if (it == effect_routes_.end()) {
@@ -57,27 +57,17 @@ void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delt
       continue;
     }
     ++delta.delivered;
-    if (const std::uint64_t ticket = admit_one(std::move(batch[i]), *it->second))
-      callable.push_back(ticket);
+    if (Entry* e = admit_one(std::move(batch[i]), *it->second)) to_read.push_back(e);
   }
   batch.resize(kept);
   for (const TopicPartition& tp : touched_) windows_.pause_if_full(tp);
-  check_marks_on_admit(callable);
-}
-
-void EffectPipeline::check_marks_on_admit(std::span<const std::uint64_t> tickets) {
   // One read for the whole polled batch instead of one per turn before its calls. The
   // answer stays true until the call unless something marks the event meanwhile: this
-  // pipeline applying another record of the same id (those read again at the call), or
-  // another process applying a copy of the event from another partition, which races
-  // with any read before a call (the provider's idempotency key covers that one).
-  std::vector<Entry*> asked;
-  for (const auto t : tickets) {
-    Entry& e = entries_.at(t);
-    if (ids_held_[e.event_id]++ == 0) asked.push_back(&e);  // else it stays AtCall
-  }
+  // pipeline applying another record of the same id (those stay AtCall), or another
+  // process applying a copy of the event from another partition, which races with any
+  // read before a call (the provider's idempotency key covers that one).
   try {
-    read_marks(asked);
+    read_marks(to_read);
   } catch (const std::exception& ex) {
     stop_if_refused_for_good("idem consumer", ex);
     // They stay AtCall: read again (and retried) before their calls.
@@ -115,10 +105,10 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
   return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
 }
 
-std::uint64_t EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
+EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
   // Fetched before a pause took effect, or again after a seek: it comes back in order.
-  if (!windows_.admit(tp, m->offset)) return 0;
+  if (!windows_.admit(tp, m->offset)) return nullptr;
   touched_.insert(tp);
   const std::uint64_t ticket = next_ticket_++;
   Entry e;
@@ -161,7 +151,10 @@ std::uint64_t EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   // Staged after the move: the reason's view must point into the entry in the table.
   if (!held.reason.empty())
     held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
-  return held.scheduled ? ticket : 0;
+  if (!held.scheduled) return nullptr;
+  // Counted down in erase_entry. A copy already held may be applied before this one's
+  // call: this one is then read again at its call (AtCall), not now.
+  return ids_held_[held.event_id]++ == 0 ? &held : nullptr;
 }
 
 std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool start) {

@@ -6,7 +6,8 @@
 //      event already marked makes no call (a duplicate never calls): which events are
 //      marked is read once per polled batch, when they are admitted, and read again just
 //      before the call only where that answer may have gone stale meanwhile (another
-//      record held here carries the same event id, or the first read failed);
+//      record held here carries the same event id, the call is retried, or the first read
+//      failed);
 //   3. events whose call completed are applied in ONE batch transaction through a
 //      BatchProcessor (mark, apply phase, DLQ outcomes; the same machinery as handlers)
 //      on the effect path's own connection; its COMMIT, which mostly waits for the WAL
@@ -114,9 +115,9 @@ class EffectPipeline {
   enum class State { Queued, Calling, Ready };
   /// What the read of the dedup marks said about an event before its call.
   enum class MarkCheck {
-    Fresh,   ///< not marked when admitted, and nothing here could have marked it since
-    Marked,  ///< marked when admitted: no call
-    AtCall,  ///< read again just before the call
+    Fresh,   ///< not marked when last read, and nothing here could have marked it since
+    Marked,  ///< marked when last read: no call
+    AtCall,  ///< to be read just before the call
   };
   struct Entry {
     KafkaMessage message;
@@ -136,10 +137,9 @@ class EffectPipeline {
   };
   using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
 
-  /// Returns the ticket of a record that will be called (0: none).
-  std::uint64_t admit_one(KafkaMessage m, EffectRoute& route);
-  /// One read of the dedup marks for the events of `tickets`, just admitted.
-  void check_marks_on_admit(std::span<const std::uint64_t> tickets);
+  /// Returns the entry if it will be called and its marks are to be read now (no other
+  /// record of its event id is held); else nullptr.
+  Entry* admit_one(KafkaMessage m, EffectRoute& route);
   /// Reads which of `entries` are marked for the group (one read) into their mark_check.
   /// \throws what the store throws; nothing is set then.
   void read_marks(std::span<Entry* const> entries);

@@ -125,6 +125,25 @@ class ConcurrentEffectsTest : public DevBrokerSuite {
     return std::make_unique<Consumer>(c, open_store(url_), std::move(hooks));
   }
 
+  struct RunOutcome {
+    bool stopped = false;  ///< Consumer::stop() returned true
+    bool done = false;     ///< `done` held before the deadline
+    ConsumerStats stats;   ///< after the stop
+  };
+  /// Runs `consumer` until `done(stats)` holds (60 s at most), then stops it; rethrows
+  /// what run() threw.
+  RunOutcome run_until(std::unique_ptr<Consumer> consumer,
+                       const std::function<bool(const ConsumerStats&)>& done) {
+    const Consumer& observed = *consumer;
+    RunningConsumer running(std::move(consumer));
+    RunOutcome out;
+    out.done = eventually([&] { return done(observed.stats()); }, 60s, 20ms);
+    out.stopped = running.stop();
+    if (running.error()) std::rethrow_exception(running.error());
+    out.stats = observed.stats();
+    return out;
+  }
+
   /// effect_log rows of this group by the record's key (via order id -> key).
   std::int64_t effects() { return count_effects(*observer_, group_); }
 
@@ -294,19 +313,13 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = this->make_consumer(8, 4096, std::move(hooks));
   consumer->on_effect(this->topic_, counted_effect(calls, client));
-  const Consumer& observed = *consumer;
-  RunningConsumer running(std::move(consumer));
-  const bool done = eventually(
-      [&] {
-        const ConsumerStats s = observed.stats();
-        return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;
-      },
-      60s, 20ms);
-  ASSERT_TRUE(running.stop());
-  if (running.error()) std::rethrow_exception(running.error());
-  EXPECT_TRUE(done) << "processed=" << observed.stats().processed
-                    << " duplicates=" << observed.stats().duplicates
-                    << " dead_lettered=" << observed.stats().dead_lettered;
+  const auto run = this->run_until(std::move(consumer), [](const ConsumerStats& s) {
+    return s.processed == 1 && s.duplicates == 2 && s.dead_lettered == 1;
+  });
+  ASSERT_TRUE(run.stopped);
+  EXPECT_TRUE(run.done) << "processed=" << run.stats.processed
+                        << " duplicates=" << run.stats.duplicates
+                        << " dead_lettered=" << run.stats.dead_lettered;
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(this->effects(), 1);
   EXPECT_EQ(reported_records.load(), 4u) << "each record is applied in one reported transaction";
@@ -320,48 +333,28 @@ TYPED_TEST(ConcurrentEffectsTest, ADuplicateMakesNoCall) {
 TYPED_TEST(ConcurrentEffectsTest, EventsMarkedBeforeTheyArePolledMakeNoCall) {
   if (this->IsSkipped()) return;
   constexpr int kOrders = 40;
-  std::vector<Uuid> ids;
-  {
-    KafkaTestProducer producer(this->broker_->bootstrap_servers());
-    for (int i = 1; i <= kOrders; ++i) {
-      OrderConfirmed e;
-      e.event_id = new_uuid_v7();
-      e.occurred_at =
-          std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
-      e.order_id = i;
-      e.customer_id = 7;
-      e.total_amount = Amount::from_hundredths(500);
-      ids.push_back(e.event_id);
-      producer.send({this->topic_,
-                     std::to_string(i),
-                     to_json(e),
-                     {{"event_id", e.event_id.to_string()}},
-                     -1});
-    }
-    producer.flush(30s);
-  }
+  const KeyedOrderEvents produced =
+      produce_keyed_order_events(this->broker_->bootstrap_servers(), this->topic_, kOrders,
+                                 [](std::int64_t id) { return std::to_string(id); });
   {
     auto tx = this->observer_->begin();  // every other event is marked already
-    for (std::size_t i = 0; i < ids.size(); i += 2)
-      ASSERT_TRUE(tx->mark_processed(ids[i], this->group_));
+    for (const auto& [order_id, event_id] : produced.event_ids) {
+      if (order_id % 2 == 1) {
+        ASSERT_TRUE(tx->mark_processed(event_id, this->group_));
+      }
+    }
     tx->commit();
   }
   std::atomic<int> calls{0};
   DelayedCalls client;
   std::unique_ptr<Consumer> consumer = this->make_consumer(64);
   consumer->on_effect(this->topic_, counted_effect(calls, client));
-  const Consumer& observed = *consumer;
-  RunningConsumer running(std::move(consumer));
-  const bool done = eventually(
-      [&] {
-        const ConsumerStats s = observed.stats();
-        return s.processed + s.duplicates == static_cast<std::uint64_t>(kOrders);
-      },
-      60s, 20ms);
-  ASSERT_TRUE(running.stop());
-  if (running.error()) std::rethrow_exception(running.error());
-  EXPECT_TRUE(done);
-  EXPECT_EQ(observed.stats().duplicates, static_cast<std::uint64_t>(kOrders / 2));
+  const auto run = this->run_until(std::move(consumer), [](const ConsumerStats& s) {
+    return s.processed + s.duplicates == static_cast<std::uint64_t>(kOrders);
+  });
+  ASSERT_TRUE(run.stopped);
+  EXPECT_TRUE(run.done);
+  EXPECT_EQ(run.stats.duplicates, static_cast<std::uint64_t>(kOrders / 2));
   EXPECT_EQ(calls.load(), kOrders / 2) << "a marked event was called";
   EXPECT_EQ(this->effects(), kOrders / 2);
 }
