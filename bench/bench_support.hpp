@@ -107,8 +107,11 @@ inline ConsumerConfig consumer_config(const std::string& bootstrap, const std::s
 /// One consumer pass over the `expected` records already in the topic, with the handler
 /// `route` installs; events/s from the first polled batch to the offset commit after
 /// which `expected` events were processed (group join and produce are excluded).
+/// `final_stats`, when given, receives the consumer's stats at the end (redeliveries and
+/// retries say whether the pass ran clean).
 inline double timed_pass(const ConsumerConfig& config, const std::string& url,
-                         std::uint64_t expected, const std::function<void(Consumer&)>& route) {
+                         std::uint64_t expected, const std::function<void(Consumer&)>& route,
+                         ConsumerStats* final_stats = nullptr) {
   Consumer* self = nullptr;
   SteadyClock::time_point t0;
   SteadyClock::time_point t1;
@@ -128,7 +131,9 @@ inline double timed_pass(const ConsumerConfig& config, const std::string& url,
   self = &consumer;
   route(consumer);
   consumer.run();
-  return static_cast<double>(consumer.stats().processed) / seconds_between(t0, t1);
+  const ConsumerStats stats = consumer.stats();
+  if (final_stats) *final_stats = stats;
+  return static_cast<double>(stats.processed) / seconds_between(t0, t1);
 }
 
 }  // namespace idem::bench
