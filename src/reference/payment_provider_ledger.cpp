@@ -361,8 +361,7 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   }
   if (!expired_keys.empty()) {
     // Read in this transaction, so still there: gone now, and claimed like new keys.
-    delete_keys(tx, "state = 'done' AND created_at_ms < $1", {Param(expired_before)},
-                expired_keys);
+    delete_keys(tx, "state = 'done' AND created_at_ms < $1", {Param(expired_before)}, expired_keys);
     insert_claims(claiming_again);
   }
   for (const std::size_t i : claims) {
