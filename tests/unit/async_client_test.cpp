@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -196,6 +197,42 @@ TEST(AsyncClientTest, ConnectionLimitHoldsForASmallLimit) {
   EXPECT_EQ(results.runs(), std::vector<int>(kCalls, 1));
   EXPECT_EQ(provider.server().max_open_connections(), 3u) << "the limit, and all of it used";
   EXPECT_LE(provider.server().connections_accepted(), 3u);
+}
+
+// The billing consumer's shape: each answer starts the next call, so at times few calls
+// are handed to libcurl. Its default connection cache (4 idle connections per transfer
+// added at that moment) then closed connections the next calls opened again; the
+// client's fixed cache keeps every connection for reuse.
+TEST(AsyncClientTest, ClosedLoopCallsReuseTheirConnections) {
+  ClientConfig config = fast_config();
+  config.max_host_connections = 64;
+  LoopbackServer server(
+      [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(R"({"ok":true})", "application/json");
+      },
+      config.max_host_connections);
+  constexpr std::size_t kCalls = 10'000;
+  Results results(kCalls);
+  // Declared before the client: its callbacks use them until its destructor joined.
+  std::atomic<std::size_t> next{0};
+  std::function<void(std::size_t)> start_one;
+  {
+    AsyncClient client(config);
+    start_one = [&](std::size_t call) {
+      client.start(Request{.url = server.url(),
+                           .json_body = "{}",
+                           .idempotency_key = "call-" + std::to_string(call)},
+                   [&, done = results.callback(call)](CallResult r) {
+                     done(std::move(r));
+                     if (const std::size_t n = next.fetch_add(1); n < kCalls) start_one(n);
+                   });
+    };
+    for (std::size_t i = 0; i < config.max_host_connections; ++i) start_one(next.fetch_add(1));
+    ASSERT_TRUE(results.wait_for(kCalls));
+  }
+  EXPECT_EQ(results.runs(), std::vector<int>(kCalls, 1));
+  for (const CallResult& r : results.results()) EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_LE(server.connections_accepted(), config.max_host_connections);
 }
 
 TEST(AsyncClientTest, WaitingForAConnectionIsNotPartOfTheAttemptsTimeout) {
