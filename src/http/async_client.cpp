@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -80,42 +79,6 @@ std::size_t append_body(char* data, std::size_t size, std::size_t count, void* o
   } catch (...) {
     return 0;
   }
-}
-
-// One part of a parsed URL; the port is the scheme's default when the URL has none.
-std::string url_part(CURLU* url, CURLUPart part) {
-  char* text = nullptr;
-  if (curl_url_get(url, part, &text, CURLU_DEFAULT_PORT) != CURLUE_OK || text == nullptr) return {};
-  std::string copy(text);
-  curl_free(text);
-  return copy;
-}
-
-// The URL parsed once by libcurl (the transfer uses this parse too, CURLOPT_CURLU), so a
-// URL libcurl cannot use is an error of start(), before anything is queued or sent.
-detail::Url parse_http_url(const std::string& url) {
-  detail::Url parsed(curl_url());
-  if (!parsed) throw std::bad_alloc();
-  const auto reject = [&](std::string_view why) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
-                fmt::format("cannot POST to '{}': {}", url, why));
-  };
-  // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http.
-  if (const CURLUcode code =
-          curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
-      code != CURLUE_OK) {
-    reject(curl_url_strerror(code));
-  }
-  std::string scheme = url_part(parsed.get(), CURLUPART_SCHEME);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (scheme != "http" && scheme != "https") reject("only http and https are supported");
-  return parsed;
-}
-
-std::string host_of(CURLU* url) {
-  return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
-                     url_part(url, CURLUPART_PORT));
 }
 
 struct Call;
@@ -586,8 +549,8 @@ void AsyncClient::start(Request request, std::function<void(CallResult)> done) {
   }
   if (!done) throw Error(ErrorCode::InvalidArgument, ErrorSource::Http, "start: no callback");
   auto call = std::make_unique<Call>();
-  call->url = parse_http_url(request.url);
-  call->host = host_of(call->url.get());
+  call->url = detail::parse_http_url(request.url);
+  call->host = detail::host_of(call->url.get());
   call->request = std::move(request);
   call->done = std::move(done);
 

@@ -1,8 +1,11 @@
 #include "http/curl_support.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -56,6 +59,44 @@ void append_header(HeaderList& list, std::string_view name, std::string_view val
   curl_slist* head = curl_slist_append(list.get(), line.c_str());
   if (head == nullptr) throw std::bad_alloc();
   if (!list) list.reset(head);
+}
+
+namespace {
+
+// One part of a parsed URL; the port is the scheme's default when the URL has none.
+std::string url_part(CURLU* url, CURLUPart part) {
+  char* text = nullptr;
+  if (curl_url_get(url, part, &text, CURLU_DEFAULT_PORT) != CURLUE_OK || text == nullptr) return {};
+  std::string copy(text);
+  curl_free(text);
+  return copy;
+}
+
+}  // namespace
+
+Url parse_http_url(const std::string& url) {
+  Url parsed(curl_url());
+  if (!parsed) throw std::bad_alloc();
+  const auto reject = [&](std::string_view why) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
+                fmt::format("cannot POST to '{}': {}", url, why));
+  };
+  // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http.
+  if (const CURLUcode code =
+          curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
+      code != CURLUE_OK) {
+    reject(curl_url_strerror(code));
+  }
+  std::string scheme = url_part(parsed.get(), CURLUPART_SCHEME);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (scheme != "http" && scheme != "https") reject("only http and https are supported");
+  return parsed;
+}
+
+std::string host_of(CURLU* url) {
+  return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
+                     url_part(url, CURLUPART_PORT));
 }
 
 }  // namespace idem::http::detail

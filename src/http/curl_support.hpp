@@ -4,6 +4,7 @@
 #include <curl/curl.h>
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 namespace idem::http::detail {
@@ -39,6 +40,16 @@ struct SlistDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
 };
 using HeaderList = std::unique_ptr<curl_slist, SlistDeleter>;
+
+/// The URL parsed once by libcurl (the transfer uses this parse too, CURLOPT_CURLU), so a
+/// URL libcurl cannot use is an error of AsyncClient::start(), before anything is queued.
+/// \throws Error(InvalidArgument, Http) for a URL libcurl rejects or a scheme other than
+/// http and https.
+[[nodiscard]] Url parse_http_url(const std::string& url);
+
+/// "scheme://host:port" of a parsed URL (the port is the scheme's default when it has
+/// none): the key of the per-host connection limit.
+[[nodiscard]] std::string host_of(CURLU* url);
 
 /// Appends "name: value" to `list`. \throws std::bad_alloc.
 void append_header(HeaderList& list, std::string_view name, std::string_view value);
