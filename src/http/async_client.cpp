@@ -520,7 +520,7 @@ AsyncClient::AsyncClient(ClientConfig config) {
   curl_multi_setopt(multi, CURLMOPT_TIMERDATA, impl_.get());
   // The loop queues calls beyond the limit itself (see the top of this file); finished
   // connections stay in the multi handle's cache for the next call (keep-alive).
-  curl_multi_setopt(impl_->multi.get(), CURLMOPT_MAX_HOST_CONNECTIONS,
+  curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                     static_cast<long>(impl_->config.max_host_connections));
   // libcurl's default cache holds 4 idle connections per transfer added at that moment:
   // when many calls finish in one turn, before the next ones are added, it closed
@@ -528,7 +528,7 @@ AsyncClient::AsyncClient(ClientConfig config) {
   // connections in 2 s instead of 64). A fixed size, room for a few hosts at the limit.
   const long cache = static_cast<long>(
       std::min<std::size_t>(impl_->config.max_host_connections, LONG_MAX / 4) * 4);
-  curl_multi_setopt(impl_->multi.get(), CURLMOPT_MAXCONNECTS, cache);
+  curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, cache);
   impl_->loop = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
