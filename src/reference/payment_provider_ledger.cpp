@@ -366,13 +366,13 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   }
   for (const std::size_t i : claims) {
     const ChargeAttempt& a = jobs[i].attempt;
-    if (claimed.count(a.key) != 0 && a.charge_at_claim) charges.push_back({payment_ids[i], &a});
-    if (claimed.count(a.key) != 0 && !a.charge_at_claim)
-      answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
-  }
-  for (const std::size_t i : claims) {
-    const ChargeAttempt& a = jobs[i].attempt;
-    if (claimed.count(a.key) != 0) continue;
+    if (claimed.count(a.key) != 0) {
+      if (a.charge_at_claim)
+        charges.push_back({payment_ids[i], &a});
+      else
+        answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
+      continue;
+    }
     const auto it = existing.find(a.key);
     if (it == existing.end()) {
       // Only a declined charge inserts no key; another provider process that just
