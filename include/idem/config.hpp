@@ -245,7 +245,7 @@ struct DemoSettings {
 struct RelaySettings {
   std::size_t batch_size = 1000;
   std::size_t in_flight = 8;
-  std::size_t mark_connections = 1;
+  std::size_t mark_connections = 2;
   std::chrono::milliseconds poll_interval{500};
   std::chrono::milliseconds retention{std::chrono::hours(24)};
   std::chrono::milliseconds progress_interval{5000};

@@ -215,7 +215,7 @@ const std::vector<KeySpec>& table() {
         {"relay.batch_size", KeyType::Integer, "1000", "rows per claim", 1, 100000},
         {"relay.in_flight", KeyType::Integer, "8", "batches produced but not yet marked", 1, 64},
         {"relay.listen", KeyType::Boolean, "true", "PostgreSQL: LISTEN/NOTIFY besides polling"},
-        {"relay.mark_connections", KeyType::Integer, "1",
+        {"relay.mark_connections", KeyType::Integer, "2",
          "connections marking rows published (0: on the relay's own)", 0, 16},
         duration_ms("relay.poll_interval_ms", "500", "idle polling interval", 1, kMaxMs),
         duration_ms("relay.progress_interval_ms", "5000", "progress interval (0: none)", 0, kMaxMs),

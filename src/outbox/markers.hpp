@@ -3,13 +3,14 @@
 // pipeline keeps going while the previous acknowledged batches are being marked:
 // throughput is bounded by the slowest of claims, broker and marks, not by their sum.
 // With several connections several markers run at once, each taking whatever is queued
-// (by default one: on 2 cores a second cost more in contention on the same heap and
-// index pages than it gained). Only acknowledged batches at the front of the pipeline (a
-// prefix, in id order) are ever handed over, so a row is never marked before every
-// earlier row of this relay was acknowledged; in which order the markers then commit
-// does not matter (a crash before a mark only means those rows are sent again).
-// Without a connection of their own (sqlite://:memory:, or mark_connections = 0) marks
-// run inline, on the relay's shared connection.
+// (by default two: on a durable PostgreSQL a mark spends most of its time waiting for
+// its commit's WAL flush, and a second marker fills that wait; only with fsync off did
+// the contention of two on the same heap and index pages cost more than it gained). Only
+// acknowledged batches at the front of the pipeline (a prefix, in id order) are ever handed over,
+// so a row is never marked before every earlier row of this relay was acknowledged; in which order
+// the markers then commit does not matter (a crash before a mark only means those rows are sent
+// again). Without a connection of their own (sqlite://:memory:, or mark_connections = 0) marks run
+// inline, on the relay's shared connection.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
