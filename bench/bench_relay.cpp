@@ -220,17 +220,24 @@ void fill(idem::Store& store, idem::Outbox& outbox, const std::string& topic, st
 // Rows a warm relay publishes before its timed run (they are not counted).
 constexpr std::int64_t kWarmUpRows = 1000;
 
+/// The relay's producer, also used by the rows that measure idem::Producer without it.
+idem::ProducerConfig producer_config(const std::string& bootstrap) {
+  idem::ProducerConfig pc;
+  pc.bootstrap_servers = bootstrap;
+  pc.kafka = {{"log_level", "2"}};
+  if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS"))
+    pc.linger = std::chrono::milliseconds(std::stol(v));
+  return pc;
+}
+
 /// Builds a relay for the benchmark's store and broker.
 idem::RelayConfig relay_config(const std::string& url, const std::string& bootstrap,
                                std::size_t mark_connections) {
   idem::RelayConfig c;
   c.store_url = url;
-  c.producer.bootstrap_servers = bootstrap;
-  c.producer.kafka = {{"log_level", "2"}};
+  c.producer = producer_config(bootstrap);
   c.batch_size = kBatch;
   if (const char* v = std::getenv("IDEM_BENCH_IN_FLIGHT")) c.max_batches_in_flight = std::stoul(v);
-  if (const char* v = std::getenv("IDEM_BENCH_LINGER_MS"))
-    c.producer.linger = std::chrono::milliseconds(std::stol(v));
   c.progress_interval = 0ms;
   c.cleanup_interval = 0ms;
   c.mark_connections = mark_connections;
@@ -280,21 +287,25 @@ double relay_warm_run(idem::Store& store, bool postgres, const std::string& url,
                      fmt::format("warm, {} mark connection(s)", mark_connections));
 }
 
+/// Up to `limit` unpublished rows after `cursor`, with the relay's claim statement in a
+/// read transaction, as the relay claims.
+idem::Rows claim_rows(idem::Store& store, bool postgres, std::int64_t cursor, std::size_t limit) {
+  static const std::string shards = all_shards();
+  auto tx = store.begin_read();
+  idem::Rows rows =
+      postgres ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(limit))
+               : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(limit));
+  tx->commit();
+  return rows;
+}
+
 double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postmaster) {
-  const std::string shards = all_shards();
   const auto cpu = CpuReading::now(postmaster);
   const auto t = SteadyClock::now();
   std::int64_t done = 0;
   std::int64_t cursor = 0;
   while (true) {
-    idem::Rows rows;
-    {
-      auto tx = store.begin_read();  // as the relay claims
-      rows = postgres
-                 ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(kBatch))
-                 : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(kBatch));
-      tx->commit();
-    }
+    const idem::Rows rows = claim_rows(store, postgres, cursor, kBatch);
     if (rows.empty()) break;
     std::string list(postgres ? "{" : "[");
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -323,20 +334,11 @@ double raw_sql_run(idem::Store& store, bool postgres, std::int64_t n, long postm
 /// It answers whether a cheaper mark alone could bring the relay near the plain producer.
 double claim_produce_run(idem::Store& store, bool postgres, const std::string& bootstrap,
                          std::int64_t n, long postmaster) {
-  idem::ProducerConfig pc;
-  pc.bootstrap_servers = bootstrap;
-  pc.kafka = {{"log_level", "2"}};
-  idem::Producer producer(pc);
+  idem::Producer producer(producer_config(bootstrap));
   std::vector<idem::Delivery> deliveries;
-  const std::string shards = all_shards();
   const auto claim_after = [&](std::int64_t cursor, std::size_t limit) {
     idem::detail::ClaimedBatch claim;
-    auto tx = store.begin_read();
-    const idem::Rows rows =
-        postgres ? tx->execute(kClaimPostgres, cursor, shards, static_cast<std::int64_t>(limit))
-                 : tx->execute(kClaimSqlite, cursor, static_cast<std::int64_t>(limit));
-    tx->commit();
-    idem::detail::to_messages(rows, claim);
+    idem::detail::to_messages(claim_rows(store, postgres, cursor, limit), claim);
     return claim;
   };
   // Warm, like the relay runs: the first row once, untimed (broker connection and the
@@ -443,10 +445,7 @@ double plain_producer_run(const std::string& bootstrap, const std::string& topic
 /// idem::Producer alone (no database) sending the same payloads, warm.
 double idem_producer_run(const std::string& bootstrap, const std::string& topic,
                          const std::vector<Payload>& payloads) {
-  idem::ProducerConfig pc;
-  pc.bootstrap_servers = bootstrap;
-  pc.kafka = {{"log_level", "2"}};
-  idem::Producer producer(pc);
+  idem::Producer producer(producer_config(bootstrap));
   std::vector<idem::Delivery> out;
   const Payload& w = payloads.front();  // warm-up, not counted
   static_cast<void>(producer.send({topic, w.key, w.value, *idem::Uuid::parse(w.event_id), {}, {}}));
