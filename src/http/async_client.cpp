@@ -185,13 +185,9 @@ void AsyncClient::Impl::run() noexcept {
   int running = 0;  // libcurl's count; the loop keeps its own (transferring)
   while (take_new_calls()) {
     start_due_retries(Clock::now());
-    if (curl_due && *curl_due <= Clock::now()) {
-      curl_due.reset();
-      curl_multi_socket_action(multi.get(), CURL_SOCKET_TIMEOUT, 0, &running);
-    }
-    finish_transfers();
     // Returns when a socket is ready, libcurl's timeout or the earliest retry is due, or
-    // another thread wrote the eventfd. EINTR (a signal) is one more turn.
+    // another thread wrote the eventfd. EINTR (a signal) is one more turn. A transfer
+    // just added asks for a timeout of 0 (on_timer), so the wait does not hold it back.
     const int n =
         ::epoll_wait(epoll.get(), ready.data(), static_cast<int>(ready.size()), wait_timeout_ms());
     for (int i = 0; i < n; ++i) {
@@ -207,6 +203,10 @@ void AsyncClient::Impl::run() noexcept {
       // A socket an earlier action of this turn closed is unknown to libcurl by now: it
       // answers CURLM_BAD_SOCKET and does nothing, which is right.
       curl_multi_socket_action(multi.get(), event.data.fd, mask, &running);
+    }
+    if (curl_due && *curl_due <= Clock::now()) {
+      curl_due.reset();
+      curl_multi_socket_action(multi.get(), CURL_SOCKET_TIMEOUT, 0, &running);
     }
     finish_transfers();
   }
