@@ -44,10 +44,10 @@ struct RelayConfig {
   /// so marks overlap with claims, produces and acks. 0: marks run inline on the relay's
   /// thread (the first design; kept for benchmarks and as a fallback). More than one
   /// lets marks also overlap each other: with fsync on, one mark's WAL flush overlaps the
-  /// next mark's statements (+27-38% on PostgreSQL, bench/RELAY-RESULTS.md; only with
-  /// fsync off did a second cost more in contention than it gained). sqlite://:memory:
-  /// always marks inline (a second connection would be another database). SQLite uses at
-  /// most one (it has one writer at a time).
+  /// next mark's statements (12-38% faster in 7 of 9 same-run comparisons on PostgreSQL,
+  /// bench/RELAY-RESULTS.md; only with fsync off did a second cost more in contention than
+  /// it gained). sqlite://:memory: always marks inline (a second connection would be
+  /// another database). SQLite uses at most one (it has one writer at a time).
   std::size_t mark_connections = 2;
   /// Polling interval when idle: the correctness path (LISTEN/NOTIFY only wakes earlier).
   std::chrono::milliseconds poll_interval{500};
