@@ -1,5 +1,7 @@
 #include "config_options.hpp"
 
+#include "cli_schema.hpp"
+
 #include <algorithm>
 #include <iostream>
 
@@ -91,7 +93,7 @@ Config ConfigOptions::load() const {
   std::vector<ConfigProblem> problems;
   std::optional<Config> config;
   try {
-    config.emplace(load_config(sources));
+    config.emplace(load_config(sources, cli_config_schema()));
   } catch (const ConfigError& e) {
     problems = e.problems();
   }

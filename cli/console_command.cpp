@@ -55,11 +55,13 @@ void register_console(CLI::App& app, ExitCode& exit_code) {
 
     StopSignals signals;  // before the server and librdkafka start their threads
     Console console(std::move(options));
-    std::cout << fmt::format(
-                     "console on http://{}:{}/{}",
-                     config.console.listen.substr(0, config.console.listen.rfind(':')),
-                     console.port(),
-                     config.console.token.empty() ? "  (no console.token: replay is off)" : "")
+    std::cout << fmt::format("console on http://{}:{}/{}",
+                             config.get<ConsoleOptions>().listen.substr(
+                                 0, config.get<ConsoleOptions>().listen.rfind(':')),
+                             console.port(),
+                             config.get<ConsoleOptions>().token.empty()
+                                 ? "  (no console.token: replay is off)"
+                                 : "")
               << std::endl;
     signals.wait();
     exit_code.value = 0;

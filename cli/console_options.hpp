@@ -13,18 +13,13 @@
 namespace idem::cli {
 
 inline ConsoleOptions console_options(const Config& config) {
-  ConsoleOptions options;
-  options.listen = config.console.listen;
-  options.token = config.console.token;
+  ConsoleOptions options = config.get<ConsoleOptions>();
   options.kafka = DlqConnection{config.bootstrap_servers, config.kafka, config.dlq.timeout};
   options.store_url = config.store_url;
   options.store_options = config.store_options;
   options.store_options.application_name = "idem-console";
   options.dlq_suffix = config.consumer.dlq_suffix;
   options.horizon = config.dedup.horizon;
-  options.refresh = config.console.refresh;
-  options.scrape = config.console.scrape;
-  options.groups = config.console.groups;
   return options;
 }
 
@@ -43,16 +38,16 @@ inline AdminEndpoints start_admin_endpoints(const Config& settings, const Metric
                                             std::vector<ReadinessCheck> checks,
                                             std::vector<std::string> groups = {}) {
   AdminEndpoints endpoints;
-  if (settings.admin.console) {
+  const auto& admin = settings.get<AdminSettings>();
+  if (admin.console) {
     ConsoleOptions options = console_options(settings);
-    options.listen = settings.admin.listen;
+    options.listen = admin.listen;
     for (auto& group : groups) options.groups.push_back(std::move(group));
     options.admin_metrics = &metrics;
     options.readiness = std::move(checks);
     endpoints.console = std::make_unique<Console>(std::move(options));
   } else {
-    endpoints.admin =
-        std::make_unique<AdminServer>(settings.admin.listen, metrics, std::move(checks));
+    endpoints.admin = std::make_unique<AdminServer>(admin.listen, metrics, std::move(checks));
   }
   return endpoints;
 }

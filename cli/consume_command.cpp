@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli_schema.hpp"
 #include "commands.hpp"
 #include "config_options.hpp"
 #include "console_options.hpp"
@@ -47,7 +48,8 @@ std::string_view handler_name(HandlerKind kind) {
   return "count";
 }
 
-BillingConfig billing_config(const ConsumerSettings& settings, bool no_idempotency_key) {
+BillingConfig billing_config(const BillingSettings& settings, std::size_t max_in_flight,
+                             bool no_idempotency_key) {
   if (settings.provider_url.empty()) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                 "consumer.handler billing needs consumer.provider_url (--provider-url)");
@@ -58,13 +60,13 @@ BillingConfig billing_config(const ConsumerSettings& settings, bool no_idempoten
   // One connection per charge in flight (HTTP/1.1 carries one request at a time): with
   // fewer, charges past the limit queue inside libcurl and max_in_flight is not reached.
   billing.client.max_host_connections =
-      std::max(billing.client.max_host_connections, settings.max_in_flight);
+      std::max(billing.client.max_host_connections, max_in_flight);
   return billing;
 }
 
 // The SQL-only reference handlers; billing is an effect handler (billing_effect).
-Handler<OrderConfirmed> make_handler(const ConsumerSettings& settings) {
-  if (settings.handler == HandlerKind::Analytics) return analytics_handler();
+Handler<OrderConfirmed> make_handler(HandlerKind handler) {
+  if (handler == HandlerKind::Analytics) return analytics_handler();
   return count_handler<OrderConfirmed>();
 }
 
@@ -193,7 +195,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // Before any thread starts (the maintenance task's, the HTTP client's, librdkafka's).
     StopSignals signals;
     ConsumerConfig config = settings.consumer_config();
-    const HandlerKind handler_kind = settings.consumer.handler;
+    const HandlerKind handler_kind = settings.get<ConsumeSettings>().handler;
     if (config.group_id.empty()) config.group_id = default_group(handler_kind);
     if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -240,7 +242,8 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     hooks.log = logger.lines("consumer");
     // admin.listen set: metrics (batch and handler histograms, counters read from stats()
     // at scrape time) and /readyz with the consumer and the store.
-    const bool admin_enabled = !settings.admin.listen.empty();
+    const auto& admin_settings = settings.get<AdminSettings>();
+    const bool admin_enabled = !admin_settings.listen.empty();
     Metrics metrics;
     if (admin_enabled) hooks = metrics.instrument(config.group_id, std::move(hooks));
 
@@ -248,11 +251,11 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
     if (handler_kind == HandlerKind::Billing) {
-      const auto billing =
-          billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
+      const auto billing = billing_effect(billing_config(
+          settings.get<BillingSettings>(), config.max_in_flight, opts->no_idempotency_key));
       for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
     } else {
-      const Handler<OrderConfirmed> handler = make_handler(settings.consumer);
+      const Handler<OrderConfirmed> handler = make_handler(handler_kind);
       for (const auto& topic : config.topics) {
         consumer.on<OrderConfirmed>(
             topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
@@ -262,7 +265,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     if (admin_enabled) {
       metrics.watch(consumer, config.group_id);
       admin = start_admin_endpoints(settings, metrics,
-                                    {consumer_readiness(consumer, settings.admin.stuck_after),
+                                    {consumer_readiness(consumer, admin_settings.stuck_after),
                                      store_readiness(settings.store_url, settings.store_options)},
                                     {config.group_id});
       std::cout << fmt::format("admin server on port {}", admin.port()) << std::endl;

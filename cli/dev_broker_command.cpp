@@ -164,13 +164,7 @@ class ControlChannel {
 }
 
 void run_dev_broker(const DevBrokerSettings& settings) {
-  DevBrokerOptions options;
-  options.brokers = settings.brokers;
-  for (const DevBrokerTopic& topic : settings.topics) {
-    TopicSpec& spec = options.topics.emplace_back();
-    spec.name = topic.name;
-    spec.partitions = topic.partitions;
-  }
+  DevBrokerOptions options = settings.options;
 
   // Before librdkafka starts its threads; the signals then arrive only through fd().
   StopSignals signals;
@@ -227,7 +221,7 @@ void register_dev_broker(CLI::App& app, ExitCode& exit_code) {
                    "dev_broker.read_stdin", "false");
   // `opts` is captured so the strings the bound flags write into outlive this function.
   cmd->callback([opts, cfg, &exit_code] {
-    run_dev_broker(cfg->load().dev_broker);
+    run_dev_broker(cfg->load().get<DevBrokerSettings>());
     exit_code.value = 0;
   });
 }

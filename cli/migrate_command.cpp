@@ -51,11 +51,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     const Config config = cfg->load();
     config.require({"store.url"});
     auto store = open_store(config.store_url, config.store_options);
-    MigrateOptions mo;
-    mo.partitioned = config.dedup.partitioned;
-    mo.partition_period = config.dedup.partition_period;
-    mo.partitions_behind = config.dedup.partitions_behind;
-    mo.partitions_ahead = config.dedup.partitions_ahead;
+    const MigrateOptions& mo = config.migrate_options();
     const MigrationReport report =
         opts->reference ? migrate_reference_system(*store, mo) : store->migrate(mo);
     if (report.applied.empty()) {

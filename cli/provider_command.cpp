@@ -83,15 +83,9 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
     for (const std::string& warning : settings.warnings)
       std::cerr << "idem provider: warning: " << warning << '\n';
     settings.require({"store.url"});
-    const ProviderSettings& p = settings.provider;
+    const auto& p = settings.get<http::ProviderSettings>();
     const auto [host, port] = split_listen(p.listen);
-    http::ProviderConfig config;
-    config.key_retention = p.key_retention;
-    config.seed = p.seed;
-    config.faults = {.reset_after_commit = p.reset_after_commit,
-                     .unavailable = p.unavailable,
-                     .latency = p.latency,
-                     .decline = p.decline};
+    const http::ProviderConfig& config = p.provider;
 
     StopSignals signals;         // before the server starts its threads
     ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server

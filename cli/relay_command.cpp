@@ -116,7 +116,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.
     Metrics metrics;
     AdminEndpoints admin;
-    if (!settings.admin.listen.empty()) {
+    if (!settings.get<AdminSettings>().listen.empty()) {
       observer = metrics.instrument(std::move(observer));
       admin = start_admin_endpoints(settings, metrics,
                                     {store_readiness(settings.store_url, settings.store_options)});

@@ -1,8 +1,12 @@
 #pragma once
 // `idem demo`: the reference system end to end, with the duplicate sources of
 // DUP-SOURCES and the faults injected, then audited. See docs/demo.md.
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "idem/config_keys.hpp"
 
 namespace idem::cli::demo {
 
@@ -20,7 +24,7 @@ struct FaultMix {
   /// Parses "all", "none" or a comma list of relay-kill, consumer-kill, rebalance,
   /// provider, resend, malformed, dlq-replay, offset-reset. Throws idem::Error
   /// (InvalidArgument, Config) naming an unknown entry.
-  static FaultMix parse(const std::string& list);
+  static FaultMix parse(const std::vector<std::string>& list);
 };
 
 struct DemoOptions {
@@ -30,17 +34,22 @@ struct DemoOptions {
   int partitions = 6;  // of the topic, when the demo creates it (embedded broker)
   std::size_t batch = 20;
   std::uint64_t seed = 42;
-  int timeout_s = 120;
-  std::string faults = "all";
+  std::chrono::seconds timeout{120};
+  std::vector<std::string> faults{"all"};
   int relay_kills = 3;
   int consumer_kills = 2;
   double resend_share = 0.10;        // share of published outbox rows published again
   double reset_after_commit = 0.05;  // provider faults while the kills run
   double unavailable = 0.05;
-  double decline = 0.20;         // provider declines in the DLQ phase
-  int provider_latency_ms = 20;  // every new charge waits this long: calls overlap
-  bool keep = false;             // keep the temp dir (logs, SQLite files)
+  double decline = 0.20;  // provider declines in the DLQ phase
+  std::chrono::milliseconds provider_latency{
+      20};            // every new charge waits this long: calls overlap
+  bool keep = false;  // keep the temp dir (logs, SQLite files)
 };
+
+/// Declares the `demo.*` keys, bound to DemoOptions (its store and brokers come from
+/// store.url and kafka.bootstrap.servers).
+void declare_demo_keys(SectionKeys<DemoOptions>& keys);
 
 /// Runs the demo; returns the process exit code (0: the invariant holds).
 int run_demo(const DemoOptions& options);

@@ -19,14 +19,12 @@ namespace idem::cli::demo {
 
 using namespace std::chrono_literals;
 
-FaultMix FaultMix::parse(const std::string& list) {
+FaultMix FaultMix::parse(const std::vector<std::string>& list) {
   FaultMix m;
-  if (list == "all") return m;
+  if (list.size() == 1 && list.front() == "all") return m;
   m = FaultMix{false, false, false, false, false, false, false, false};
-  if (list == "none") return m;
-  std::istringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  for (const std::string& item : list) {
+    if (item == "none") continue;
     if (item == "relay-kill")
       m.relay_kills = true;
     else if (item == "consumer-kill")

@@ -40,7 +40,7 @@ void DemoProcesses::start(const RunScope& scope, const std::string& store_url,
       std::vector<std::string>{"provider", "--db",
                                "sqlite://" + (logs_.parent_path() / "provider.db").string(),
                                "--listen", "127.0.0.1:0", "--seed", std::to_string(options.seed),
-                               "--latency-ms", std::to_string(options.provider_latency_ms)},
+                               "--latency-ms", std::to_string(options.provider_latency.count())},
       "listening ", log("provider"));
   const std::string line = provider_->start();
   provider_url_ = line.substr(std::string_view("listening ").size());

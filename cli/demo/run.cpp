@@ -113,7 +113,8 @@ class Demo {
 
     store_ = open_store(url_);
     idem::migrate_reference_system(*store_);
-    progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_, o_.timeout_s);
+    progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_,
+                                           static_cast<int>(o_.timeout.count()));
     {
       auto tx = store_->begin();
       const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM outbox");
@@ -182,10 +183,11 @@ class Demo {
   void phase_orders_with_kills() {
     const std::int64_t n = scope_.orders / 2;
     if (mix_.provider) {
-      set_provider_faults(processes_->provider_url(), {.reset_after_commit = o_.reset_after_commit,
-                                                       .unavailable = o_.unavailable,
-                                                       .decline = 0,
-                                                       .latency_ms = o_.provider_latency_ms});
+      set_provider_faults(processes_->provider_url(),
+                          {.reset_after_commit = o_.reset_after_commit,
+                           .unavailable = o_.unavailable,
+                           .decline = 0,
+                           .latency_ms = static_cast<int>(o_.provider_latency.count())});
       progress_->step(
           fmt::format("provider faults on: connection reset after a stored charge p={}, 503 p={}",
                       o_.reset_after_commit, o_.unavailable));
@@ -235,7 +237,8 @@ class Demo {
     });
     progress_->wait_or_throw("kills", [&] { return progress_->drained(); });
     if (mix_.provider)
-      set_provider_faults(processes_->provider_url(), {.latency_ms = o_.provider_latency_ms});
+      set_provider_faults(processes_->provider_url(),
+                          {.latency_ms = static_cast<int>(o_.provider_latency.count())});
   }
 
   void phase_resend_and_malformed() {
@@ -269,8 +272,9 @@ class Demo {
     if (mix_.dlq_replay && !replay)
       progress_->step("phase 4: DLQ replay SKIPPED: this build has no `idem dlq replay`");
     if (replay) {
-      set_provider_faults(processes_->provider_url(),
-                          {.decline = o_.decline, .latency_ms = o_.provider_latency_ms});
+      set_provider_faults(
+          processes_->provider_url(),
+          {.decline = o_.decline, .latency_ms = static_cast<int>(o_.provider_latency.count())});
       progress_->step(fmt::format(
           "phase 4: the provider declines p={}; declined charges go to the DLQ with their reason",
           o_.decline));
@@ -296,7 +300,8 @@ class Demo {
       return;
     }
     progress_->wait_or_throw("declines", [&] { return progress_->drained(); });
-    set_provider_faults(processes_->provider_url(), {.latency_ms = o_.provider_latency_ms});
+    set_provider_faults(processes_->provider_url(),
+                        {.latency_ms = static_cast<int>(o_.provider_latency.count())});
     progress_->step(
         "phase 4: the cause is fixed (declines off); `idem dlq replay` sends the billing DLQ "
         "entries back");

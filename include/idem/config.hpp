@@ -3,8 +3,11 @@
 /// The one configuration loader of idem. Every command and every service takes its
 /// settings from load_config(); no other code reads the environment or parses config.
 ///
+/// The keys are those of a ConfigSchema: the core's, plus the sections that components
+/// and commands declare (idem/config_keys.hpp), each key in the part that owns it.
+///
 /// Layers, each overriding the one before, key by key:
-///   1. defaults (written next to each key in src/config/keys.cpp)
+///   1. defaults (the members' own, in each section's settings struct)
 ///   2. a TOML file (`--config PATH`, else the `IDEM_CONFIG` environment variable)
 ///   3. the environment: `IDEM_<KEY>` (upper case, dots become `_`; e.g.
 ///      `IDEM_CONSUMER_BATCH_SIZE` for `consumer.batch_size`), `IDEM_KAFKA_<PROP>` for a
@@ -27,15 +30,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
+#include "idem/config_keys.hpp"
 #include "idem/consumer.hpp"
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
+#include "idem/logging.hpp"
 #include "idem/relay.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
@@ -104,73 +113,20 @@ class ConfigError : public Error {
   std::vector<ConfigProblem> problems_;
 };
 
-enum class LogLevel { Debug, Info, Warn, Error };
-enum class LogFormat { Plain, Json };
-
-[[nodiscard]] std::string_view to_string(LogLevel level) noexcept;
-
-/// `log.*`
-struct LogSettings {
-  LogLevel level = LogLevel::Info;
-  LogFormat format = LogFormat::Plain;
-};
-
-/// `admin.*`: the HTTP port serving /metrics, /healthz and /readyz.
-struct AdminSettings {
-  std::string listen;  ///< host:port; empty = no admin server (port 0 picks a free port)
-  /// /readyz reports "stuck" when the consumer loop has not turned for this long.
-  std::chrono::milliseconds stuck_after{60'000};
-  bool console = false;  ///< serve the web console on the same port (docs/console.md)
-};
-
-/// `tracing.*`
-struct TracingSettings {
-  bool enabled = true;  ///< create/forward W3C traceparent headers and log trace ids
-};
-
-/// The built-in handlers of `idem consume` (`consumer.handler`).
-enum class HandlerKind { Count, Billing, Analytics };
-
-/// `consumer.*`
-struct ConsumerSettings {
-  std::string group;
-  std::vector<std::string> topics;
-  std::size_t batch_size = 500;
-  std::chrono::milliseconds batch_window{50};
-  std::size_t max_in_flight =
-      256;  ///< effect calls in flight at most (ConsumerConfig::max_in_flight)
-  std::size_t pipeline_depth = 1;  ///< ConsumerConfig::pipeline_depth
-  std::string dlq_suffix = ".dlq";
-  RetryPolicy retry;
-  std::size_t max_message_bytes = 64 * 1024;  ///< payloads above go to the DLQ (too_large)
-  std::size_t max_headers = 64;               ///< records with more headers are refused
-  std::chrono::milliseconds dlq_ack_timeout{30'000};
-  RetryTopics retry_topics;  ///< `consumer.retry_topics.delays`; empty = retries block
-  StaleEventPolicy stale_events = StaleEventPolicy::Quarantine;
-  HandlerKind handler = HandlerKind::Count;
-  std::string provider_url;                        ///< billing: the payment provider's base URL
-  std::chrono::milliseconds stop_timeout{30'000};  ///< ConsumerConfig::stop_timeout
-  std::string instance_id;  ///< ConsumerConfig::instance_id (librdkafka group.instance.id)
-};
-
 /// `dedup.*`: how long dedup rows are kept and how the table is partitioned. Shared by
 /// consume (the stale guard), maintain (what to delete), migrate (the partitions) and
 /// `dlq replay` (what it refuses), so they cannot disagree.
 struct DedupSettings {
-  DedupHorizon horizon;      ///< `dedup.retention`, `dedup.safety_margin`
-  bool partitioned = false;  ///< PostgreSQL: RANGE-partition processed_event (migrate)
-  std::chrono::hours partition_period{24};
-  int partitions_behind = 7;
-  int partitions_ahead = 3;
+  DedupHorizon horizon;       ///< `dedup.retention`, `dedup.safety_margin`
+  MigrateOptions partitions;  ///< PostgreSQL: RANGE partitions of processed_event (migrate)
 };
 
 /// `maintenance.*`: the retention pass (`idem maintain`, `idem consume` in the background).
 struct MaintenanceSettings {
   std::chrono::milliseconds interval{0};  ///< consume: background pass this often; 0 = off
-  std::chrono::milliseconds outbox_retention{std::chrono::hours(24)};
-  std::size_t batch_size = 5000;
-  std::chrono::milliseconds batch_pause{0};
-  std::size_t max_batches = 0;
+  /// Outbox retention and batching; its dedup and partition fields come from `dedup.*`
+  /// (retention_policy()).
+  RetentionPolicy policy;
 };
 
 /// `dlq.*`: `idem dlq list|show|replay`.
@@ -180,78 +136,9 @@ struct DlqSettings {
   double replay_rate = 0;                     ///< records per second; 0 = no limit
 };
 
-/// `console.*`: the operators' web console (`idem console`).
-struct ConsoleSettings {
-  std::string listen = "127.0.0.1:8480";  ///< host:port; loopback by default
-  /// Required (X-Idem-Token header) for replays; empty: the console replays nothing.
-  std::string token;
-  std::chrono::milliseconds refresh{2000};  ///< sampling period of lag and throughput
-  std::vector<std::string> scrape;          ///< admin servers (host:port) read for throughput
-  std::vector<std::string> groups;          ///< groups shown besides the store's
-};
-
-/// `provider.*`: the reference payment provider (`idem provider`).
-struct ProviderSettings {
-  std::string listen = "127.0.0.1:0";  ///< host:port; port 0 picks a free port
-  /// Longer than the default dedup retention (7 d), so a redelivery the consumer still
-  /// executes always finds its key (IDEM-4).
-  std::chrono::milliseconds key_retention{std::chrono::hours(24 * 8)};
-  double reset_after_commit = 0;
-  double unavailable = 0;
-  std::chrono::milliseconds latency{0};
-  double decline = 0;
-  std::uint64_t seed = 42;
-};
-
-/// `billing.*`: what the billing consumer knows about the provider it calls.
-struct BillingSettings {
-  /// The provider's Idempotency-Key retention as its operator states it; nullopt:
-  /// unknown (an outside provider's retention is known only when someone states it).
-  std::optional<std::chrono::milliseconds> provider_key_retention;
-};
-
-/// One topic of `dev_broker.topics`: `NAME` or `NAME:PARTITIONS`.
-struct DevBrokerTopic {
-  std::string name;
-  int partitions = 3;
-};
-
-/// `dev_broker.*`: the embedded broker (`idem dev-broker`).
-struct DevBrokerSettings {
-  int brokers = 1;
-  std::vector<DevBrokerTopic> topics;
-  bool read_stdin = true;  ///< read control commands from stdin
-};
-
-/// `demo.*`: `idem demo` (the store and brokers are `store.url`, `kafka.bootstrap.servers`).
-struct DemoSettings {
-  int orders = 300;
-  int partitions = 6;
-  std::size_t batch = 20;
-  std::uint64_t seed = 42;
-  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
-  std::vector<std::string> faults{"all"};
-  int relay_kills = 3;
-  int consumer_kills = 2;
-  double resend = 0.10;
-  double reset_after_commit = 0.05;
-  double unavailable = 0.05;
-  double decline = 0.20;
-  std::chrono::milliseconds provider_latency{20};
-  bool keep = false;
-};
-
-/// `relay.*`
-struct RelaySettings {
-  std::size_t batch_size = 1000;
-  std::size_t in_flight = 8;
-  std::size_t mark_connections = 2;
-  std::chrono::milliseconds poll_interval{500};
-  std::chrono::milliseconds retention{std::chrono::hours(24)};
-  std::chrono::milliseconds progress_interval{5000};
-  std::chrono::milliseconds rebalance_interval{2000};
-  std::chrono::milliseconds stop_timeout{30'000};
-  bool listen = true;  ///< PostgreSQL: LISTEN/NOTIFY besides polling
+/// `tracing.*`
+struct TracingSettings {
+  bool enabled = true;  ///< create/forward W3C traceparent headers and log trace ids
 };
 
 /// One effective key with its value and origin, for `idem config check`.
@@ -266,7 +153,20 @@ struct ConfigEntry {
   [[nodiscard]] std::string display_value() const;
 };
 
-/// The validated, typed configuration.
+class ConfigSchema;
+
+namespace detail {
+/// One key's value as the layers left it, and where it came from.
+struct Setting {
+  std::string value;
+  ConfigOrigin origin;
+};
+using Settings = std::map<std::string, Setting, std::less<>>;
+class Problems;
+}  // namespace detail
+
+/// The validated, typed configuration: the core's settings as members, and the sections
+/// the schema added (components' and commands') through get().
 struct Config {
   /// The store to open: `store.url`, with `postgres.*` (and so PG*) applied to a
   /// PostgreSQL URL as libpq key/value parameters. Contains the password if one was
@@ -276,25 +176,32 @@ struct Config {
   std::string bootstrap_servers;  ///< `kafka.bootstrap.servers`
   /// Every other `kafka.*` key, without the prefix, in key order.
   std::vector<std::pair<std::string, std::string>> kafka;
-  ConsumerSettings consumer;
-  RelaySettings relay;
-  AdminSettings admin;
+  /// `consumer.*`. Its bootstrap servers, librdkafka properties and dedup horizon are
+  /// filled in by consumer_config().
+  ConsumerConfig consumer;
+  /// `relay.*`. Its store, producer and client id are filled in by relay_config().
+  RelayConfig relay;
   LogSettings log;
   TracingSettings tracing;
   DedupSettings dedup;
   MaintenanceSettings maintenance;
   DlqSettings dlq;
-  ConsoleSettings console;
-  ProviderSettings provider;
-  BillingSettings billing;
-  DevBrokerSettings dev_broker;
-  DemoSettings demo;
+  /// The TOML file read (empty: none), for a part that reads a table of it itself
+  /// (ConfigSchema::reserve_table).
+  std::string file;
   /// Every key (unset ones with an empty value; pass-through `kafka.*` ones when set),
   /// sorted by key.
   std::vector<ConfigEntry> entries;
   /// Settings that are valid one by one but together can cost an effect (a provider
   /// keeping keys shorter than the dedup retention); `idem config check` prints them.
   std::vector<std::string> warnings;
+
+  /// A section the schema added (ConfigSchema::add<S>).
+  /// \throws Error(InvalidArgument, Config) when the schema had no such section.
+  template <class S>
+  [[nodiscard]] const S& get() const {
+    return *static_cast<const S*>(section(typeid(S)));
+  }
 
   /// A ConsumerConfig from these settings. Does not check `consumer.group`/`topics`
   /// (commands that need them use require()).
@@ -303,6 +210,11 @@ struct Config {
   [[nodiscard]] RelayConfig relay_config() const;
   /// A RetentionPolicy from `dedup.*` and `maintenance.*`.
   [[nodiscard]] RetentionPolicy retention_policy() const;
+  /// MigrateOptions from `dedup.*`.
+  [[nodiscard]] const MigrateOptions& migrate_options() const noexcept { return dedup.partitions; }
+
+  /// The entry of `key`, or nullptr when the schema has no such key.
+  [[nodiscard]] const ConfigEntry* entry(std::string_view key) const;
 
   /// Throws ConfigError listing each of `keys` that has no non-empty value, e.g. a
   /// command's required settings: require({"store.url", "consumer.group"}).
@@ -311,14 +223,71 @@ struct Config {
   /// The effective configuration as `key = value  # origin` lines, secrets redacted;
   /// every key, an unset one as `key =  # default (unset)`.
   [[nodiscard]] std::string describe() const;
+
+ private:
+  friend class ConfigSchema;
+  [[nodiscard]] const void* section(const std::type_info& type) const;
+  std::map<std::type_index, std::shared_ptr<void>> sections_;
 };
 
-/// Applies the layers, validates once and returns the result.
+/// The keys one loader knows: the core's (store, postgres, kafka, consumer, relay, log,
+/// tracing, dedup, maintenance, dlq), plus the sections that components and commands
+/// add. A key is declared once, in the part that owns it; unknown keys are reported.
+class ConfigSchema {
+ public:
+  /// The core's keys.
+  ConfigSchema();
+  ~ConfigSchema();
+  ConfigSchema(const ConfigSchema&);
+  ConfigSchema& operator=(const ConfigSchema&);
+
+  /// Adds the keys `declare` binds to members of `S`; Config::get<S>() then returns them.
+  /// \throws Error(InvalidArgument, Config) for a key declared twice or a section added twice.
+  template <class S>
+  ConfigSchema& add(void (*declare)(SectionKeys<S>&)) {
+    detail::SectionDeclaration declaration;
+    SectionKeys<S> keys(declaration);
+    declare(keys);
+    add_section(
+        typeid(S), [] { return std::make_shared<S>(); }, std::move(declaration));
+    return *this;
+  }
+
+  /// A warning over the whole loaded configuration: settings that are valid one by one
+  /// but together can cost an effect. Runs after every section was loaded.
+  ConfigSchema& warn(std::function<void(const Config&, std::vector<std::string>&)> check);
+
+  /// A top-level table of the TOML file that its owner reads itself (from Config::file):
+  /// the loader neither reads its content nor reports it as unknown keys.
+  ConfigSchema& reserve_table(std::string name);
+
+  /// Every declared key, sorted by name (the pass-through `kafka.*` ones aside).
+  [[nodiscard]] std::vector<KeySpec> keys() const;
+  /// The spec of `name`, or nullptr.
+  [[nodiscard]] const KeySpec* find(std::string_view name) const;
+  [[nodiscard]] bool is_reserved_table(std::string_view name) const;
+
+ private:
+  friend Config load_config(const ConfigSources& sources, const ConfigSchema& schema);
+  /// Applies `settings` to a fresh Config; every problem goes to `problems`.
+  Config build(const detail::Settings& settings, detail::Problems& problems) const;
+  void add_section(const std::type_info& type, std::function<std::shared_ptr<void>()> make,
+                   detail::SectionDeclaration declaration);
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+};
+
+/// Applies the layers over the keys of `schema`, validates once and returns the result.
 /// \throws ConfigError with every problem: unreadable or malformed file, unknown key
 ///   (in the file, as IDEM_* variable or as flag), a value of the wrong type or out of
 ///   range, a librdkafka property librdkafka rejects or idem owns, and inconsistent
 ///   combinations.
-[[nodiscard]] Config load_config(const ConfigSources& sources);
+[[nodiscard]] Config load_config(const ConfigSources& sources,
+                                 const ConfigSchema& schema = ConfigSchema());
+
+/// True for `host:port` with a port from 0 to 65535 (port 0: any free port), the form of
+/// every `*.listen` key.
+[[nodiscard]] bool is_host_port(std::string_view text) noexcept;
 
 /// True for keys whose values are secrets (passwords, SASL credentials, private keys,
 /// tokens). Matching is on the key name, so it covers librdkafka properties too.

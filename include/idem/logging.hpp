@@ -12,10 +12,20 @@
 #include <string_view>
 #include <vector>
 
-#include "idem/config.hpp"
 #include "idem/consumer.hpp"
 
 namespace idem {
+
+enum class LogLevel { Debug, Info, Warn, Error };
+enum class LogFormat { Plain, Json };
+
+[[nodiscard]] std::string_view to_string(LogLevel level) noexcept;
+
+/// `log.*`
+struct LogSettings {
+  LogLevel level = LogLevel::Info;
+  LogFormat format = LogFormat::Plain;
+};
 
 /// One key/value of a log line.
 struct LogField {

@@ -9,13 +9,11 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "config/keys.hpp"
-#include "config/settings.hpp"
+#include "config/problems.hpp"
 #include "idem/config.hpp"
 
 namespace idem {
 
-using detail::KeySpec;
 using detail::Problems;
 using detail::Settings;
 
@@ -30,8 +28,8 @@ constexpr std::string_view kKafkaEnvPrefix = "IDEM_KAFKA_";
 constexpr std::array<std::string_view, 6> kNonConfigEnvPrefixes = {
     "IDEM_TEST_", "IDEM_BENCH_", "IDEM_PG_", "IDEM_BUILD_", "IDEM_JOBS", "IDEM_WERROR"};
 
-bool is_known_key(std::string_view key) {
-  return detail::find_key(key) != nullptr ||
+bool is_known_key(const ConfigSchema& schema, std::string_view key) {
+  return schema.find(key) != nullptr ||
          (key.starts_with(detail::kKafkaPrefix) && key.size() > detail::kKafkaPrefix.size());
 }
 
@@ -47,18 +45,19 @@ std::string scalar_text(const toml::node& node, bool& ok) {
   return {};
 }
 
-void flatten(const toml::table& table, const std::string& prefix, const std::string& path,
-             Settings& out, Problems& problems) {
+void flatten(const ConfigSchema& schema, const toml::table& table, const std::string& prefix,
+             const std::string& path, Settings& out, Problems& problems) {
   for (const auto& [name, node] : table) {
     const std::string key =
         prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    if (prefix.empty() && schema.is_reserved_table(key)) continue;  // its owner reads it
     const ConfigOrigin origin{ConfigLayer::File,
                               fmt::format("{}:{}", path, node.source().begin.line)};
     if (const auto* sub = node.as_table()) {
-      flatten(*sub, key, path, out, problems);
+      flatten(schema, *sub, key, path, out, problems);
       continue;
     }
-    if (!is_known_key(key)) {
+    if (!is_known_key(schema, key)) {
       problems.add(key, origin, "unknown key");
       continue;
     }
@@ -101,8 +100,8 @@ std::size_t first_non_ascii_line(std::string_view text) {
   return 0;
 }
 
-void apply_file(const std::string& path, Settings& out, Problems& problems,
-                const ConfigOrigin& named_by) {
+void apply_file(const ConfigSchema& schema, const std::string& path, Settings& out,
+                Problems& problems, const ConfigOrigin& named_by) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     problems.add(path, named_by, "cannot read TOML file: it does not exist or is not readable");
@@ -118,7 +117,7 @@ void apply_file(const std::string& path, Settings& out, Problems& problems,
   }
   try {
     const toml::table table = toml::parse(text, path);
-    flatten(table, "", path, out, problems);
+    flatten(schema, table, "", path, out, problems);
   } catch (const toml::parse_error& e) {
     const auto line = e.source().begin.line;
     problems.add(path, named_by,
@@ -138,7 +137,8 @@ std::string kafka_key_from_env(std::string_view name) {
   return key;
 }
 
-void apply_environment(const std::vector<std::pair<std::string, std::string>>& environment,
+void apply_environment(const ConfigSchema& schema,
+                       const std::vector<std::pair<std::string, std::string>>& environment,
                        Settings& out, Problems& problems) {
   // Conventional names first, so IDEM_* names of the same key override them.
   std::map<std::string, std::string, std::less<>> env(environment.begin(), environment.end());
@@ -146,14 +146,14 @@ void apply_environment(const std::vector<std::pair<std::string, std::string>>& e
     const auto it = env.find(var);
     if (it != env.end()) out[key] = {it->second, {ConfigLayer::Environment, var}};
   };
-  for (const KeySpec& spec : detail::key_specs()) {
-    for (const auto var : spec.conventional_env) set_from(std::string(spec.name), std::string(var));
+  const std::vector<KeySpec> keys = schema.keys();
+  for (const KeySpec& spec : keys) {
+    for (const auto& var : spec.conventional_env) set_from(spec.name, var);
   }
   set_from("kafka.bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS");
 
   std::map<std::string, std::string> known_env;  // IDEM_<KEY> -> key
-  for (const KeySpec& spec : detail::key_specs())
-    known_env.emplace(detail::env_name_of(spec.name), std::string(spec.name));
+  for (const KeySpec& spec : keys) known_env.emplace(detail::env_name_of(spec.name), spec.name);
   for (const auto& [name, value] : env) {
     if (!name.starts_with(kEnvPrefix) || name == kConfigFileEnv) continue;
     // An init-capture: clang before 16 cannot capture a structured binding (fuzz builds).
@@ -192,16 +192,6 @@ std::string_view to_string(ConfigLayer layer) noexcept {
   return "unknown";
 }
 
-std::string_view to_string(LogLevel level) noexcept {
-  switch (level) {
-    case LogLevel::Debug: return "debug";
-    case LogLevel::Info: return "info";
-    case LogLevel::Warn: return "warn";
-    case LogLevel::Error: return "error";
-  }
-  return "unknown";
-}
-
 std::string ConfigOrigin::describe() const {
   return where.empty() ? std::string(to_string(layer))
                        : fmt::format("{} {}", to_string(layer), where);
@@ -211,12 +201,10 @@ ConfigError::ConfigError(std::vector<ConfigProblem> problems)
     : Error(ErrorCode::InvalidArgument, ErrorSource::Config, problems_text(problems)),
       problems_(std::move(problems)) {}
 
-Config load_config(const ConfigSources& sources) {
+Config load_config(const ConfigSources& sources, const ConfigSchema& schema) {
   Settings settings;
   Problems problems;
-  for (const KeySpec& spec : detail::key_specs()) {
-    settings[std::string(spec.name)] = {std::string(spec.default_value), {}};
-  }
+  for (const KeySpec& spec : schema.keys()) settings[spec.name] = {spec.default_value, {}};
 
   std::string file = sources.file;
   ConfigOrigin file_named_by{ConfigLayer::Flag, "--config"};
@@ -228,104 +216,21 @@ Config load_config(const ConfigSources& sources) {
       }
     }
   }
-  if (!file.empty()) apply_file(file, settings, problems, file_named_by);
-  apply_environment(sources.environment, settings, problems);
+  if (!file.empty()) apply_file(schema, file, settings, problems, file_named_by);
+  apply_environment(schema, sources.environment, settings, problems);
   for (const FlagSetting& f : sources.flags) {
     const ConfigOrigin origin{ConfigLayer::Flag, f.flag};
-    if (!is_known_key(f.key)) {
+    if (!is_known_key(schema, f.key)) {
       problems.add(f.key, origin, "unknown key");
       continue;
     }
     settings[f.key] = {f.value, origin};
   }
 
-  Config config = detail::validate(settings, problems);
+  Config config = schema.build(settings, problems);
+  config.file = file;
   if (!problems.empty()) throw ConfigError(problems.take());
   return config;
-}
-
-ConsumerConfig Config::consumer_config() const {
-  ConsumerConfig c;
-  c.bootstrap_servers = bootstrap_servers;
-  c.group_id = consumer.group;
-  c.topics = consumer.topics;
-  c.batch_size = consumer.batch_size;
-  c.batch_window = consumer.batch_window;
-  c.max_in_flight = consumer.max_in_flight;
-  c.pipeline_depth = consumer.pipeline_depth;
-  c.dlq_suffix = consumer.dlq_suffix;
-  c.retry = consumer.retry;
-  c.limits.max_payload_bytes = consumer.max_message_bytes;
-  c.limits.max_headers = consumer.max_headers;
-  c.kafka = kafka;
-  c.dlq_ack_timeout = consumer.dlq_ack_timeout;
-  c.retry_topics = consumer.retry_topics;
-  c.stale_events = consumer.stale_events;
-  c.dedup_horizon = dedup.horizon;
-  c.stop_timeout = consumer.stop_timeout;
-  c.instance_id = consumer.instance_id;
-  return c;
-}
-
-RetentionPolicy Config::retention_policy() const {
-  RetentionPolicy p;
-  p.dedup = dedup.horizon;
-  p.outbox_retention = maintenance.outbox_retention;
-  p.batch_size = maintenance.batch_size;
-  p.batch_pause = maintenance.batch_pause;
-  p.max_batches = maintenance.max_batches;
-  p.partition_period = dedup.partition_period;
-  p.partitions_ahead = dedup.partitions_ahead;
-  return p;
-}
-
-RelayConfig Config::relay_config() const {
-  RelayConfig r;
-  r.store_url = store_url;
-  r.store_options = store_options;
-  r.producer.bootstrap_servers = bootstrap_servers;
-  r.producer.client_id = "idem-relay";
-  r.producer.kafka = kafka;
-  r.batch_size = relay.batch_size;
-  r.max_batches_in_flight = relay.in_flight;
-  r.mark_connections = relay.mark_connections;
-  r.poll_interval = relay.poll_interval;
-  r.retention = relay.retention;
-  r.progress_interval = relay.progress_interval;
-  r.rebalance_interval = relay.rebalance_interval;
-  r.stop_timeout = relay.stop_timeout;
-  r.listen = relay.listen;
-  return r;
-}
-
-void Config::require(std::initializer_list<std::string_view> keys) const {
-  std::vector<ConfigProblem> missing;
-  for (const auto key : keys) {
-    const auto it = std::find_if(entries.begin(), entries.end(),
-                                 [&](const ConfigEntry& e) { return e.key == key; });
-    if (it == entries.end() || it->value.empty()) {
-      ConfigProblem problem;  // origin: none (a default); named object for GCC's -O3 flow analysis
-      problem.key = std::string(key);
-      problem.message = fmt::format("required; set it in the file, as {} or with a flag",
-                                    detail::env_name_of(key));
-      missing.push_back(std::move(problem));
-    }
-  }
-  if (!missing.empty()) throw ConfigError(std::move(missing));
-}
-
-std::string Config::describe() const {
-  std::size_t width = 0;
-  std::vector<std::pair<std::string, const ConfigEntry*>> lines;
-  for (const auto& e : entries) {
-    lines.emplace_back(fmt::format("{} = {}", e.key, e.display_value()), &e);
-    width = std::max(width, lines.back().first.size());
-  }
-  std::string out;
-  for (const auto& [text, e] : lines) {
-    out += fmt::format("{:<{}}  # {}\n", text, width, e->origin.describe());
-  }
-  return out;
 }
 
 }  // namespace idem

@@ -12,6 +12,7 @@
 #include "console/kafka_view.hpp"
 #include "console/sampler.hpp"
 #include "console/store_access.hpp"
+#include "idem/config.hpp"
 #include "idem/console/console.hpp"
 #include "idem/error.hpp"
 #include "metrics/admin_routes.hpp"
@@ -188,6 +189,19 @@ Console::~Console() {
 
 int Console::port() const noexcept {
   return impl_->listen.port;
+}
+
+void declare_console_keys(SectionKeys<ConsoleOptions>& keys) {
+  keys.list("console.groups", &ConsoleOptions::groups,
+            "idem console: consumer groups to show besides those the store knows")
+      .listen("console.listen", &ConsoleOptions::listen,
+              "idem console: host:port of the web console (loopback unless you mean it)")
+      .duration("console.refresh", &ConsoleOptions::refresh,
+                "idem console: how often lag and throughput are sampled", 200, 60 * kConfigSecond)
+      .list("console.scrape", &ConsoleOptions::scrape,
+            "idem console: admin servers (host:port) of consumers whose /metrics give throughput")
+      .text("console.token", &ConsoleOptions::token,
+            "idem console: token required for replays (header X-Idem-Token; empty: replay off)");
 }
 
 }  // namespace idem

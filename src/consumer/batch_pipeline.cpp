@@ -17,20 +17,16 @@ bool stopped_by(const BatchResult& before, const rd_kafka_message_t& m) {
 
 }  // namespace
 
-BatchPipeline::BatchPipeline(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                             const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
-                             DedupHorizonGuard& horizon_guard, Finish finish,
+BatchPipeline::BatchPipeline(const ConsumerContext& context, Store& store, Finish finish,
                              std::function<void()> wake)
-    : hooks_(hooks),
+    : hooks_(context.hooks),
       one_writer_(store.backend() == Backend::Sqlite),
       finish_(std::move(finish)),
       wake_(std::move(wake)) {
-  processors_.push_back(
-      std::make_unique<BatchProcessor>(config, store, routes, hooks, retry_topics, horizon_guard));
-  if (config.pipeline_depth < 2) return;
+  processors_.push_back(std::make_unique<BatchProcessor>(context, store));
+  if (context.config.pipeline_depth < 2) return;
   second_store_ = store.connect_again();
-  processors_.push_back(std::make_unique<BatchProcessor>(config, *second_store_, routes, hooks,
-                                                         retry_topics, horizon_guard));
+  processors_.push_back(std::make_unique<BatchProcessor>(context, *second_store_));
   commit_ = std::make_unique<BackgroundCommit>(wake_);
 }
 

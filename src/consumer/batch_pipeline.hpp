@@ -45,9 +45,8 @@ class BatchPipeline {
   /// opens a second one (Store::connect_again). `wake` is called from the commit
   /// thread when a commit completes (it wakes the poll, which then finishes the batch).
   /// \throws Error from connect_again().
-  BatchPipeline(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
-                DedupHorizonGuard& horizon_guard, Finish finish, std::function<void()> wake);
+  BatchPipeline(const ConsumerContext& context, Store& store, Finish finish,
+                std::function<void()> wake);
   ~BatchPipeline();
   BatchPipeline(const BatchPipeline&) = delete;
   BatchPipeline& operator=(const BatchPipeline&) = delete;

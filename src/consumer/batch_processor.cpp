@@ -36,15 +36,8 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
   }
 }
 
-BatchProcessor::BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                               const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
-                               DedupHorizonGuard& horizon_guard)
-    : config_(config),
-      store_(store),
-      routes_(routes),
-      hooks_(hooks),
-      retry_topics_(retry_topics),
-      horizon_guard_(horizon_guard) {}
+BatchProcessor::BatchProcessor(const ConsumerContext& context, Store& store)
+    : context_(context), config_(context.config), store_(store) {}
 
 BatchProcessor::~BatchProcessor() {
   rollback();
@@ -65,7 +58,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     return x.partition < y.partition;
   });
 
-  for (auto& [topic, route] : routes_) route->reset(batch.size());
+  for (auto& [topic, route] : context_.routes) route->reset(batch.size());
   items_.resize(batch.size());
   groups_.clear();
   for (std::size_t i = 0; i < order.size(); ++i) {
@@ -73,9 +66,9 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     const char* topic = rd_kafka_topic_name(m.rkt);
     if (groups_.empty() || groups_.back().tp.partition != m.partition ||
         groups_.back().tp.topic != topic) {
-      const auto it = routes_.find(std::string_view(topic));
+      const auto it = context_.routes.find(std::string_view(topic));
       groups_.push_back({{topic, m.partition}, i, i});
-      items_[i].route = it == routes_.end() ? nullptr : it->second.get();
+      items_[i].route = it == context_.routes.end() ? nullptr : it->second.get();
     } else {
       items_[i].route = items_[i - 1].route;
     }
@@ -101,7 +94,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
                                        config_.limits.max_headers);
       continue;
     }
-    if (auto problem = retry_topics_.header_problem(m)) {
+    if (auto problem = context_.retry_topics.header_problem(m)) {
       item.valid = false;
       item.error_class = kBadRetryHeaderClass;
       item.error_message = std::move(*problem);
@@ -111,7 +104,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
-      switch (horizon_guard_.check(item.event_id, item.error_message)) {
+      switch (context_.horizon_guard.check(item.event_id, item.error_message)) {
         case HorizonVerdict::Fresh: break;
         case HorizonVerdict::Quarantine:
           item.valid = false;
@@ -138,7 +131,7 @@ BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
 
 void BatchProcessor::before_commit() {
   try {
-    call_hook(hooks_, HookPoint::BeforeDbCommit);
+    call_hook(context_.hooks, HookPoint::BeforeDbCommit);
   } catch (const HookAbort&) {
     rollback();  // as if the process had died before COMMIT
     throw;
@@ -185,7 +178,7 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
   result.processed = 0;
   result.duplicates = 0;
   for (auto& p : result.partitions) {
-    p.next_offset = p.first_offset;
+    p.decided_end = p.first_offset;
     p.retry_at.reset();
   }
   (void)run_pass(Pass::Isolated, result, schedule);
@@ -242,7 +235,7 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   result.processed = 0;
   result.duplicates = 0;
   for (auto& p : result.partitions) {
-    p.next_offset = p.first_offset;
+    p.decided_end = p.first_offset;
     p.retry_at = p.first_offset;
   }
 }
@@ -263,12 +256,12 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
     if (!item.valid) {
       if (!item.skip)
         result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
-      out.next_offset = offset + 1;
+      out.decided_end = offset + 1;
       continue;
     }
     if (!item.fresh) {
       ++result.duplicates;
-      out.next_offset = offset + 1;
+      out.decided_end = offset + 1;
       continue;
     }
 
@@ -281,8 +274,8 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       }
       if (outcome != Outcome::Done) return false;
       ++result.processed;
-      out.next_offset = offset + 1;
-      call_hook(hooks_, HookPoint::AfterHandler);
+      out.decided_end = offset + 1;
+      call_hook(context_.hooks, HookPoint::AfterHandler);
       continue;
     }
 
@@ -326,15 +319,15 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       case Outcome::Done:
         sp.release();
         ++result.processed;
-        out.next_offset = offset + 1;
+        out.decided_end = offset + 1;
         break;
       case Outcome::DeadLetter:
         sp.rollback();
         unmark(*tx, item.event_id);
-        result.dead_letters.push_back(
-            {item.msg, std::move(error_class), std::move(error_message),
-             retry_topics_.previous_attempts(*item.msg) + schedule.attempts(g.tp, offset) + 1});
-        out.next_offset = offset + 1;
+        result.dead_letters.push_back({item.msg, std::move(error_class), std::move(error_message),
+                                       context_.retry_topics.previous_attempts(*item.msg) +
+                                           schedule.attempts(g.tp, offset) + 1});
+        out.decided_end = offset + 1;
         break;
       case Outcome::Retry:
         sp.rollback();
@@ -349,16 +342,16 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
           const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                   config_.clock->now().time_since_epoch())
                                   .count();
-          result.dead_letters.push_back(retry_topics_.retry_letter(
+          result.dead_letters.push_back(context_.retry_topics.retry_letter(
               *item.msg, std::move(error_class), std::move(error_message), now_ms));
-          out.next_offset = offset + 1;
+          out.decided_end = offset + 1;
           break;
         }
         out.retry_at = offset;
         blocked = true;
         break;
     }
-    call_hook(hooks_, HookPoint::AfterHandler);
+    call_hook(context_.hooks, HookPoint::AfterHandler);
   }
   return true;
 }

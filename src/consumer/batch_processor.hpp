@@ -1,8 +1,9 @@
 #pragma once
 // One batch, one database transaction (IDEM-3): validate every record at the boundary,
 // mark all event ids with ONE statement, run the handler of each new event in
-// partition order, commit. It decides, per partition, how far the batch got; committing
-// offsets and dead-lettering are the caller's next steps.
+// partition order, commit. It reports, per partition, which records it decided and where
+// a retry holds the partition back (PartitionOutcome); what that means for the offsets is
+// PartitionProgress's to decide, once the caller has sent the dead letters.
 //
 // Two passes. The optimistic pass runs the handlers back to back with no savepoints,
 // letting their deferred statements (Transaction::execute_deferred) pile up and go to
@@ -27,17 +28,15 @@
 #include <string>
 #include <vector>
 
+#include "consumer/consumer_context.hpp"
 #include "consumer/dead_letter_producer.hpp"
-#include "consumer/dedup_horizon_guard.hpp"
+#include "consumer/partition_progress.hpp"
 #include "consumer/retry_schedule.hpp"
-#include "consumer/retry_topics.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
-
-using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
 
 /// Thrown (only) out of a hook call, wrapping what the hook threw. Deliberately not a
 /// std::exception, so the processor's database-failure handlers cannot swallow it.
@@ -47,17 +46,6 @@ struct HookAbort {
 
 /// Calls hooks.at(point); wraps anything it throws in HookAbort.
 void call_hook(const ConsumerHooks& hooks, HookPoint point);
-
-/// How far one partition of the batch got.
-struct PartitionOutcome {
-  TopicPartition tp;
-  std::int64_t first_offset = 0;  ///< its first record in the batch
-  /// Everything before this offset is done (dead letters count as done; the caller
-  /// pulls the position back if the DLQ does not acknowledge one).
-  std::int64_t next_offset = 0;
-  /// Set when the partition must pause and retry from this offset.
-  std::optional<std::int64_t> retry_at;
-};
 
 struct BatchResult {
   std::vector<PartitionOutcome> partitions;
@@ -70,12 +58,10 @@ struct BatchResult {
 
 class BatchProcessor {
  public:
-  /// All references must outlive the processor. Two processors may share the routes
-  /// (a route holds the parsed events of the batch being prepared, which commit() does
-  /// not read) and the guard, not the store.
-  BatchProcessor(const ConsumerConfig& config, Store& store, RouteTable& routes,
-                 const ConsumerHooks& hooks, const RetryTopicMap& retry_topics,
-                 DedupHorizonGuard& horizon_guard);
+  /// `context` and `store` must outlive the processor. Two processors may share a
+  /// context (a route holds the parsed events of the batch being prepared, which commit()
+  /// does not read), not a store.
+  BatchProcessor(const ConsumerContext& context, Store& store);
   ~BatchProcessor();
   BatchProcessor(const BatchProcessor&) = delete;
   BatchProcessor& operator=(const BatchProcessor&) = delete;
@@ -146,12 +132,9 @@ class BatchProcessor {
   void unmark(Transaction& tx, const Uuid& event_id);
   RecordInfo record_info(const rd_kafka_message_t& m);
 
-  const ConsumerConfig& config_;
+  const ConsumerContext& context_;
+  const ConsumerConfig& config_;  // context_.config
   Store& store_;
-  RouteTable& routes_;
-  const ConsumerHooks& hooks_;
-  const RetryTopicMap& retry_topics_;
-  DedupHorizonGuard& horizon_guard_;
   std::unique_ptr<Transaction> tx_;  // left open by prepare()
   // Reused from batch to batch.
   std::vector<Item> items_;

@@ -1,5 +1,5 @@
 // idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer,
-// the offset tracker and the retry schedule together. The order of one batch is the
+// the partition progress and the retry schedule together. The order of one batch is the
 // whole protocol: poll -> validate -> transaction (mark, handlers, commit) -> DLQ acks
 // -> offset commit; a partition that failed pauses and retries after a backoff. With
 // pipeline_depth 2 the next batch is polled and prepared while one commits
@@ -21,19 +21,20 @@
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
-#include "consumer/offset_tracker.hpp"
+#include "consumer/partition_progress.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/config.hpp"
 #include "idem/error.hpp"
-#include "idem/tracing.hpp"
+#include "kafka/consumer_queries.hpp"
 #include "retry/backoff.hpp"
 
 namespace idem {
 
 using detail::PartitionOffset;
+using detail::record_location;
 using detail::TopicPartition;
 
 namespace {
@@ -49,30 +50,6 @@ detail::LogFn make_log(const ConsumerHooks& hooks) {
   return [](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   };
-}
-
-// `topic=T partition=P offset=O [event_id=E] [trace_id=X]`: where a dead-lettered or
-// retried record is, so its log line can be matched with the DLQ and with traces.
-std::string record_location(const rd_kafka_message_t& m) {
-  std::string out = fmt::format("topic={} partition={} offset={}", rd_kafka_topic_name(m.rkt),
-                                m.partition, m.offset);
-  rd_kafka_headers_t* headers = nullptr;  // owned by the message
-  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
-  const auto last = [&](const char* name) -> std::optional<std::string_view> {
-    const void* value = nullptr;
-    std::size_t size = 0;
-    if (rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        value == nullptr) {
-      return std::nullopt;
-    }
-    return std::string_view(static_cast<const char*>(value), size);
-  };
-  if (const auto event_id = last("event_id")) out += fmt::format(" event_id={}", *event_id);
-  if (const auto traceparent = last(kTraceparentHeader.data())) {
-    if (const auto trace = parse_traceparent(*traceparent))
-      out += " trace_id=" + trace->trace_id_hex();
-  }
-  return out;
 }
 
 }  // namespace
@@ -106,8 +83,7 @@ struct Consumer::Impl {
             [](std::span<const TopicPartition>) {}});
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
     batches = std::make_unique<detail::BatchPipeline>(
-        config, *store, routes, hooks, retry_topics, horizon_guard,
-        [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
+        context, *store, [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
         [this] { poll->wake(); });
   }
 
@@ -117,9 +93,12 @@ struct Consumer::Impl {
   void finish_batch(detail::BatchPipeline::Lane& lane);
   void run_effects(ConsumerStats& delta, bool start_calls);
   void add_stats(const ConsumerStats& delta);
-  /// Records where processing of each partition in `moved` goes on, for lag().
-  void note_moved(const std::vector<PartitionOffset>& moved);
-  void apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta);
+  /// Commits the positions that moved (asynchronously) and records them for lag().
+  /// Returns whether there were any.
+  bool commit_moved(ConsumerStats& delta);
+  /// Sends `r`'s dead letters; returns those the broker did not acknowledge.
+  std::vector<PartitionOffset> send_dead_letters(const detail::BatchResult& r,
+                                                 ConsumerStats& delta);
   void resume_due();
   void defer_early_retries();
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
@@ -133,12 +112,13 @@ struct Consumer::Impl {
   ConsumerHooks hooks;
   detail::LogFn log;
   detail::RouteTable routes;
-  detail::OffsetTracker tracker;
+  detail::PartitionProgress progress;
   detail::RetrySchedule schedule;
   detail::Backoff backoff;
   detail::RetryTopicMap retry_topics;
   detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
+  const detail::ConsumerContext context{config, hooks, log, routes, retry_topics, horizon_guard};
   std::unique_ptr<detail::DeadLetterProducer> dlq;
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
@@ -146,8 +126,8 @@ struct Consumer::Impl {
   std::vector<detail::KafkaMessage> batch;
   std::unique_ptr<detail::EffectPipeline> effects;  // null without effect routes
 
-  // Next offset to process per partition, for lag() (the tracker's positions are
-  // consumed by commits); guarded by stats_mutex, dropped on revoke.
+  // Next offset to process per partition, for lag(), read from another thread than the
+  // progress it copies; guarded by stats_mutex, dropped on revoke.
   std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> processed_next;
   std::atomic<std::chrono::steady_clock::rep> last_loop{0};
 
@@ -169,7 +149,7 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
     batches->settle();
     if (effects) {
       ConsumerStats delta;
-      note_moved(effects->settle(delta));
+      effects->settle(delta);
       add_stats(delta);
     }
   }
@@ -177,13 +157,13 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
   // a synchronous one here could wait for a broker that is gone past the stop deadline.
-  const std::vector<PartitionOffset> positions = tracker.positions(tps);
+  const std::vector<PartitionOffset> positions = progress.positions(tps);
   if (!lost && !final_commit_attempted && !positions.empty()) {
     static_cast<void>(poll->commit(positions, /*async=*/false));
     std::lock_guard lock(stats_mutex);
     ++stats.offset_commits;
   }
-  tracker.forget(tps);
+  progress.forget(tps);
   schedule.forget(tps);
   if (effects) effects->on_revoked(tps);
   std::lock_guard lock(stats_mutex);
@@ -191,35 +171,16 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
 }
 
 std::vector<PartitionLag> Consumer::Impl::lag() const {
-  // librdkafka's assignment, position and cached-watermark calls are thread-safe and
-  // local (no broker round trip), so this runs on the caller's (scrape) thread.
-  rd_kafka_t* rk = poll->handle();
-  rd_kafka_topic_partition_list_t* assignment = nullptr;
-  if (rk == nullptr || rd_kafka_assignment(rk, &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR)
-    return {};
-  const detail::PartitionList owned(assignment);
-  rd_kafka_position(rk, owned.get());  // offset after the last record handed out
-  std::vector<PartitionLag> out;
-  std::vector<std::int64_t> high(static_cast<std::size_t>(owned->cnt), -1);
-  for (int i = 0; i < owned->cnt; ++i) {
-    const auto& p = owned->elems[i];
-    std::int64_t low = -1;
-    if (rd_kafka_get_watermark_offsets(rk, p.topic, p.partition, &low,
-                                       &high[static_cast<std::size_t>(i)]) !=
-        RD_KAFKA_RESP_ERR_NO_ERROR)
-      high[static_cast<std::size_t>(i)] = -1;
-  }
-  // No librdkafka call under the lock: the poll thread takes it from callbacks.
-  std::lock_guard lock(stats_mutex);
-  for (int i = 0; i < owned->cnt; ++i) {
-    const auto& p = owned->elems[i];
-    PartitionLag& l = out.emplace_back(PartitionLag{p.topic, p.partition, -1});
-    const auto it = processed_next.find({p.topic, p.partition});
-    const std::int64_t next = it != processed_next.end() ? it->second : p.offset;
-    const std::int64_t hw = high[static_cast<std::size_t>(i)];
-    if (next >= 0 && hw >= 0) l.lag = std::max<std::int64_t>(0, hw - next);
-  }
-  return out;
+  // Runs on the caller's (scrape) thread; no librdkafka call is made under the lock (the
+  // poll thread takes it from callbacks).
+  return detail::assignment_lag(
+      poll->handle(),
+      [this](std::string_view topic, std::int32_t partition) -> std::optional<std::int64_t> {
+        std::lock_guard lock(stats_mutex);
+        const auto it = processed_next.find({std::string(topic), partition});
+        if (it == processed_next.end()) return std::nullopt;
+        return it->second;
+      });
 }
 
 std::chrono::steady_clock::time_point Consumer::Impl::stop_deadline() const noexcept {
@@ -236,7 +197,7 @@ std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_
   final_commit_attempted = true;
   std::vector<std::string> undone;
   const std::string within = format_duration(config.stop_timeout);
-  if (const std::vector<PartitionOffset> positions = tracker.positions({}); !positions.empty()) {
+  if (const std::vector<PartitionOffset> positions = progress.positions({}); !positions.empty()) {
     const rd_kafka_resp_err_t err = poll->commit_before(positions, deadline);
     {
       std::lock_guard lock(stats_mutex);
@@ -312,11 +273,11 @@ void Consumer::Impl::run() {
     return dynamic_cast<const detail::EffectRoute*>(r.second.get()) != nullptr;
   });
   if (has_effects) {
-    effects = std::make_unique<detail::EffectPipeline>(detail::EffectPipeline::Deps{
-        config, *store, batches->first_processor(), routes, hooks, horizon_guard, *poll, tracker,
-        retry_topics, log, hooks.on_batch, [this](detail::BatchResult& r, ConsumerStats& delta) {
-          apply_dead_letter_acks(r, delta);
-        }});
+    effects = std::make_unique<detail::EffectPipeline>(
+        detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *poll, progress,
+                                     [this](const detail::BatchResult& r, ConsumerStats& delta) {
+                                       return send_dead_letters(r, delta);
+                                     }});
   }
   declarer.declare_at_start(stop_requested);
   poll->subscribe(subscription);
@@ -404,20 +365,20 @@ void Consumer::Impl::loop() {
 }
 
 void Consumer::Impl::run_effects(ConsumerStats& delta, bool start_calls) {
-  const std::vector<PartitionOffset> moved = effects->turn(delta, start_calls);
-  const std::vector<PartitionOffset> dirty = tracker.take_dirty();
-  if (!dirty.empty()) {
-    static_cast<void>(poll->commit(dirty, /*async=*/true));
-    delta.offset_commits = 1;
-  }
+  effects->turn(delta, start_calls);
+  const bool committed = commit_moved(delta);
   add_stats(delta);
-  note_moved(moved);
-  if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+  if (committed) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
 }
 
-void Consumer::Impl::note_moved(const std::vector<PartitionOffset>& moved) {
+bool Consumer::Impl::commit_moved(ConsumerStats& delta) {
+  const std::vector<PartitionOffset> moved = progress.take_moved();
+  if (moved.empty()) return false;
+  static_cast<void>(poll->commit(moved, /*async=*/true));
+  delta.offset_commits = 1;
   std::lock_guard lock(stats_mutex);
   for (const auto& p : moved) processed_next[p.tp] = p.offset;
+  return true;
 }
 
 void Consumer::Impl::add_stats(const ConsumerStats& delta) {
@@ -437,8 +398,10 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
   stats.call_retries += delta.call_retries;
 }
 
-void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStats& delta) {
-  if (r.dead_letters.empty()) return;
+std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
+                                                               ConsumerStats& delta) {
+  std::vector<PartitionOffset> refused;
+  if (r.dead_letters.empty()) return refused;
   const std::vector<rd_kafka_resp_err_t> errors = dlq->send(r.dead_letters, config.dlq_ack_timeout);
   for (std::size_t i = 0; i < errors.size(); ++i) {
     const detail::DeadLetter& letter = r.dead_letters[i];
@@ -460,12 +423,9 @@ void Consumer::Impl::apply_dead_letter_acks(detail::BatchResult& r, ConsumerStat
     // the letter producer logs each one as permanent.
     if (detail::permanent_produce_error(errors[i])) ++delta.dead_letters_refused;
     const rd_kafka_message_t& m = *letter.original;
-    for (auto& p : r.partitions) {
-      if (p.tp.partition != m.partition || p.tp.topic != rd_kafka_topic_name(m.rkt)) continue;
-      p.next_offset = std::min(p.next_offset, m.offset);
-      p.retry_at = std::min(p.retry_at.value_or(m.offset), m.offset);
-    }
+    refused.push_back({{rd_kafka_topic_name(m.rkt), m.partition}, m.offset});
   }
+  return refused;
 }
 
 void Consumer::Impl::process_batch() {
@@ -487,42 +447,35 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   delta.processed = r.processed;
   delta.duplicates = r.duplicates;
   delta.transactions = r.committed ? 1 : 0;
-  apply_dead_letter_acks(r, delta);
+  const std::vector<PartitionOffset> refused = send_dead_letters(r, delta);
 
   const auto now = std::chrono::steady_clock::now();
-  for (const auto& p : r.partitions) {
-    if (p.next_offset > p.first_offset) {
-      tracker.advance(p.tp, p.next_offset);
-      schedule.progressed(p.tp, p.next_offset);
+  std::vector<std::int64_t> refused_here;
+  for (auto& p : r.partitions) {
+    refused_here.clear();
+    for (const auto& letter : refused) {
+      if (letter.tp == p.tp) refused_here.push_back(letter.offset);
     }
-    if (p.retry_at) {
-      const auto delay = schedule.failed(p.tp, *p.retry_at, now, backoff);
-      const auto retried = std::find_if(lane.batch.begin(), lane.batch.end(), [&](const auto& m) {
-        return m->partition == p.tp.partition && m->offset == *p.retry_at &&
-               p.tp.topic == rd_kafka_topic_name(m->rkt);
-      });
-      if (retried != lane.batch.end()) {
-        log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
-                        delay.count()));
-      }
-      poll->pause_and_seek({p.tp, *p.retry_at});
-      ++delta.retries;
+    const std::optional<std::int64_t> again = progress.settle_batch(p, refused_here);
+    if (const auto position = progress.commit_position(p.tp)) schedule.progressed(p.tp, *position);
+    if (!again) continue;
+    p.retry_at = again;  // BatchPipeline holds the partition's later records back too
+    const auto delay = schedule.failed(p.tp, *again, now, backoff);
+    const auto retried = std::find_if(lane.batch.begin(), lane.batch.end(), [&](const auto& m) {
+      return m->partition == p.tp.partition && m->offset == *again &&
+             p.tp.topic == rd_kafka_topic_name(m->rkt);
+    });
+    if (retried != lane.batch.end()) {
+      log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
+                      delay.count()));
     }
+    poll->pause_and_seek({p.tp, *again});
+    ++delta.retries;
   }
 
-  const std::vector<PartitionOffset> dirty = tracker.take_dirty();
-  if (!dirty.empty()) {
-    static_cast<void>(poll->commit(dirty, /*async=*/true));
-    delta.offset_commits = 1;
-  }
+  const bool committed = commit_moved(delta);
   add_stats(delta);
-  {
-    std::lock_guard lock(stats_mutex);
-    for (const auto& p : r.partitions) {
-      if (p.next_offset > p.first_offset) processed_next[p.tp] = p.next_offset;
-    }
-  }
-  if (!dirty.empty()) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
+  if (committed) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
   if (hooks.on_batch)
     hooks.on_batch({lane.batch.size(), r.committed, lane.committed - lane.started});
 }

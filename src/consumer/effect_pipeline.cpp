@@ -11,13 +11,14 @@ namespace idem::detail {
 
 EffectPipeline::EffectPipeline(Deps deps)
     : deps_(std::move(deps)),
+      config_(deps_.context.config),
       completions_(std::make_shared<CompletionQueue>()),
-      scheduler_(deps_.config.max_in_flight),
-      windows_(deps_.poll, deps_.config.max_buffered_per_partition),
-      horizon_(deps_.config),
-      key_backoff_(deps_.config.retry),
-      apply_backoff_(deps_.config.retry) {
-  for (const auto& [topic, route] : deps_.routes) {
+      scheduler_(config_.max_in_flight),
+      windows_(deps_.poll, deps_.progress, config_.max_buffered_per_partition),
+      horizon_(config_),
+      key_backoff_(config_.retry),
+      apply_backoff_(config_.retry) {
+  for (const auto& [topic, route] : deps_.context.routes) {
     auto* effect = dynamic_cast<EffectRoute*>(route.get());
     if (effect == nullptr) continue;
     effect_routes_.emplace(topic, effect);
@@ -34,8 +35,7 @@ EffectPipeline::EffectPipeline(Deps deps)
     if (e.code() != ErrorCode::InvalidArgument) throw;
     return;  // a private in-memory database: applies commit inline on the first connection
   }
-  applier_ = std::make_unique<BatchProcessor>(deps_.config, *apply_store_, deps_.routes,
-                                              deps_.hooks, deps_.retry_topics, deps_.horizon_guard);
+  applier_ = std::make_unique<BatchProcessor>(deps_.context, *apply_store_);
   commit_ = std::make_unique<BackgroundCommit>([queue = completions_] { queue->poke(); });
 }
 
@@ -61,6 +61,7 @@ void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delt
   }
   batch.resize(kept);
   for (const TopicPartition& tp : touched_) windows_.pause_if_full(tp);
+  touched_.clear();
   // One read for the whole polled batch instead of one per turn before its calls. The
   // answer stays true until the call unless something marks the event meanwhile: this
   // pipeline applying another record of the same id (those stay AtCall), or another
@@ -80,7 +81,7 @@ void EffectPipeline::read_marks(std::span<Entry* const> entries) {
   ids.reserve(entries.size());
   for (const Entry* e : entries) ids.push_back(e->event_id);
   auto tx = deps_.store.begin_read();
-  const std::vector<bool> marked = tx->processed_among(ids, deps_.config.group_id);
+  const std::vector<bool> marked = tx->processed_among(ids, config_.group_id);
   tx->rollback();
   for (std::size_t i = 0; i < entries.size(); ++i)
     entries[i]->mark_check = marked.at(i) ? MarkCheck::Marked : MarkCheck::Fresh;
@@ -99,7 +100,7 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
   // by topic; records without a key keep their partition's order. A retry topic's
   // record is keyed by its source topic: its call never overlaps one of a later event
   // of its key (which may overtake it: the trade-off of retry topics).
-  const RetryTopicMap::Level* level = deps_.retry_topics.find(r.topic);
+  const RetryTopicMap::Level* level = deps_.context.retry_topics.find(r.topic);
   const std::string_view topic = level != nullptr ? std::string_view(level->source) : r.topic;
   if (r.has_key) return fmt::format("{}\n{}", topic, r.key);
   return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
@@ -112,7 +113,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   touched_.insert(tp);
   const std::uint64_t ticket = next_ticket_++;
   Entry e;
-  e.record = std::make_shared<EffectRecord>(*m, deps_.config.group_id);
+  e.record = std::make_shared<EffectRecord>(*m, config_.group_id);
   e.message = std::move(m);
   e.route = &route;
   e.generation = generation_[tp];
@@ -120,10 +121,10 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   // Invalid and stale records make no call: the batch processor dead-letters (or skips)
   // them when they are applied. The checks match the processor's own.
   // A retry-topic record with headers idem never writes is dead-lettered, uncalled.
-  bool callable = e.record->headers.size() <= deps_.config.limits.max_headers &&
-                  !deps_.retry_topics.header_problem(*e.message);
+  bool callable = e.record->headers.size() <= config_.limits.max_headers &&
+                  !deps_.context.retry_topics.header_problem(*e.message);
   if (callable) {
-    EffectRoute::Owned owned = route.parse_owned(e.record->payload, deps_.config.limits);
+    EffectRoute::Owned owned = route.parse_owned(e.record->payload, config_.limits);
     callable = owned.event_id.ok();
     if (callable) {
       e.event_id = owned.event_id.value();
@@ -157,30 +158,17 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   return ids_held_[held.event_id]++ == 0 ? &held : nullptr;
 }
 
-std::vector<PartitionOffset> EffectPipeline::turn(ConsumerStats& delta, bool start) {
+void EffectPipeline::turn(ConsumerStats& delta, bool start) {
   const TimePoint now = std::chrono::steady_clock::now();
   take_completions(delta, now);
   if (start) start_calls(delta, now);
   apply_ready(delta, now);
-  return advance_offsets();
-}
-
-std::vector<PartitionOffset> EffectPipeline::settle(ConsumerStats& delta) {
-  if (applying_) settle_apply(delta, std::chrono::steady_clock::now());
-  return advance_offsets();
-}
-
-std::vector<PartitionOffset> EffectPipeline::advance_offsets() {
-  std::vector<PartitionOffset> moved;
-  for (const TopicPartition& tp : touched_) {
-    if (const auto pos = windows_.commit_position(tp)) {
-      deps_.tracker.advance(tp, *pos);
-      moved.push_back({tp, *pos});
-    }
-  }
-  touched_.clear();
   windows_.resume_drained();
-  return moved;
+}
+
+void EffectPipeline::settle(ConsumerStats& delta) {
+  if (applying_) settle_apply(delta, std::chrono::steady_clock::now());
+  windows_.resume_drained();
 }
 
 void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
@@ -199,7 +187,7 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
     }
     if (c.outcome == Outcome::Retry) {
       ++delta.call_retries;
-      if (!deps_.config.retry_topics.enabled()) {
+      if (!config_.retry_topics.enabled()) {
         retry_key(e, now, c.reason.empty() ? "the call phase asked for a retry" : c.reason);
         continue;
       }
@@ -273,7 +261,7 @@ void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
   e.mark_check = MarkCheck::AtCall;  // a copy may have been applied meanwhile
   e.staged = {};
   e.result.reset();
-  deps_.log(
+  deps_.context.log(
       fmt::format("idem consumer: retrying the call of topic={} partition={} offset={} "
                   "event_id={} (attempt {}) in {} ms: {}",
                   e.tp.topic, e.tp.partition, e.message->offset, e.event_id.to_string(),
@@ -293,7 +281,7 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     return std::tie(x.tp.topic, x.tp.partition, x.message->offset) <
            std::tie(y.tp.topic, y.tp.partition, y.message->offset);
   });
-  const std::size_t n = std::min(ready_.size(), deps_.config.batch_size);
+  const std::size_t n = std::min(ready_.size(), config_.batch_size);
   const std::vector<std::uint64_t> tickets(ready_.begin(),
                                            ready_.begin() + static_cast<std::ptrdiff_t>(n));
   ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -333,14 +321,15 @@ void EffectPipeline::settle_apply(ConsumerStats& delta, TimePoint now) {
   }
   Applying a = std::move(*applying_);
   applying_.reset();
-  if (a.result.committed) call_hook(deps_.hooks, HookPoint::AfterDbCommit);
+  if (a.result.committed) call_hook(deps_.context.hooks, HookPoint::AfterDbCommit);
   finish_apply(delta, a, now);
 }
 
 void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint now) {
   BatchResult& r = a.result;
-  deps_.settle_dead_letters(r, delta);
-  if (deps_.on_batch) deps_.on_batch({a.tickets.size(), r.committed, a.committed - a.started});
+  const std::vector<PartitionOffset> refused = deps_.send_dead_letters(r, delta);
+  if (deps_.context.hooks.on_batch)
+    deps_.context.hooks.on_batch({a.tickets.size(), r.committed, a.committed - a.started});
   delta.processed += r.processed;
   delta.duplicates += r.duplicates;
   if (r.committed) ++delta.transactions;
@@ -349,26 +338,32 @@ void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint n
     // call is repeated for it.
     const auto delay = apply_backoff_.delay(++apply_failures_);
     apply_not_before_ = now + delay;
-    deps_.log(fmt::format("idem consumer: applying {} effect(s) failed, retrying in {} ms: {}",
-                          a.tickets.size(), delay.count(), r.failure));
+    deps_.context.log(
+        fmt::format("idem consumer: applying {} effect(s) failed, retrying in {} ms: {}",
+                    a.tickets.size(), delay.count(), r.failure));
     ready_.insert(ready_.end(), a.tickets.begin(), a.tickets.end());
     return;
   }
   apply_failures_ = 0;
-  settle_applied(r, a.tickets, now);
+  settle_applied(r, refused, a.tickets, now);
 }
 
-void EffectPipeline::settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets,
-                                    TimePoint now) {
+void EffectPipeline::settle_applied(const BatchResult& r, std::span<const PartitionOffset> refused,
+                                    std::span<const std::uint64_t> tickets, TimePoint now) {
+  // Where each partition stops: its retry, or a dead letter the broker did not acknowledge
+  // (applied again, so a bad message is never lost).
   std::unordered_map<TopicPartition, std::optional<std::int64_t>, TopicPartitionHash> retry_at;
   for (const auto& p : r.partitions) retry_at[p.tp] = p.retry_at;
+  for (const auto& letter : refused) {
+    auto& stop = retry_at[letter.tp];
+    stop = std::min(stop.value_or(letter.offset), letter.offset);
+  }
   for (const auto t : tickets) {
     Entry& e = entries_.at(t);
     const std::int64_t offset = e.message->offset;
     const std::optional<std::int64_t> stop = retry_at[e.tp];
     if (!stop || offset < *stop) {
-      windows_.finished(e.tp, offset);
-      touched_.insert(e.tp);
+      deps_.progress.done(e.tp, offset);
       finish(t);
       continue;
     }

@@ -14,8 +14,9 @@
 //      flush, runs on a background thread while later turns take completions and start
 //      calls; the next apply transaction starts once that commit returned and its
 //      outcome was settled (dead letters sent, offsets advanced, keys freed);
-//   4. each partition's offset advances over its contiguous finished prefix only
-//      (ContiguousOffsets), and a partition holding too many records pauses.
+//   4. each record applied (or dead-lettered and acknowledged) is done in the consumer's
+//      PartitionProgress, which moves the partition's commit position over its contiguous
+//      done prefix only; a partition holding too many records pauses.
 // A call that completes with retry() holds back only its key (capped backoff), or, with
 // retry topics on, sends its record to the next retry topic and frees the key. Records
 // of revoked partitions are dropped; a call still in flight for one keeps its key busy
@@ -42,7 +43,6 @@
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/effect_record.hpp"
 #include "consumer/keyed_scheduler.hpp"
-#include "consumer/offset_tracker.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
@@ -54,24 +54,20 @@ class EffectPipeline {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
+  /// Sends a batch's dead letters; returns those the broker did not acknowledge.
+  using SendDeadLetters =
+      std::function<std::vector<PartitionOffset>(const BatchResult&, ConsumerStats&)>;
+
   /// What the pipeline works with; everything must outlive it.
   struct Deps {
-    const ConsumerConfig& config;
+    const ConsumerContext& context;
     Store& store;  ///< the first connection: the read-only check before calls
     /// On the first connection: applies commit inline there when the store has no
     /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
-    RouteTable& routes;
-    const ConsumerHooks& hooks;
-    DedupHorizonGuard& horizon_guard;  ///< the processors' (shared)
     PollLoop& poll;
-    OffsetTracker& tracker;
-    const RetryTopicMap& retry_topics;  ///< on: a call asking for a retry goes to one
-    const LogFn& log;
-    /// ConsumerHooks::on_batch, called after each apply transaction (may be empty).
-    const std::function<void(const BatchReport&)>& on_batch;
-    /// Sends a batch's dead letters and pulls back what the broker did not acknowledge.
-    std::function<void(BatchResult&, ConsumerStats&)> settle_dead_letters;
+    PartitionProgress& progress;  ///< the consumer's, shared with the batch path
+    SendDeadLetters send_dead_letters;
   };
 
   /// `deps.routes` is scanned for EffectRoutes now; their staged-call lookups point here.
@@ -85,16 +81,14 @@ class EffectPipeline {
   void admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta);
 
   /// One turn: take completions, start calls (unless `start_calls` is false: stopping),
-  /// apply what completed, advance offsets (into the OffsetTracker), pause and resume
-  /// partitions. Returns the partitions whose commit position moved.
-  /// \throws HookAbort when a hook throws.
-  std::vector<PartitionOffset> turn(ConsumerStats& delta, bool start_calls);
+  /// apply what completed (its records done in the PartitionProgress), pause and resume
+  /// partitions. \throws HookAbort when a hook throws.
+  void turn(ConsumerStats& delta, bool start_calls);
 
   /// Waits for the apply transaction whose commit is in flight, if any, and settles it
-  /// (dead letters, offsets into the OffsetTracker, keys). Before the offsets of revoked
-  /// partitions are committed. Returns the partitions whose commit position moved.
-  /// \throws stopping_error from the commit; HookAbort from AfterDbCommit.
-  std::vector<PartitionOffset> settle(ConsumerStats& delta);
+  /// (dead letters, records done, keys). Before the offsets of revoked partitions are
+  /// committed. \throws stopping_error from the commit; HookAbort from AfterDbCommit.
+  void settle(ConsumerStats& delta);
 
   /// Set while completions wait or an apply's commit returned: the poll returns early.
   [[nodiscard]] const std::atomic<bool>& wake_flag() const noexcept {
@@ -158,13 +152,14 @@ class EffectPipeline {
   void apply_ready(ConsumerStats& delta, TimePoint now);
   void settle_apply(ConsumerStats& delta, TimePoint now);
   void finish_apply(ConsumerStats& delta, Applying& a, TimePoint now);
-  std::vector<PartitionOffset> advance_offsets();
-  void settle_applied(const BatchResult& r, std::span<const std::uint64_t> tickets, TimePoint now);
+  void settle_applied(const BatchResult& r, std::span<const PartitionOffset> refused,
+                      std::span<const std::uint64_t> tickets, TimePoint now);
   void retry_key(Entry& e, TimePoint now, std::string_view why);
   void finish(std::uint64_t ticket);
   std::string default_key(const EffectRecord& r) const;
 
   Deps deps_;
+  const ConsumerConfig& config_;  // deps_.context.config
   std::unordered_map<std::string, EffectRoute*> effect_routes_;
   std::shared_ptr<CompletionQueue> completions_;
   KeyedScheduler scheduler_;
@@ -183,7 +178,7 @@ class EffectPipeline {
   std::uint64_t next_ticket_ = 1;
   std::uint64_t generation_counter_ = 0;
   std::unordered_map<TopicPartition, std::uint64_t, TopicPartitionHash> generation_;
-  std::unordered_set<TopicPartition, TopicPartitionHash> touched_;
+  std::unordered_set<TopicPartition, TopicPartitionHash> touched_;  // admitted by admit()
   std::map<StageKey, const StagedCall*> staged_;
   std::uint32_t apply_failures_ = 0;
   TimePoint apply_not_before_{};

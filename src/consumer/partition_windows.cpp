@@ -3,12 +3,12 @@
 namespace idem::detail {
 
 bool PartitionWindows::admit(const TopicPartition& tp, std::int64_t offset) {
-  return !paused_.contains(tp) && offsets_.received(tp, offset);
+  return !paused_.contains(tp) && progress_.received(tp, offset);
 }
 
 void PartitionWindows::pause_if_full(const TopicPartition& tp) {
-  if (paused_.contains(tp) || offsets_.held(tp) < limit_) return;
-  if (const auto next = offsets_.next_expected(tp)) {
+  if (paused_.contains(tp) || progress_.held(tp) < limit_) return;
+  if (const auto next = progress_.next_expected(tp)) {
     poll_.pause_and_seek({tp, *next});
     paused_.insert(tp);
   }
@@ -16,18 +16,17 @@ void PartitionWindows::pause_if_full(const TopicPartition& tp) {
 
 void PartitionWindows::resume_drained() {
   for (auto it = paused_.begin(); it != paused_.end();) {
-    if (offsets_.held(*it) > limit_ / 2) {
+    if (progress_.held(*it) > limit_ / 2) {
       ++it;
       continue;
     }
-    if (const auto next = offsets_.next_expected(*it)) poll_.seek_and_resume({*it, *next});
+    if (const auto next = progress_.next_expected(*it)) poll_.seek_and_resume({*it, *next});
     it = paused_.erase(it);
   }
 }
 
 void PartitionWindows::forget(std::span<const TopicPartition> partitions) {
   for (const auto& tp : partitions) paused_.erase(tp);
-  offsets_.forget(partitions);
 }
 
 }  // namespace idem::detail

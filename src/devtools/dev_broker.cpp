@@ -6,6 +6,8 @@
 // handle of our own lives exactly as long as this object and serves any process.
 #include "idem/devtools/dev_broker.hpp"
 
+#include <charconv>
+
 #include <syslog.h>
 #include <climits>
 #include <cstdint>
@@ -231,6 +233,37 @@ void DevBroker::set_topic_error(std::string_view name, int error_code) {
   }
   rd_kafka_mock_topic_set_error(impl_->cluster.get(), std::string(name).c_str(),
                                 static_cast<rd_kafka_resp_err_t>(error_code));
+}
+
+void declare_dev_broker_keys(SectionKeys<DevBrokerSettings>& keys) {
+  KeySpec topics;
+  topics.name = "dev_broker.topics";
+  topics.type = KeyType::List;
+  topics.help = "topics to create, NAME or NAME:PARTITIONS (3 partitions by default)";
+  keys.integer(
+          "dev_broker.brokers", [](DevBrokerSettings & s) -> auto& { return s.options.brokers; },
+          "number of brokers", 1, DevBroker::kMaxBrokers)
+      .boolean("dev_broker.read_stdin", &DevBrokerSettings::read_stdin,
+               "read control commands from stdin (create-topic, broker-down, ...)")
+      .custom(topics, [topics](DevBrokerSettings& s, std::string_view text) {
+        std::vector<std::string> items;
+        if (auto problem = detail::parse_list(topics, text, items)) return problem;
+        s.options.topics.clear();
+        for (const std::string& item : items) {
+          // DevBroker checks the name itself, when it creates the topic.
+          TopicSpec& topic = s.options.topics.emplace_back();
+          const auto colon = item.rfind(':');
+          topic.name = item.substr(0, colon);
+          if (colon == std::string::npos) continue;
+          const char* end = item.data() + item.size();
+          const auto [ptr, ec] = std::from_chars(item.data() + colon + 1, end, topic.partitions);
+          if (ec != std::errc() || ptr != end || topic.partitions < 1 || topic.name.empty()) {
+            return std::optional<std::string>(
+                fmt::format("expected NAME or NAME:PARTITIONS (PARTITIONS >= 1), got '{}'", item));
+          }
+        }
+        return std::optional<std::string>();
+      });
 }
 
 }  // namespace idem

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 
@@ -134,6 +135,16 @@ AdminServer::~AdminServer() {
 
 int AdminServer::port() const noexcept {
   return impl_->port;
+}
+
+void declare_admin_keys(SectionKeys<AdminSettings>& keys) {
+  keys.listen("admin.listen", &AdminSettings::listen,
+              "host:port of /metrics, /healthz, /readyz (empty: off)")
+      .boolean("admin.console", &AdminSettings::console,
+               "idem consume: serve the web console (docs/console.md) on admin.listen too")
+      .duration("admin.stuck_after_ms", &AdminSettings::stuck_after,
+                "/readyz fails when the consumer loop has not turned for this long", kConfigSecond,
+                kConfigDay, "ms");
 }
 
 }  // namespace idem

@@ -7,9 +7,20 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/config.hpp"
 #include "idem/tracing.hpp"
 
 namespace idem {
+
+std::string_view to_string(LogLevel level) noexcept {
+  switch (level) {
+    case LogLevel::Debug: return "debug";
+    case LogLevel::Info: return "info";
+    case LogLevel::Warn: return "warn";
+    case LogLevel::Error: return "error";
+  }
+  return "unknown";
+}
 
 namespace {
 

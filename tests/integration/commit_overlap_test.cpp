@@ -112,14 +112,17 @@ class CommitOverlapTest : public test::DevBrokerSuite {
   detail::DedupHorizonGuard guard_{config_};
   detail::RouteTable routes_a_;
   detail::RouteTable routes_b_;
+  const detail::LogFn log_;
+  const detail::ConsumerContext context_a_{config_, hooks_, log_, routes_a_, retry_topics_, guard_};
+  const detail::ConsumerContext context_b_{config_, hooks_, log_, routes_b_, retry_topics_, guard_};
   detail::RetrySchedule schedule_;
   detail::KafkaHandle rk_;  // before the records: they are destroyed first
   std::vector<detail::KafkaMessage> records_;
 };
 
 TEST_F(CommitOverlapTest, TheSecondCopyWaitsForTheFirstCommitAndIsThenADuplicate) {
-  detail::BatchProcessor a(config_, *first_, routes_a_, hooks_, retry_topics_, guard_);
-  detail::BatchProcessor b(config_, *second_, routes_b_, hooks_, retry_topics_, guard_);
+  detail::BatchProcessor a(context_a_, *first_);
+  detail::BatchProcessor b(context_b_, *second_);
   detail::BatchResult first = a.prepare(record(0), schedule_);
   ASSERT_TRUE(a.open());
   EXPECT_EQ(first.processed, 1U);
@@ -134,15 +137,15 @@ TEST_F(CommitOverlapTest, TheSecondCopyWaitsForTheFirstCommitAndIsThenADuplicate
   detail::BatchResult then = second.get();
   EXPECT_EQ(then.processed, 0U);
   EXPECT_EQ(then.duplicates, 1U);
-  EXPECT_EQ(then.partitions.at(0).next_offset, 2) << "the copy's offset is done";
+  EXPECT_EQ(then.partitions.at(0).decided_end, 2) << "the copy's offset is done";
   b.commit(then);
   ASSERT_TRUE(then.committed) << then.failure;
   EXPECT_EQ(effects(), 1);
 }
 
 TEST_F(CommitOverlapTest, WhenTheFirstRollsBackTheSecondCopyIsTheFirstTime) {
-  detail::BatchProcessor a(config_, *first_, routes_a_, hooks_, retry_topics_, guard_);
-  detail::BatchProcessor b(config_, *second_, routes_b_, hooks_, retry_topics_, guard_);
+  detail::BatchProcessor a(context_a_, *first_);
+  detail::BatchProcessor b(context_b_, *second_);
   static_cast<void>(a.prepare(record(0), schedule_));
   ASSERT_TRUE(a.open());
   auto second = std::async(std::launch::async, [&] { return b.prepare(record(1), schedule_); });

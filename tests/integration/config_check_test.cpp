@@ -141,6 +141,23 @@ TEST(ConfigCheck, ReportsEveryProblemOfEveryCommandTogether) {
       << r.output;
 }
 
+TEST(ConfigCheck, TheCommandsOwnKeysAreValidatedLikeEveryOther) {
+  IDEM_REQUIRE_CLI();
+  // consumer.handler (idem consume) and demo.* (idem demo) are declared by the CLI's
+  // commands themselves, not by the library.
+  const test::CliResult r = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "check", "--set", "consumer.handler=email", "--set",
+                      "demo.faults=all,resend", "--set", "demo.timeout=5s"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("configuration has 3 problems"), std::string::npos) << r.output;
+  for (const auto* expected :
+       {"consumer.handler (flag --set): expected one of count, billing, analytics",
+        "demo.faults (flag --set): all and none stand alone, not in a list",
+        "demo.timeout (flag --set): expected a duration from 10s to 1h"}) {
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << " not in\n" << r.output;
+  }
+}
+
 struct CommandFlag {
   std::vector<std::string> args;  ///< the command line, without --print-config
   std::string key;

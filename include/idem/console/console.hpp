@@ -49,6 +49,11 @@ struct ConsoleOptions {
   std::vector<ReadinessCheck> readiness;
 };
 
+/// Declares the `console.*` keys, bound to ConsoleOptions' members
+/// (ConfigSchema::add<ConsoleOptions>); the cluster, the store and the horizon come from
+/// the core's keys.
+void declare_console_keys(SectionKeys<ConsoleOptions>& keys);
+
 /// The console's HTTP server, serving on a thread of its own until destroyed.
 class Console {
  public:

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/config_keys.hpp"
+
 namespace idem {
 
 /// A topic to create when the broker starts.
@@ -140,5 +142,15 @@ class DevBroker {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// `dev_broker.*`: what `idem dev-broker` starts, and whether it reads control commands.
+struct DevBrokerSettings {
+  DevBrokerOptions options;
+  bool read_stdin = true;  ///< read control commands from stdin
+};
+
+/// Declares the `dev_broker.*` keys (ConfigSchema::add<DevBrokerSettings>); a topic is
+/// `NAME` or `NAME:PARTITIONS`.
+void declare_dev_broker_keys(SectionKeys<DevBrokerSettings>& keys);
 
 }  // namespace idem

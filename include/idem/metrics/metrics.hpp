@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/config_keys.hpp"
 #include "idem/consumer.hpp"
 #include "idem/relay.hpp"
 #include "idem/store.hpp"
@@ -153,5 +154,17 @@ class AdminServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// `admin.*`: the HTTP port of `idem consume` and `idem relay` serving /metrics, /healthz
+/// and /readyz (AdminServer).
+struct AdminSettings {
+  std::string listen;  ///< host:port; empty = no admin server (port 0 picks a free port)
+  /// /readyz reports "stuck" when the consumer loop has not turned for this long.
+  std::chrono::milliseconds stuck_after{60'000};
+  bool console = false;  ///< serve the web console on the same port (docs/console.md)
+};
+
+/// Declares the `admin.*` keys (ConfigSchema::add<AdminSettings>).
+void declare_admin_keys(SectionKeys<AdminSettings>& keys);
 
 }  // namespace idem

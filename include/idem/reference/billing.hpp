@@ -12,10 +12,13 @@
 /// charges again with the same key and the provider replays its first answer: one
 /// charge, one ledger row.
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "idem/config.hpp"
 #include "idem/consumer.hpp"
 #include "idem/http/async_client.hpp"
 #include "idem/http/idempotent_client.hpp"
@@ -74,5 +77,26 @@ Outcome apply_charge(const OrderConfirmed& event, const BillingCharge& charge, T
 /// The handler owns one HTTP client; a Consumer calls it from one thread only.
 /// \throws Error(InvalidArgument, Config) for an empty provider_url or a bad client config.
 [[nodiscard]] Handler<OrderConfirmed> billing_handler(BillingConfig config);
+
+/// What `idem consume --handler billing` is told about the provider it calls:
+/// `consumer.provider_url` and `billing.provider_key_retention`.
+struct BillingSettings {
+  std::string provider_url;  ///< the payment provider's base URL
+  /// The provider's Idempotency-Key retention as its operator states it; nullopt:
+  /// unknown (an outside provider's retention is known only when someone states it).
+  std::optional<std::chrono::milliseconds> provider_key_retention;
+};
+
+/// Declares the billing keys (ConfigSchema::add<BillingSettings>).
+void declare_billing_keys(SectionKeys<BillingSettings>& keys);
+
+/// IDEM-4: the provider deduplicates a charge only while it remembers the key, so it must
+/// remember it for as long as the consumer may still execute a redelivery. Warns when what
+/// the provider keeps (billing.provider_key_retention, or provider.key_retention when the
+/// configuration runs the reference provider) is shorter than dedup.retention, and, when
+/// `runs_billing`, when nothing says what it keeps though dedup.retention was changed.
+/// Needs a schema with BillingSettings and http::ProviderSettings.
+void warn_provider_key_retention(const Config& config, bool runs_billing,
+                                 std::vector<std::string>& warnings);
 
 }  // namespace idem

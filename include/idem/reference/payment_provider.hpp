@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "idem/clock.hpp"
+#include "idem/config_keys.hpp"
 #include "idem/store.hpp"
 
 namespace idem::http {
@@ -137,5 +138,14 @@ class PaymentProvider {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// `provider.*`: what `idem provider` serves on, and its ProviderConfig.
+struct ProviderSettings {
+  std::string listen = "127.0.0.1:0";  ///< host:port; port 0 picks a free port
+  ProviderConfig provider;
+};
+
+/// Declares the `provider.*` keys (ConfigSchema::add<ProviderSettings>).
+void declare_provider_keys(SectionKeys<ProviderSettings>& keys);
 
 }  // namespace idem::http

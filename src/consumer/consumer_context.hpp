@@ -1,0 +1,30 @@
+#pragma once
+// What every part of idem::Consumer's processing reads and none owns: the configuration,
+// the hooks and the log line sink, the routes (topic -> handler), the retry topics and the
+// dedup horizon guard. Consumer::Impl owns them and hands this out by reference; each
+// must outlive whoever holds it.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "consumer/dedup_horizon_guard.hpp"
+#include "consumer/retry_topics.hpp"
+#include "idem/consumer.hpp"
+#include "kafka/kafka_handle.hpp"
+
+namespace idem::detail {
+
+using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
+
+struct ConsumerContext {
+  const ConsumerConfig& config;
+  const ConsumerHooks& hooks;
+  const LogFn& log;
+  /// A route holds the parsed events of the batch being prepared: two processors may
+  /// share the table only when one's prepare never overlaps the other's (BatchPipeline).
+  RouteTable& routes;
+  const RetryTopicMap& retry_topics;
+  DedupHorizonGuard& horizon_guard;
+};
+
+}  // namespace idem::detail
