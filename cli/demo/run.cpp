@@ -51,9 +51,9 @@
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli::demo {
 
@@ -112,7 +112,7 @@ class Demo {
     scope_.dlq_start = end_offsets(scope_.brokers, scope_.dlq_topic, scope_.dlq_partitions);
 
     store_ = open_store(url_);
-    idem::migrate_reference_system(*store_);
+    static_cast<void>(migrate_store(*store_, {}, /*reference=*/true));
     progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_, o_.timeout_s);
     {
       auto tx = store_->begin();
