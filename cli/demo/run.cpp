@@ -116,7 +116,7 @@ class Demo {
     progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_, o_.timeout_s);
     {
       auto tx = store_->begin();
-      const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM outbox");
+      const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM idem_outbox");
       scope_.outbox_after = rows[0].int64(0);
       scope_.first_order = OrderService::next_order_id(*tx);
       tx->rollback();
