@@ -230,9 +230,9 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
       std::to_string(skipped["analytics"]));
   row(fmt::format("DLQ entries ({} in all), by reason:", in_dlq), "", "");
   for (const auto& [cls, groups] : dlq) {
-    auto get = [&](std::string_view g) {
-      const auto it = groups.find(std::string(g));
-      return it == groups.end() ? std::int64_t{0} : it->second;
+    auto get = [&counts = groups](std::string_view g) {
+      const auto it = counts.find(std::string(g));
+      return it == counts.end() ? std::int64_t{0} : it->second;
     };
     row("  " + cls, get(kBilling), get(kAnalytics));
   }

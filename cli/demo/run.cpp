@@ -212,8 +212,8 @@ class Demo {
     progress_->step(fmt::format("phase 1: {} orders over {} s; {} SIGKILLs at random points", n,
                                 kPhaseOneSeconds, kills.size()));
     // The pace of the order stream (not a synchronisation: nothing waits on it).
-    const auto pause =
-        std::chrono::microseconds(kPhaseOneSeconds * 1'000'000 / std::max<std::int64_t>(1, n));
+    const auto pause = std::chrono::microseconds(std::int64_t{kPhaseOneSeconds} * 1'000'000 /
+                                                 std::max<std::int64_t>(1, n));
     std::int64_t done_in_phase = 0;
     confirm(n, [&](std::int64_t) {
       ++done_in_phase;

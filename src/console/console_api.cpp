@@ -19,8 +19,8 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr std::size_t kMaxPayloadShown = 64 * 1024;  // a letter's payload on the page
-constexpr std::size_t kMaxMessageListed = 300;       // an error message in the list
+constexpr std::size_t kMaxPayloadShown = std::size_t{64} * 1024;  // a letter's payload on the page
+constexpr std::size_t kMaxMessageListed = 300;                    // an error message in the list
 constexpr std::size_t kMaxSearch = 200;
 
 std::int64_t unix_ms(std::chrono::system_clock::time_point t) {
