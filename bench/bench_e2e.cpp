@@ -323,7 +323,7 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
                        static_cast<std::uint64_t>(total), seq);
   {
     auto tx = store->begin();
-    tx->execute("UPDATE outbox SET published_at = NULL");
+    tx->execute("UPDATE idem_outbox SET published_at = NULL");
     tx->commit();
     idem::Relay alone(relay_config(dbs.app, broker.bootstrap_servers()));
     const auto t = SteadyClock::now();

@@ -30,10 +30,10 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/reference/payment_provider.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
 #include "stop_signals.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli {
 
@@ -226,7 +226,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                     "its events will be redelivered and deduplicated",
                     format_duration(config.stop_timeout)));
     auto store = open_store(settings.store_url, settings.store_options);
-    idem::migrate_reference_system(*store);
+    static_cast<void>(migrate_store(*store, {}, /*reference=*/true));
     std::optional<MaintenanceTask> maintenance;
     if (settings.maintenance.interval.count() > 0) {
       maintenance.emplace(

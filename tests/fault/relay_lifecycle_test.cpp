@@ -245,7 +245,7 @@ TEST(RelayLifecycle, SigtermWithTheDatabaseFrozenEndsWithinTheStopTimeoutAndSays
   ASSERT_TRUE(progress_until(
       relay, [](const Progress& p) { return p.at("in_flight") > 0; }, 60s))
       << read_file(stderr_path);
-  FrozenInACall frozen(pg, "outbox");
+  FrozenInACall frozen(pg, "idem_outbox");
   ASSERT_TRUE(frozen.freeze_once_waiting(60s)) << read_file(stderr_path);
 
   const Stopped s = sigterm(relay, stderr_path, "relay, database frozen");
