@@ -12,11 +12,12 @@ namespace idem::cli {
 namespace {
 
 void declare_consume_keys(SectionKeys<ConsumeSettings>& keys) {
-  keys.choice("consumer.handler", &ConsumeSettings::handler,
-              "built-in handler of idem consume: count, billing or analytics",
-              std::vector<std::pair<std::string, HandlerKind>>{{"count", HandlerKind::Count},
-                                                               {"billing", HandlerKind::Billing},
-                                                               {"analytics", HandlerKind::Analytics}});
+  keys.choice(
+      "consumer.handler", &ConsumeSettings::handler,
+      "built-in handler of idem consume: count, billing or analytics",
+      std::vector<std::pair<std::string, HandlerKind>>{{"count", HandlerKind::Count},
+                                                       {"billing", HandlerKind::Billing},
+                                                       {"analytics", HandlerKind::Analytics}});
 }
 
 }  // namespace

@@ -225,8 +225,8 @@ class SectionKeys {
 
   /// A list of durations, each in [min, max] milliseconds.
   template <class Field>
-  SectionKeys& duration_list(std::string_view name, Field field, std::string_view help,
-                             double min, double max) {
+  SectionKeys& duration_list(std::string_view name, Field field, std::string_view help, double min,
+                             double max) {
     KeySpec k = spec(name, KeyType::DurationList, help);
     k.min = min;
     k.max = max;
@@ -254,14 +254,12 @@ class SectionKeys {
       k.choices.push_back(c.first);
       if (c.second == default_member(field)) k.default_value = c.first;
     }
-    return bind<Field>(
-        std::move(k), field,
-        [k, choices](auto& member, std::string_view value) {
-          std::size_t index = 0;
-          auto problem = detail::parse_choice(k, value, index);
-          if (!problem) member = choices[index].second;
-          return problem;
-        });
+    return bind<Field>(std::move(k), field, [k, choices](auto& member, std::string_view value) {
+      std::size_t index = 0;
+      auto problem = detail::parse_choice(k, value, index);
+      if (!problem) member = choices[index].second;
+      return problem;
+    });
   }
 
   /// One of `choices`, kept as text (a member holding the chosen name).
@@ -307,8 +305,8 @@ class SectionKeys {
 
  private:
   template <class M>
-  using Value = typename std::conditional_t<detail::IsOptional<M>::value, M,
-                                            std::optional<M>>::value_type;
+  using Value =
+      typename std::conditional_t<detail::IsOptional<M>::value, M, std::optional<M>>::value_type;
 
   static KeySpec spec(std::string_view name, KeyType type, std::string_view help) {
     KeySpec k;

@@ -163,8 +163,9 @@ const void* Config::section(const std::type_info& type) const {
 }
 
 const ConfigEntry* Config::entry(std::string_view key) const {
-  const auto it = std::lower_bound(entries.begin(), entries.end(), key,
-                                   [](const ConfigEntry& e, std::string_view k) { return e.key < k; });
+  const auto it =
+      std::lower_bound(entries.begin(), entries.end(), key,
+                       [](const ConfigEntry& e, std::string_view k) { return e.key < k; });
   return it != entries.end() && it->key == key ? &*it : nullptr;
 }
 

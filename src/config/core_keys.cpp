@@ -111,31 +111,35 @@ void declare_store_keys(SectionKeys<Config>& k) {
   k.text("store.url", &Config::store_url, "postgresql://... or sqlite://...")
       .text(
           "store.application_name",
-          [](Config& c) -> auto& { return c.store_options.application_name; },
+          [](Config & c) -> auto& { return c.store_options.application_name; },
           "PostgreSQL application_name")
       .duration(
-          "store.busy_timeout_ms", [](Config& c) -> auto& { return c.store_options.busy_timeout; },
+          "store.busy_timeout_ms", [](Config & c) -> auto& { return c.store_options.busy_timeout; },
           "SQLite lock wait", 0, kMaxMs, "ms")
       .duration(
           "store.connect_timeout_ms",
-          [](Config& c) -> auto& { return c.store_options.connect_timeout; },
+          [](Config & c) -> auto& { return c.store_options.connect_timeout; },
           "PostgreSQL connect deadline", kConfigSecond, kMaxMs, "ms")
       .duration(
           "store.statement_timeout_ms",
-          [](Config& c) -> auto& { return c.store_options.statement_timeout; },
+          [](Config & c) -> auto& { return c.store_options.statement_timeout; },
           "PostgreSQL statement_timeout (0: server default)", 0, kMaxMs, "ms")
       .check(compose_store_url);
 }
 
 void declare_consumer_keys(SectionKeys<Config>& k) {
   const auto consumer = [](auto member) {
-    return [member](Config& c) -> auto& { return std::invoke(member, c.consumer); };
+    return [member](Config & c) -> auto& {
+      return std::invoke(member, c.consumer);
+    };
   };
   const auto retry = [](auto member) {
-    return [member](Config& c) -> auto& { return std::invoke(member, c.consumer.retry); };
+    return [member](Config & c) -> auto& {
+      return std::invoke(member, c.consumer.retry);
+    };
   };
-  k.integer("consumer.batch_size", consumer(&ConsumerConfig::batch_size),
-            "records per transaction", 1, 100000)
+  k.integer("consumer.batch_size", consumer(&ConsumerConfig::batch_size), "records per transaction",
+            1, 100000)
       .duration("consumer.batch_window_ms", consumer(&ConsumerConfig::batch_window),
                 "wait for more records after a batch's first", 0, 60 * kConfigSecond, "ms")
       .duration("consumer.dlq_ack_timeout_ms", consumer(&ConsumerConfig::dlq_ack_timeout),
@@ -148,26 +152,26 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
             "static group membership (librdkafka group.instance.id), one per process; empty: "
             "dynamic")
       .integer(
-          "consumer.max_headers", [](Config& c) -> auto& { return c.consumer.limits.max_headers; },
+          "consumer.max_headers", [](Config & c) -> auto& { return c.consumer.limits.max_headers; },
           "records with more headers are refused", 1, 10000)
       .integer("consumer.max_in_flight", consumer(&ConsumerConfig::max_in_flight),
                "effect calls in flight at most, one per ordering key", 1, 1000000)
       .integer(
           "consumer.max_message_bytes",
-          [](Config& c) -> auto& { return c.consumer.limits.max_payload_bytes; },
+          [](Config & c) -> auto& { return c.consumer.limits.max_payload_bytes; },
           "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024)
       .integer("consumer.pipeline_depth", consumer(&ConsumerConfig::pipeline_depth),
                "2: prepare the next batch on a second connection while this one commits", 1, 2)
       .duration("consumer.retry_initial_ms", retry(&RetryPolicy::initial_backoff),
                 "first retry backoff", 1, kMaxMs, "ms")
       .number("consumer.retry_jitter", retry(&RetryPolicy::jitter), "backoff jitter", 0, 1)
-      .duration("consumer.retry_max_ms", retry(&RetryPolicy::max_backoff), "backoff cap", 1,
-                kMaxMs, "ms")
+      .duration("consumer.retry_max_ms", retry(&RetryPolicy::max_backoff), "backoff cap", 1, kMaxMs,
+                "ms")
       .number("consumer.retry_multiplier", retry(&RetryPolicy::multiplier), "backoff growth", 1,
               1000)
       .duration_list(
           "consumer.retry_topics.delays",
-          [](Config& c) -> auto& { return c.consumer.retry_topics.delays; },
+          [](Config & c) -> auto& { return c.consumer.retry_topics.delays; },
           "non-blocking retry topics, one delay each, e.g. 1s,10s (empty: retries block the "
           "partition, which keeps per-key order)",
           1, 7 * kConfigDay)
@@ -188,7 +192,9 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
 
 void declare_dedup_keys(SectionKeys<Config>& k) {
   const auto partitions = [](auto member) {
-    return [member](Config& c) -> auto& { return std::invoke(member, c.dedup.partitions); };
+    return [member](Config & c) -> auto& {
+      return std::invoke(member, c.dedup.partitions);
+    };
   };
   k.duration("dedup.partition_period", partitions(&MigrateOptions::partition_period),
              "partitioned PostgreSQL: period of a processed_event partition (whole hours)",
@@ -200,11 +206,11 @@ void declare_dedup_keys(SectionKeys<Config>& k) {
       .integer("dedup.partitions_behind", partitions(&MigrateOptions::partitions_behind),
                "partitioned PostgreSQL: periods before now that migrate creates", 0, 3660)
       .duration(
-          "dedup.retention", [](Config& c) -> auto& { return c.dedup.horizon.retention; },
+          "dedup.retention", [](Config & c) -> auto& { return c.dedup.horizon.retention; },
           "dedup rows are kept this long in event time; older events are stale (whole hours)",
           kConfigHour, 3650 * kConfigDay)
       .duration(
-          "dedup.safety_margin", [](Config& c) -> auto& { return c.dedup.horizon.safety_margin; },
+          "dedup.safety_margin", [](Config & c) -> auto& { return c.dedup.horizon.safety_margin; },
           "dedup horizon = retention - margin (whole hours)", 0, 3650 * kConfigDay)
       .check([](Config& c, SectionProblems& problems) {
         const DedupHorizon& h = c.dedup.horizon;
@@ -218,7 +224,9 @@ void declare_dedup_keys(SectionKeys<Config>& k) {
 
 void declare_relay_keys(SectionKeys<Config>& k) {
   const auto relay = [](auto member) {
-    return [member](Config& c) -> auto& { return std::invoke(member, c.relay); };
+    return [member](Config & c) -> auto& {
+      return std::invoke(member, c.relay);
+    };
   };
   k.integer("relay.batch_size", relay(&RelayConfig::batch_size), "rows per claim", 1, 100000)
       .integer("relay.in_flight", relay(&RelayConfig::max_batches_in_flight),
@@ -244,23 +252,25 @@ void declare_relay_keys(SectionKeys<Config>& k) {
 
 void declare_operations_keys(SectionKeys<Config>& k) {
   const auto policy = [](auto member) {
-    return [member](Config& c) -> auto& { return std::invoke(member, c.maintenance.policy); };
+    return [member](Config & c) -> auto& {
+      return std::invoke(member, c.maintenance.policy);
+    };
   };
   k.number(
-       "dlq.replay_rate", [](Config& c) -> auto& { return c.dlq.replay_rate; },
+       "dlq.replay_rate", [](Config & c) -> auto& { return c.dlq.replay_rate; },
        "replay at most this many records per second (0: no limit)", 0, 1e9)
       .duration(
-          "dlq.timeout", [](Config& c) -> auto& { return c.dlq.timeout; },
+          "dlq.timeout", [](Config & c) -> auto& { return c.dlq.timeout; },
           "deadline of each broker step", kConfigSecond, kConfigHour)
       .text(
-          "dlq.topic", [](Config& c) -> auto& { return c.dlq.topic; },
+          "dlq.topic", [](Config & c) -> auto& { return c.dlq.topic; },
           "the dead-letter topic, e.g. orders.dlq")
       .choice(
-          "log.format", [](Config& c) -> auto& { return c.log.format; }, "plain or json",
+          "log.format", [](Config & c) -> auto& { return c.log.format; }, "plain or json",
           std::vector<std::pair<std::string, LogFormat>>{{"plain", LogFormat::Plain},
                                                          {"json", LogFormat::Json}})
       .choice(
-          "log.level", [](Config& c) -> auto& { return c.log.level; },
+          "log.level", [](Config & c) -> auto& { return c.log.level; },
           "least severe level written",
           std::vector<std::pair<std::string, LogLevel>>{{"debug", LogLevel::Debug},
                                                         {"info", LogLevel::Info},
@@ -271,16 +281,14 @@ void declare_operations_keys(SectionKeys<Config>& k) {
       .integer("maintenance.batch_size", policy(&RetentionPolicy::batch_size),
                "rows per DELETE (and transaction)", 1, 1'000'000)
       .duration(
-          "maintenance.interval", [](Config& c) -> auto& { return c.maintenance.interval; },
-          "idem consume: run a retention pass in the background this often (0: off)", 0,
-          kConfigDay)
+          "maintenance.interval", [](Config & c) -> auto& { return c.maintenance.interval; },
+          "idem consume: run a retention pass in the background this often (0: off)", 0, kConfigDay)
       .integer("maintenance.max_batches", policy(&RetentionPolicy::max_batches),
                "batches per table and pass (0: until done)", 0, 1e9)
       .duration("maintenance.outbox_retention", policy(&RetentionPolicy::outbox_retention),
-                "published outbox rows older than this are deleted (0: keep)", 0,
-                3650 * kConfigDay)
+                "published outbox rows older than this are deleted (0: keep)", 0, 3650 * kConfigDay)
       .boolean(
-          "tracing.enabled", [](Config& c) -> auto& { return c.tracing.enabled; },
+          "tracing.enabled", [](Config & c) -> auto& { return c.tracing.enabled; },
           "create and forward W3C traceparent");
 }
 
@@ -362,10 +370,10 @@ void apply_kafka_properties(const Settings& settings, Config& config, Problems& 
           reason.replace(at, setting.value.size(), "<redacted>");
         }
       }
-      problems.add(key, setting.origin,
-                   fmt::format("librdkafka rejects {}: {}",
-                               is_secret_key(key) ? "<redacted>" : "'" + setting.value + "'",
-                               reason));
+      problems.add(
+          key, setting.origin,
+          fmt::format("librdkafka rejects {}: {}",
+                      is_secret_key(key) ? "<redacted>" : "'" + setting.value + "'", reason));
       continue;
     }
     config.kafka.emplace_back(property, setting.value);

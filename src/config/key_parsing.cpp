@@ -120,8 +120,7 @@ std::string duration_text(std::chrono::milliseconds d, std::string_view unit_of_
   if (unit_of_bare_number.empty()) return format_duration(d);
   const std::string bare_unit(unit_of_bare_number);
   const auto unit = parse_duration("1" + bare_unit);
-  return unit && unit->count() > 0 ? std::to_string(d.count() / unit->count())
-                                   : format_duration(d);
+  return unit && unit->count() > 0 ? std::to_string(d.count() / unit->count()) : format_duration(d);
 }
 
 std::string number_text(double d) {

@@ -14,16 +14,18 @@ namespace http {
 
 void declare_provider_keys(SectionKeys<ProviderSettings>& keys) {
   const auto faults = [](auto member) {
-    return [member](ProviderSettings& p) -> auto& { return std::invoke(member, p.provider.faults); };
+    return [member](ProviderSettings & p) -> auto& {
+      return std::invoke(member, p.provider.faults);
+    };
   };
   keys.number("provider.decline", faults(&ProviderFaults::decline),
               "share of orders declined with 402 card_declined (by hash of order_id and seed)", 0,
               1)
       .duration(
           "provider.key_retention",
-          [](ProviderSettings& p) -> auto& { return p.provider.key_retention; },
-          "how long an Idempotency-Key is remembered; covers the 7 d dedup retention plus a day",
-          0, 3650 * kConfigDay)
+          [](ProviderSettings & p) -> auto& { return p.provider.key_retention; },
+          "how long an Idempotency-Key is remembered; covers the 7 d dedup retention plus a day", 0,
+          3650 * kConfigDay)
       .duration("provider.latency", faults(&ProviderFaults::latency), "added to every new charge",
                 0, 600 * kConfigSecond)
       .listen("provider.listen", &ProviderSettings::listen,
@@ -31,7 +33,7 @@ void declare_provider_keys(SectionKeys<ProviderSettings>& keys) {
       .number("provider.reset_after_commit", faults(&ProviderFaults::reset_after_commit),
               "share of new charges committed and then answered with a dropped connection", 0, 1)
       .integer(
-          "provider.seed", [](ProviderSettings& p) -> auto& { return p.provider.seed; },
+          "provider.seed", [](ProviderSettings & p) -> auto& { return p.provider.seed; },
           "seed of the fault draws and the decline hash", 0, 9.0e15)
       .number("provider.unavailable", faults(&ProviderFaults::unavailable),
               "share of charge requests answered 503", 0, 1);
