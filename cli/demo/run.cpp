@@ -113,7 +113,8 @@ class Demo {
 
     store_ = open_store(url_);
     static_cast<void>(migrate_store(*store_, {}, /*reference=*/true));
-    progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_, static_cast<int>(o_.timeout.count()));
+    progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_,
+                                           static_cast<int>(o_.timeout.count()));
     {
       auto tx = store_->begin();
       const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM idem_outbox");
