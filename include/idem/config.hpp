@@ -23,6 +23,7 @@
 /// Secrets (passwords, SASL credentials, private keys, the password inside a store URL)
 /// are redacted by every function here that produces text.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -254,6 +255,11 @@ struct RelaySettings {
   bool listen = true;  ///< PostgreSQL: LISTEN/NOTIFY besides polling
 };
 
+/// Top-level tables of the TOML file that load_config() leaves to the component owning
+/// them, which reads its table from the same file (Config::file): `routes`, the sinks
+/// declared in the file (idem::sinks, docs/configured-sinks.md).
+inline constexpr std::array<std::string_view, 1> kComponentTables{"routes"};
+
 /// One effective key with its value and origin, for `idem config check`.
 struct ConfigEntry {
   std::string key;
@@ -268,6 +274,9 @@ struct ConfigEntry {
 
 /// The validated, typed configuration.
 struct Config {
+  /// The TOML file read (`--config`, else `IDEM_CONFIG`); empty when none. Components read
+  /// their own tables (kComponentTables) from it.
+  std::string file;
   /// The store to open: `store.url`, with `postgres.*` (and so PG*) applied to a
   /// PostgreSQL URL as libpq key/value parameters. Contains the password if one was
   /// given: show it only through redact_store_url().

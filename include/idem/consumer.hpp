@@ -263,6 +263,16 @@ struct ConsumerStats {
 template <class Event>
 using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transaction&)>;
 
+/// A parser with state, for events whose format is known only at run time (sinks declared
+/// in a configuration file, CloudEvents whose id travels in a header): it reads the whole
+/// record (payload and headers) where EventCodec<Event>::parse reads the payload alone.
+/// Same contract as EventCodec<Event>::parse: never throws, rejects a non-v7 id, and
+/// every way a record can be wrong is a ValidationError. The views in `record` are valid
+/// during the call only. Called on the run() thread. EventCodec<Event>::event_id still
+/// gives the dedup key of a parsed event.
+template <class Event>
+using RecordParser = std::function<Validated<Event>(const RecordInfo& record, const ParseLimits&)>;
+
 namespace detail {
 
 /// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
@@ -277,25 +287,38 @@ class Route {
 
   /// Makes slots 0..n-1 available (keeps capacity).
   virtual void reset(std::size_t n) = 0;
-  /// Validates `payload` into slot `slot`; returns its event id or why it is invalid.
-  [[nodiscard]] virtual Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  /// Validates the record into slot `slot`; returns its event id or why it is invalid.
+  [[nodiscard]] virtual Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                                               const ParseLimits& limits) = 0;
   /// Runs the handler on slot `slot` (which parse() filled).
   virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
 };
 
+/// EventCodec<Event>::parse, or `parser` when one is given.
+template <class Event>
+Validated<Event> parse_record(const RecordParser<Event>& parser, const RecordInfo& record,
+                              const ParseLimits& limits) {
+  if (parser) return parser(record, limits);
+  if constexpr (requires { EventCodec<Event>::parse(record.payload, limits); }) {
+    return EventCodec<Event>::parse(record.payload, limits);
+  } else {
+    return ValidationError{{}, ValidationReason::InvalidJson, "no parser for this route"};
+  }
+}
+
 template <class Event>
 class TypedRoute final : public Route {
  public:
-  explicit TypedRoute(Handler<Event> handler) : handler_(std::move(handler)) {}
+  explicit TypedRoute(Handler<Event> handler, RecordParser<Event> parser = {})
+      : handler_(std::move(handler)), parser_(std::move(parser)) {}
 
   void reset(std::size_t n) override {
     for (auto& s : slots_) s.reset();
     if (slots_.size() < n) slots_.resize(n);
   }
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return parsed.error();
     Event& event = slots_[slot].emplace(std::move(parsed).value());
     return EventCodec<Event>::event_id(event);
@@ -306,6 +329,7 @@ class TypedRoute final : public Route {
 
  private:
   Handler<Event> handler_;
+  RecordParser<Event> parser_;
   std::vector<std::optional<Event>> slots_;
 };
 
@@ -428,8 +452,8 @@ class EffectRoute : public Route {
     Validated<Uuid> event_id;
     std::shared_ptr<void> event;  ///< set when valid
   };
-  /// Parses `payload` into an event the consumer keeps for the call's whole life.
-  [[nodiscard]] virtual Owned parse_owned(std::string_view payload, const ParseLimits& limits) = 0;
+  /// Parses the record into an event the consumer keeps for the call's whole life.
+  [[nodiscard]] virtual Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) = 0;
   /// The handler's own ordering key, or nullopt to use the Kafka key.
   [[nodiscard]] virtual std::optional<std::string> ordering_key(const void* event,
                                                                 const RecordInfo& record) = 0;
@@ -444,15 +468,16 @@ class EffectRoute : public Route {
 template <class Event, class Result>
 class TypedEffectRoute final : public EffectRoute {
  public:
-  explicit TypedEffectRoute(EffectHandler<Event, Result> handler) : handler_(std::move(handler)) {}
+  explicit TypedEffectRoute(EffectHandler<Event, Result> handler, RecordParser<Event> parser = {})
+      : handler_(std::move(handler)), parser_(std::move(parser)) {}
 
   void reset(std::size_t n) override {
     for (auto& s : slots_) s.reset();
     if (slots_.size() < n) slots_.resize(n);
   }
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return parsed.error();
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
   }
@@ -473,8 +498,8 @@ class TypedEffectRoute final : public EffectRoute {
     return handler_.apply(*static_cast<const Event*>(staged->event), record,
                           *static_cast<const Result*>(staged->result), tx);
   }
-  Owned parse_owned(std::string_view payload, const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+  Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return {parsed.error(), nullptr};
     auto event = std::make_shared<Event>(std::move(parsed).value());
     const Uuid id = EventCodec<Event>::event_id(*event);
@@ -492,6 +517,7 @@ class TypedEffectRoute final : public EffectRoute {
 
  private:
   EffectHandler<Event, Result> handler_;
+  RecordParser<Event> parser_;
   std::vector<std::optional<Event>> slots_;
 };
 
@@ -529,6 +555,17 @@ class Consumer {
               has_handler);
   }
 
+  /// The same with a parser of its own instead of EventCodec<Event>::parse (RecordParser):
+  /// for events whose format is configured at run time.
+  /// \throws Error(InvalidArgument, Config) as on(), or when `parser` is empty.
+  template <class Event>
+  void on(std::string topic, RecordParser<Event> parser, Handler<Event> handler) {
+    const bool complete = static_cast<bool>(handler) && static_cast<bool>(parser);
+    add_route(std::move(topic),
+              std::make_unique<detail::TypedRoute<Event>>(std::move(handler), std::move(parser)),
+              complete);
+  }
+
   /// Registers an effect handler for the events on `topic` (see EffectHandler): call
   /// phases run concurrently across ordering keys (ConsumerConfig::max_in_flight), each
   /// key's events one after another in offset order; offsets commit up to the first
@@ -541,6 +578,19 @@ class Consumer {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply);
     add_effect_route(std::move(topic),
                      std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler)),
+                     complete);
+  }
+
+  /// The same with a parser of its own (RecordParser), as the second on().
+  /// \throws Error(InvalidArgument, Config) as on_effect(), or when `parser` is empty.
+  template <class Event, class Result>
+  void on_effect(std::string topic, RecordParser<Event> parser,
+                 EffectHandler<Event, Result> handler) {
+    const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply) &&
+                          static_cast<bool>(parser);
+    add_effect_route(std::move(topic),
+                     std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler),
+                                                                               std::move(parser)),
                      complete);
   }
 

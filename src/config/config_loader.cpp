@@ -11,6 +11,7 @@
 
 #include "config/keys.hpp"
 #include "config/settings.hpp"
+#include "config/toml_text.hpp"
 #include "idem/config.hpp"
 
 namespace idem {
@@ -55,6 +56,10 @@ void flatten(const toml::table& table, const std::string& prefix, const std::str
     const ConfigOrigin origin{ConfigLayer::File,
                               fmt::format("{}:{}", path, node.source().begin.line)};
     if (const auto* sub = node.as_table()) {
+      // A component's own table (kComponentTables): its owner reads it from the file.
+      if (prefix.empty() && std::find(kComponentTables.begin(), kComponentTables.end(),
+                                      name.str()) != kComponentTables.end())
+        continue;
       flatten(*sub, key, path, out, problems);
       continue;
     }
@@ -86,21 +91,6 @@ void flatten(const toml::table& table, const std::string& prefix, const std::str
   }
 }
 
-// The line (1-based) of the first byte outside ASCII, or 0. toml++ 3.3.0 (Debian 12)
-// reaches __builtin_unreachable() on some non-ASCII bytes where a key is expected (found
-// by fuzz/config_fuzz.cpp; its reproducers are in fuzz/corpus/config/): undefined behaviour on
-// input a user may write. idem's keys and values are ASCII, and any other character can
-// still be written as a \uXXXX escape inside a string, so such a file is refused with a
-// clear message before toml++ sees it.
-std::size_t first_non_ascii_line(std::string_view text) {
-  std::size_t line = 1;
-  for (const char c : text) {
-    if (static_cast<unsigned char>(c) >= 0x80) return line;
-    if (c == '\n') ++line;
-  }
-  return 0;
-}
-
 void apply_file(const std::string& path, Settings& out, Problems& problems,
                 const ConfigOrigin& named_by) {
   std::ifstream in(path, std::ios::binary);
@@ -109,7 +99,7 @@ void apply_file(const std::string& path, Settings& out, Problems& problems,
     return;
   }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const std::size_t line = first_non_ascii_line(text); line > 0) {
+  if (const std::size_t line = detail::first_non_ascii_line(text); line > 0) {
     problems.add(path, named_by,
                  fmt::format("cannot parse TOML file (line {}): a byte outside ASCII; write "
                              "such characters as \\uXXXX escapes inside a quoted string",
@@ -241,6 +231,7 @@ Config load_config(const ConfigSources& sources) {
 
   Config config = detail::validate(settings, problems);
   if (!problems.empty()) throw ConfigError(problems.take());
+  config.file = file;
   return config;
 }
 

@@ -123,7 +123,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   bool callable = e.record->headers.size() <= deps_.config.limits.max_headers &&
                   !deps_.retry_topics.header_problem(*e.message);
   if (callable) {
-    EffectRoute::Owned owned = route.parse_owned(e.record->payload, deps_.config.limits);
+    EffectRoute::Owned owned = route.parse_owned(e.record->info, deps_.config.limits);
     callable = owned.event_id.ok();
     if (callable) {
       e.event_id = owned.event_id.value();
