@@ -16,6 +16,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "configured_sinks_wiring.hpp"
 #include "console_options.hpp"
 #include "idem/config.hpp"
 #include "idem/console/console.hpp"
@@ -194,6 +195,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     StopSignals signals;
     ConsumerConfig config = settings.consumer_config();
     const HandlerKind handler_kind = settings.consumer.handler;
+    // Routes declared in the file (docs/configured-sinks.md) replace the built-in handlers.
+    std::optional<sinks::SinkConfig> routes = configured_routes(settings);
+    if (routes) adopt_routes(*routes, settings, config);
     if (config.group_id.empty()) config.group_id = default_group(handler_kind);
     if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -224,7 +228,12 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                     "its events will be redelivered and deduplicated",
                     format_duration(config.stop_timeout)));
     auto store = open_store(settings.store_url, settings.store_options);
-    idem::migrate_reference_system(*store);
+    std::unique_ptr<sinks::ConfiguredSinks> configured;
+    if (routes) {
+      configured = start_configured_sinks(std::move(*routes), *store);
+    } else {
+      idem::migrate_reference_system(*store);
+    }
     std::optional<MaintenanceTask> maintenance;
     if (settings.maintenance.interval.count() > 0) {
       maintenance.emplace(
@@ -247,7 +256,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     Consumer consumer(config, std::move(store), std::move(hooks));
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
-    if (handler_kind == HandlerKind::Billing) {
+    if (configured) {
+      configured->install(consumer, config.max_in_flight, logger.lines("sinks"));
+    } else if (handler_kind == HandlerKind::Billing) {
       const auto billing =
           billing_effect(billing_config(settings.consumer, opts->no_idempotency_key));
       for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
