@@ -44,8 +44,9 @@ void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
   if (consumer.group_id.empty())
     problems.push_back(problem(settings, "consumer.group",
                                "required with routes: the dedup rows' group (--group)"));
-  const auto handler = std::find_if(settings.entries.begin(), settings.entries.end(),
-                                    [](const ConfigEntry& e) { return e.key == "consumer.handler"; });
+  const auto handler =
+      std::find_if(settings.entries.begin(), settings.entries.end(),
+                   [](const ConfigEntry& e) { return e.key == "consumer.handler"; });
   if (handler != settings.entries.end() && handler->origin.layer != ConfigLayer::Default)
     problems.push_back(problem(settings, "consumer.handler",
                                "a built-in handler and routes exclude each other: remove one"));
@@ -60,16 +61,22 @@ std::unique_ptr<sinks::ConfiguredSinks> start_configured_sinks(sinks::SinkConfig
   return configured;
 }
 
-void check_configured_routes(const Config& settings) {
+std::optional<sinks::SinkConfig> print_configured_routes(const Config& settings) {
   auto routes = configured_routes(settings);
-  if (!routes) return;
+  if (!routes) return routes;
   std::cout << "# routes of " << routes->file << ":\n";
-  std::string text = routes->describe();
+  const std::string text = routes->describe();
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t end = text.find('\n', at);
     std::cout << "#   " << text.substr(at, end - at) << "\n";
     at = end == std::string::npos ? text.size() : end + 1;
   }
+  return routes;
+}
+
+void check_configured_routes(const Config& settings) {
+  auto routes = configured_routes(settings);
+  if (!routes) return;
   if (settings.store_url.empty()) {
     std::cout << "# statements not checked against a database: store.url is not set\n";
     return;

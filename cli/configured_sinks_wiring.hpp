@@ -28,8 +28,13 @@ void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
 [[nodiscard]] std::unique_ptr<sinks::ConfiguredSinks> start_configured_sinks(
     sinks::SinkConfig routes, Store& store);
 
-/// `idem config check`: prints the routes and, when store.url is set, checks every
-/// statement against that store (nothing is created or changed in it).
+/// Prints the routes of the configuration file as `# ` lines, secrets redacted (for
+/// `idem config check` and `--print-config`); returns them, nullopt when there are none.
+/// \throws ConfigError with every problem of the `routes` table.
+std::optional<sinks::SinkConfig> print_configured_routes(const Config& settings);
+
+/// `idem config check`: when store.url is set, checks every statement of the routes
+/// against that store (nothing is created or changed in it).
 /// \throws ConfigError with every problem.
 void check_configured_routes(const Config& settings);
 

@@ -13,8 +13,7 @@ namespace idem::http {
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
                   std::tolower(static_cast<unsigned char>(y));
          });
@@ -110,8 +109,7 @@ Classification ResponsePolicy::classify(long status, const ResponseHeaders& head
   if (!c.problem_title.empty() || !c.problem_detail.empty() || !c.problem_type.empty()) {
     c.reason = fmt::format("HTTP {}{}: {}{}{}", status,
                            c.problem_type.empty() ? "" : fmt::format(" ({})", c.problem_type),
-                           c.problem_title, c.problem_detail.empty() ? "" : ": ",
-                           c.problem_detail);
+                           c.problem_title, c.problem_detail.empty() ? "" : ": ", c.problem_detail);
   } else {
     c.reason = fmt::format("HTTP {}: {}", status, one_line(body, max_reason_body));
   }

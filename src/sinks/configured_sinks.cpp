@@ -52,8 +52,8 @@ ConfiguredSinks::ConfiguredSinks(SinkConfig config, Backend backend)
     for (const auto& r : impl_->routes) {
       if (r->config->topic == topic) routes.push_back(r.get());
     }
-    impl_->readers.emplace(topic, std::make_unique<EventReader>(topic, format, std::move(routes),
-                                                                backend));
+    impl_->readers.emplace(
+        topic, std::make_unique<EventReader>(topic, format, std::move(routes), backend));
   }
 }
 
@@ -97,8 +97,8 @@ void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
       if (route->config->topic != topic || !route->config->http) continue;
       calls = true;
       ordered = ordered || !route->config->http->ordering_key.empty();
-      impl_->calls.emplace(route.get(), std::make_unique<detail::RouteCalls>(
-                                            *route->config, impl_->backend, log));
+      impl_->calls.emplace(
+          route.get(), std::make_unique<detail::RouteCalls>(*route->config, impl_->backend, log));
     }
     if (!calls) {
       consumer.on<SinkEvent>(topic, std::move(parser),

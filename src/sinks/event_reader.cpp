@@ -27,7 +27,8 @@ ValidationError invalid(ValidationReason reason, std::string field, std::string 
 
 std::string shown(std::string_view v) {
   std::string out;
-  for (const char c : v.substr(0, 64)) out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
+  for (const char c : v.substr(0, 64))
+    out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
   if (v.size() > 64) out += "...";
   return out;
 }
@@ -55,9 +56,9 @@ std::optional<ValidationError> duplicate_field(element value, std::string& path)
     for (const auto earlier : object) {
       if (before++ == index) break;
       if (earlier.key == field.key)
-        return invalid(ValidationReason::DuplicateField, path + "/" + std::string(field.key),
-                       fmt::format("field '{}/{}' occurs twice in one object", path,
-                                   shown(field.key)));
+        return invalid(
+            ValidationReason::DuplicateField, path + "/" + std::string(field.key),
+            fmt::format("field '{}/{}' occurs twice in one object", path, shown(field.key)));
     }
     ++index;
     const std::size_t mark = path.size();
@@ -104,8 +105,11 @@ struct EventReader::Parsed {
 
 EventReader::EventReader(std::string topic, TopicFormat format,
                          std::vector<const CompiledRoute*> routes, Backend backend)
-    : topic_(std::move(topic)), format_(std::move(format)), routes_(std::move(routes)),
-      backend_(backend), buffers_(std::make_unique<Buffers>()) {}
+    : topic_(std::move(topic)),
+      format_(std::move(format)),
+      routes_(std::move(routes)),
+      backend_(backend),
+      buffers_(std::make_unique<Buffers>()) {}
 
 EventReader::~EventReader() = default;
 
@@ -138,7 +142,8 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
   if (route == routes_.end()) {
     if (format_.unknown_type == UnknownTypePolicy::Skip) return event;
     std::string known;
-    for (const CompiledRoute* r : routes_) known += (known.empty() ? "" : ", ") + r->config->event_type;
+    for (const CompiledRoute* r : routes_)
+      known += (known.empty() ? "" : ", ") + r->config->event_type;
     return invalid(ValidationReason::UnknownEventType,
                    format_.format == EventFormat::Json ? format_.type_pointer : "type",
                    fmt::format("no route for event type '{}' on topic '{}' (routes: {})",
@@ -182,10 +187,10 @@ std::optional<ValidationError> EventReader::parse(const RecordInfo& record, Pars
   if (b.length > 0) std::memcpy(b.buffer.data(), record.payload.data(), b.length);
   element doc;
   if (const auto error = b.parser.parse(b.buffer.data(), b.length, false).get(doc)) {
-    return invalid(error == simdjson::UTF8_ERROR ? ValidationReason::InvalidUtf8
-                                                 : ValidationReason::InvalidJson,
-                   {}, fmt::format("record value is not a JSON object: {}",
-                                   simdjson::error_message(error)));
+    return invalid(
+        error == simdjson::UTF8_ERROR ? ValidationReason::InvalidUtf8
+                                      : ValidationReason::InvalidJson,
+        {}, fmt::format("record value is not a JSON object: {}", simdjson::error_message(error)));
   }
   if (doc.type() != element_type::OBJECT)
     return invalid(ValidationReason::InvalidJson, {}, "record value is not a JSON object");
@@ -201,9 +206,9 @@ std::optional<ValidationError> EventReader::parse(const RecordInfo& record, Pars
                      fmt::format("no event id: {} is missing or not a string", format_.id_pointer));
     const auto type = string_at(doc, format_.type_pointer);
     if (!type)
-      return invalid(ValidationReason::Missing, format_.type_pointer,
-                     fmt::format("no event type: {} is missing or not a string",
-                                 format_.type_pointer));
+      return invalid(
+          ValidationReason::Missing, format_.type_pointer,
+          fmt::format("no event type: {} is missing or not a string", format_.type_pointer));
     out.id = *id;
     out.type = *type;
     return std::nullopt;
@@ -277,7 +282,8 @@ Validated<Param> EventReader::value_of(const ParamSpec& spec, Backend backend,
     }
     case K::KafkaTopic: return text_param(record.topic, {spec, backend, "kafka.topic"});
     case K::KafkaKey: return text_param(record.key, {spec, backend, "kafka.key"});
-    case K::ConsumerGroup: return text_param(record.consumer_group, {spec, backend, "consumer.group"});
+    case K::ConsumerGroup:
+      return text_param(record.consumer_group, {spec, backend, "consumer.group"});
     case K::KafkaPartition:
     case K::KafkaOffset: {
       const std::int64_t n =
@@ -337,7 +343,8 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
         return out;
       }
       if (auto problem = insert_value(out, value.value(), spec, place); problem && !failed)
-        failed = ValidationError{spec.source.name, ValidationReason::WrongType, std::move(*problem)};
+        failed =
+            ValidationError{spec.source.name, ValidationReason::WrongType, std::move(*problem)};
     }
     return out;
   };
@@ -346,7 +353,8 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
   request.url = fill(call.url, TemplatePlace::Url);
   for (const auto& [name, value] : call.headers)
     request.extra_headers.emplace_back(name, fill(value, TemplatePlace::Header));
-  request.body = call.body_is_event ? std::string(parsed.data_text) : fill(call.body, TemplatePlace::Body);
+  request.body =
+      call.body_is_event ? std::string(parsed.data_text) : fill(call.body, TemplatePlace::Body);
   request.content_type = call.content_type;
   request.idempotency_header = call.idempotency_header;
   // IDEM-4: the event's id is the key, on every attempt and every redelivery.
@@ -359,9 +367,8 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
       return invalid(ValidationReason::Missing, call.ordering_key,
                      fmt::format("ordering key {} is missing", call.ordering_key));
     std::string_view text;
-    event.ordering_key = key.get_string().get(text) == simdjson::SUCCESS
-                             ? std::string(text)
-                             : simdjson::minify(key);
+    event.ordering_key =
+        key.get_string().get(text) == simdjson::SUCCESS ? std::string(text) : simdjson::minify(key);
   }
   return std::nullopt;
 }
@@ -376,8 +383,8 @@ std::string_view EventReader::raw_number(std::string_view pointer) {
           simdjson::SUCCESS ||
       doc.at_pointer(pointer).raw_json_token().get(raw) != simdjson::SUCCESS)
     return {};
-  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' ||
-                          raw.back() == '\t'))
+  while (!raw.empty() &&
+         (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
     raw.remove_suffix(1);
   return raw;
 }

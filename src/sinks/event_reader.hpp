@@ -33,8 +33,8 @@ class EventReader {
   [[nodiscard]] std::optional<ValidationError> parse(const RecordInfo& record, Parsed& out);
   [[nodiscard]] std::optional<ValidationError> bind(const RecordInfo& record, const Parsed& parsed,
                                                     SinkEvent& event);
-  [[nodiscard]] std::optional<ValidationError> render(const RecordInfo& record, const Parsed& parsed,
-                                                      SinkEvent& event);
+  [[nodiscard]] std::optional<ValidationError> render(const RecordInfo& record,
+                                                      const Parsed& parsed, SinkEvent& event);
   /// The value of `spec` for this record, bound as a store of `backend` binds it.
   [[nodiscard]] Validated<Param> value_of(const ParamSpec& spec, Backend backend,
                                           const RecordInfo& record, const Parsed& parsed,

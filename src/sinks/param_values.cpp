@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <variant>
 #include <charconv>
 #include <iterator>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -38,13 +38,15 @@ ValidationError error(const ValueContext& ctx, ValidationReason reason, std::str
 // dead letter's reason stays one readable line whatever the event held.
 std::string shown(std::string_view v) {
   std::string out;
-  for (const char c : v.substr(0, 64)) out.push_back(std::iscntrl(static_cast<unsigned char>(c)) ? '?' : c);
+  for (const char c : v.substr(0, 64))
+    out.push_back(std::iscntrl(static_cast<unsigned char>(c)) ? '?' : c);
   if (v.size() > 64) out += "...";
   return out;
 }
 
 Validated<Param> numeric(std::string_view text, const ValueContext& ctx) {
-  Validated<Decimal> d = parse_decimal(text, ctx.spec.precision, ctx.spec.scale, std::string(ctx.field));
+  Validated<Decimal> d =
+      parse_decimal(text, ctx.spec.precision, ctx.spec.scale, std::string(ctx.field));
   if (!d.ok()) {
     ValidationError e = d.error();
     e.message = error(ctx, e.reason, e.message).message;
@@ -162,14 +164,18 @@ Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ct
       return error(ctx, ValidationReason::OutOfRange, "the integer is above 2^63-1");
   }
   if (type == ParamType::Numeric) {
-    if (kind == element_type::INT64) return numeric(fmt::format("{}", value.get_int64().value_unsafe()), ctx);
-    if (kind == element_type::UINT64) return numeric(fmt::format("{}", value.get_uint64().value_unsafe()), ctx);
+    if (kind == element_type::INT64)
+      return numeric(fmt::format("{}", value.get_int64().value_unsafe()), ctx);
+    if (kind == element_type::UINT64)
+      return numeric(fmt::format("{}", value.get_uint64().value_unsafe()), ctx);
     if (kind == element_type::DOUBLE) return numeric(raw_number, ctx);
   }
-  if (type == ParamType::Boolean && kind == element_type::BOOL) return Param(value.get_bool().value_unsafe());
+  if (type == ParamType::Boolean && kind == element_type::BOOL)
+    return Param(value.get_bool().value_unsafe());
   static constexpr std::string_view kExpected[] = {
-      "a JSON string", "a JSON integer", "a decimal string or a JSON number", "true or false",
-      "a UUID string", "an RFC 3339 date-time string", "any JSON value"};
+      "a JSON string", "a JSON integer", "a decimal string or a JSON number",
+      "true or false", "a UUID string",  "an RFC 3339 date-time string",
+      "any JSON value"};
   return error(ctx, ValidationReason::WrongType,
                fmt::format("expected {}", kExpected[static_cast<int>(type)]));
 }
@@ -183,15 +189,19 @@ Validated<Param> text_param(std::string_view text, const ValueContext& ctx) {
       std::int64_t v = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-        return error(ctx, ValidationReason::WrongType, fmt::format("'{}' is not an integer", shown(text)));
+        return error(ctx, ValidationReason::WrongType,
+                     fmt::format("'{}' is not an integer", shown(text)));
       return Param(v);
     }
     case ParamType::Boolean:
       if (text == "true" || text == "false") return Param(text == "true");
-      return error(ctx, ValidationReason::WrongType, fmt::format("'{}' is not true or false", shown(text)));
+      return error(ctx, ValidationReason::WrongType,
+                   fmt::format("'{}' is not true or false", shown(text)));
     case ParamType::Uuid: {
       const auto id = Uuid::parse(text);
-      if (!id) return error(ctx, ValidationReason::NotUuid, fmt::format("'{}' is not a UUID", shown(text)));
+      if (!id)
+        return error(ctx, ValidationReason::NotUuid,
+                     fmt::format("'{}' is not a UUID", shown(text)));
       return Param(*id);
     }
     case ParamType::Timestamp: {
@@ -242,12 +252,12 @@ std::optional<std::string> insert_value(std::string& out, const Param& value, co
       }
       return std::nullopt;
     case TemplatePlace::Header:
-      if (std::any_of(text.begin(), text.end(), [](char c) {
-            return std::iscntrl(static_cast<unsigned char>(c)) != 0;
-          }))
-        return fmt::format("parameter ${} has a control character (CR, LF, ...): it cannot go "
-                           "into a header value",
-                           spec.name);
+      if (std::any_of(text.begin(), text.end(),
+                      [](char c) { return std::iscntrl(static_cast<unsigned char>(c)) != 0; }))
+        return fmt::format(
+            "parameter ${} has a control character (CR, LF, ...): it cannot go "
+            "into a header value",
+            spec.name);
       out += text;
       return std::nullopt;
     case TemplatePlace::Body:

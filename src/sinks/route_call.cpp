@@ -64,7 +64,8 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
       finish(r, event, successes_then, done);
     });
   } catch (const std::exception& e) {  // a header value the client refuses
-    done.dead_letter(fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
+    done.dead_letter(
+        fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
   }
 }
 
@@ -76,7 +77,8 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
       successes_.fetch_add(1, std::memory_order_acq_rel);
       {
         std::lock_guard lock(mutex_);
-        if (!paused_.empty() && log_) log_(fmt::format("route {} resumed: a call succeeded", route_.name));
+        if (!paused_.empty() && log_)
+          log_(fmt::format("route {} resumed: a call succeeded", route_.name));
         paused_.clear();
       }
       Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);

@@ -95,7 +95,8 @@ std::optional<ParamSource> source_of(std::string_view s) {
   for (const auto& [name, kind] : kNamed) {
     if (name == s) return ParamSource{kind, {}};
   }
-  if (s.starts_with("ce.") && s.size() > 3) return ParamSource{K::Attribute, std::string(s.substr(3))};
+  if (s.starts_with("ce.") && s.size() > 3)
+    return ParamSource{K::Attribute, std::string(s.substr(3))};
   if (s.starts_with("response:") && is_json_pointer(s.substr(9)))
     return ParamSource{K::Response, std::string(s.substr(9))};
   if (s.starts_with("kafka.header.") && s.size() > 13)
@@ -131,8 +132,9 @@ void read_param(Reader& r, const std::string& key, const std::string& name, cons
                 Route& route) {
   const auto* table = node.as_table();
   if (table == nullptr) {
-    r.problems.add(r.at(key, node),
-                   "expected a table such as { from = \"/amount\", type = \"numeric\", scale = 2 }");
+    r.problems.add(
+        r.at(key, node),
+        "expected a table such as { from = \"/amount\", type = \"numeric\", scale = 2 }");
     return;
   }
   ParamSpec spec;
@@ -249,7 +251,8 @@ std::optional<Template> read_template(Reader& r, const std::string& key, const t
     literal.clear();
   };
   for (std::size_t i = 0; i < text->size(); ++i) {
-    const bool env = allow_env && (*text)[i] == '$' && i + 1 < text->size() && (*text)[i + 1] == '{';
+    const bool env =
+        allow_env && (*text)[i] == '$' && i + 1 < text->size() && (*text)[i + 1] == '{';
     const std::size_t open = env ? i + 1 : i;
     if ((*text)[open] != '{') {
       literal.push_back((*text)[i]);
@@ -320,7 +323,8 @@ void read_http(Reader& r, const std::string& key, const toml::node& node, Route&
       }
       for (const auto& [name, v] : *headers) {
         const std::string hkey = fmt::format("{}.{}", sub, name.str());
-        if (!is_token(name.str())) r.problems.add(r.at(hkey, v), "not a header name (an HTTP token)");
+        if (!is_token(name.str()))
+          r.problems.add(r.at(hkey, v), "not a header name (an HTTP token)");
         if (auto t = read_template(r, hkey, v, route, true))
           call.headers.emplace_back(std::string(name.str()), std::move(*t));
       }
@@ -344,8 +348,9 @@ void read_http(Reader& r, const std::string& key, const toml::node& node, Route&
         call.rate_limit = *rate;
       }
     } else {
-      r.problems.add(r.at(sub, value), "unknown key (method, url, headers, body, content_type, "
-                                       "idempotency_header, ordering_key, rate_limit)");
+      r.problems.add(r.at(sub, value),
+                     "unknown key (method, url, headers, body, content_type, "
+                     "idempotency_header, ordering_key, rate_limit)");
     }
   }
   if (!has_url) r.problems.add(call.where, "missing `url`");
@@ -408,8 +413,8 @@ bool read_format_key(Reader& r, const std::string& key, std::string_view name,
 }
 
 bool same_format(const TopicFormat& a, const TopicFormat& b) {
-  return a.format == b.format && a.id_pointer == b.id_pointer &&
-         a.type_pointer == b.type_pointer && a.unknown_type == b.unknown_type;
+  return a.format == b.format && a.id_pointer == b.id_pointer && a.type_pointer == b.type_pointer &&
+         a.unknown_type == b.unknown_type;
 }
 
 void read_route(Reader& r, const std::string& name, const toml::table& table,
@@ -452,8 +457,9 @@ void read_route(Reader& r, const std::string& name, const toml::table& table,
         read_statement(r, sub, value, route);
       }
     } else if (!read_format_key(r, sub, k.str(), value, format)) {
-      r.problems.add(r.at(sub, value), "unknown key (topic, type, schema, params, sql, http, "
-                                       "format, id_pointer, type_pointer, unknown_type)");
+      r.problems.add(r.at(sub, value),
+                     "unknown key (topic, type, schema, params, sql, http, "
+                     "format, id_pointer, type_pointer, unknown_type)");
     }
   }
   if (route.topic.empty()) r.problems.add(route.where, "missing `topic`");
@@ -508,7 +514,8 @@ std::optional<SinkConfig> load_sink_config(
   const toml::node* routes = doc.get(kRoutes);
   if (routes == nullptr) return std::nullopt;
   const auto* table = routes->as_table();
-  if (table == nullptr) throw ConfigError({{whole.key, r.at(whole.key, *routes).origin, "expected a table"}});
+  if (table == nullptr)
+    throw ConfigError({{whole.key, r.at(whole.key, *routes).origin, "expected a table"}});
 
   SinkConfig out;
   out.file = file;
@@ -517,8 +524,9 @@ std::optional<SinkConfig> load_sink_config(
     if (value.is_table()) continue;
     const std::string key = fmt::format("{}.{}", kRoutes, k.str());
     if (!read_format_key(r, key, k.str(), value, defaults))
-      r.problems.add(r.at(key, value), "unknown key (a route is a table: [routes.NAME]; scalar keys "
-                                       "here are format, id_pointer, type_pointer, unknown_type)");
+      r.problems.add(r.at(key, value),
+                     "unknown key (a route is a table: [routes.NAME]; scalar keys "
+                     "here are format, id_pointer, type_pointer, unknown_type)");
   }
   for (const auto& [k, value] : *table) {
     if (const auto* route = value.as_table())

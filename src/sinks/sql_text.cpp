@@ -57,21 +57,24 @@ NamedSql positional_sql(std::string_view text) {
     }
     const char next = i + 1 < text.size() ? text[i + 1] : '\0';
     if (next >= '0' && next <= '9') {
-      out.problem = "a positional parameter ($1, ...): write a named one ($amount) and declare it "
-                    "under params";
+      out.problem =
+          "a positional parameter ($1, ...): write a named one ($amount) and declare it "
+          "under params";
       return out;
     }
     if (!name_start(next)) {
-      out.problem = "a dollar-quoted string ($$ ... $$) cannot be told from parameters; use a "
-                    "'...' literal";
+      out.problem =
+          "a dollar-quoted string ($$ ... $$) cannot be told from parameters; use a "
+          "'...' literal";
       return out;
     }
     std::size_t end = i + 1;
     while (end < text.size() && name_char(text[end])) ++end;
     if (end < text.size() && text[end] == '$') {
-      out.problem = fmt::format("a dollar-quoted string ({}) cannot be told from parameters; use "
-                                "a '...' literal",
-                                text.substr(i, end + 1 - i));
+      out.problem = fmt::format(
+          "a dollar-quoted string ({}) cannot be told from parameters; use "
+          "a '...' literal",
+          text.substr(i, end + 1 - i));
       return out;
     }
     const std::string name(text.substr(i + 1, end - i - 1));

@@ -113,25 +113,27 @@ class ConfiguredSinksTest : public ::testing::Test {
       if (i % 10 == 0) producer.send({topic_, account, payload, {}});
     }
     producer.send({topic_, "x", R"({"event_type":"payment.received.v1"})", {}});
-    producer.send({topic_, "x",
+    producer.send({topic_,
+                   "x",
                    fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1",)"
                                R"("account":"acct-0","amount":"1.234"}})",
                                new_uuid_v7().to_string()),
                    {}});
-    producer.send({topic_, "x",
-                   fmt::format(R"({{"event_id":"{}","event_type":"refund.v1"}})",
-                               new_uuid_v7().to_string()),
-                   {}});
+    producer.send(
+        {topic_,
+         "x",
+         fmt::format(R"({{"event_id":"{}","event_type":"refund.v1"}})", new_uuid_v7().to_string()),
+         {}});
     producer.flush();
     return expected;
   }
 
   std::int64_t scalar(const std::string& sql) { return B::read_scalar(*store_, sql); }
   std::int64_t cents_of(const std::string& account) {
-    return scalar(B::kind == Backend::Sqlite
-                      ? fmt::format("SELECT balance FROM account WHERE id = '{}'", account)
-                      : fmt::format("SELECT (balance * 100)::bigint FROM account WHERE id = '{}'",
-                                    account));
+    return scalar(
+        B::kind == Backend::Sqlite
+            ? fmt::format("SELECT balance FROM account WHERE id = '{}'", account)
+            : fmt::format("SELECT (balance * 100)::bigint FROM account WHERE id = '{}'", account));
   }
 
   DevBroker broker_;
@@ -157,7 +159,8 @@ TYPED_TEST(ConfiguredSinksTest, BalancesEndExactWithDuplicatesAndMalformedRecord
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("dead_lettered=3"), std::string::npos) << lines.back();
   EXPECT_NE(lines.back().find("processed=120"), std::string::npos) << lines.back();
-  for (const auto& [account, cents] : expected) EXPECT_EQ(this->cents_of(account), cents) << account;
+  for (const auto& [account, cents] : expected)
+    EXPECT_EQ(this->cents_of(account), cents) << account;
   EXPECT_EQ(this->scalar("SELECT count(DISTINCT event_id) FROM movement"), kEvents);
   // Only idem's own tables were created: none of the reference system's.
   EXPECT_EQ(this->scalar(TypeParam::kind == Backend::Sqlite
@@ -209,7 +212,8 @@ TYPED_TEST(ConfiguredSinksTest, ATableThatDisappearsStopsTheConsumerInsteadOfDea
     tx->commit();
   }
   test::KafkaTestProducer producer(this->broker_.bootstrap_servers());
-  producer.send({this->topic_, "acct-1",
+  producer.send({this->topic_,
+                 "acct-1",
                  fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1",)"
                              R"("account":"acct-1","amount":"1.00"}})",
                              new_uuid_v7().to_string()),
@@ -235,9 +239,9 @@ TYPED_TEST(ConfiguredSinksTest, HttpSinkChargesOnceInKeyOrderWithProviderFaults)
   }
   // Resets after the charge is stored and 503s; a short latency keeps calls overlapping.
   const std::string provider_db = test::fresh_sqlite_url();
-  test::ProviderProcess provider(IDEM_CLI_PATH, provider_db,
-                                 {"--reset-after-commit", "0.1", "--unavailable", "0.1",
-                                  "--latency-ms", "5"});
+  test::ProviderProcess provider(
+      IDEM_CLI_PATH, provider_db,
+      {"--reset-after-commit", "0.1", "--unavailable", "0.1", "--latency-ms", "5"});
   constexpr int kOrders = 60;
   {
     test::KafkaTestProducer producer(this->broker_.bootstrap_servers());
@@ -251,7 +255,8 @@ TYPED_TEST(ConfiguredSinksTest, HttpSinkChargesOnceInKeyOrderWithProviderFaults)
     producer.flush();
   }
   const std::string amount_type = TypeParam::kind == Backend::Sqlite ? "text" : "numeric";
-  const std::string routes = fmt::format(R"toml(
+  const std::string routes =
+      fmt::format(R"toml(
 [routes.charge]
 topic = "{}"
 type = "order.confirmed.v1"
@@ -265,11 +270,10 @@ url = "{}/payments/charge"
 body = '{{"order_id": {{order_id}}, "amount": {{amount}}}}'
 headers = {{ X-Order = "{{order_id}}" }}
 )toml",
-                                         this->topic_, amount_type,
-                                         amount_type == "numeric" ? ", precision = 18, scale = 2" : "",
-                                         provider.url());
-  test::ChildProcess cli = test::ChildProcess::spawn(
-      IDEM_CLI_PATH, {"consume", "--config", this->write_config(routes)});
+                  this->topic_, amount_type,
+                  amount_type == "numeric" ? ", precision = 18, scale = 2" : "", provider.url());
+  test::ChildProcess cli =
+      test::ChildProcess::spawn(IDEM_CLI_PATH, {"consume", "--config", this->write_config(routes)});
   ASSERT_TRUE(test::eventually(
       [&] { return this->scalar("SELECT count(*) FROM charge_log") == kOrders; }, 90s));
   cli.kill(SIGTERM);

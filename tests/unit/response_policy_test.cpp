@@ -18,12 +18,18 @@ TEST(ResponsePolicy, ClassesEveryAnswerAsTheIdempotencyKeyDraftExpects) {
     long status;
     Verdict verdict;
   } cases[] = {
-      {200, Verdict::Done},       {201, Verdict::Done},
-      {409, Verdict::Retry},      {429, Verdict::Retry},
-      {500, Verdict::Retry},      {503, Verdict::Retry},
-      {400, Verdict::DeadLetter}, {422, Verdict::DeadLetter},
-      {402, Verdict::DeadLetter}, {302, Verdict::DeadLetter},
-      {401, Verdict::RouteMisconfigured}, {403, Verdict::RouteMisconfigured},
+      {200, Verdict::Done},
+      {201, Verdict::Done},
+      {409, Verdict::Retry},
+      {429, Verdict::Retry},
+      {500, Verdict::Retry},
+      {503, Verdict::Retry},
+      {400, Verdict::DeadLetter},
+      {422, Verdict::DeadLetter},
+      {402, Verdict::DeadLetter},
+      {302, Verdict::DeadLetter},
+      {401, Verdict::RouteMisconfigured},
+      {403, Verdict::RouteMisconfigured},
       {404, Verdict::RouteMisconfigured},
   };
   for (const auto& c : cases) {
@@ -40,9 +46,9 @@ TEST(ResponsePolicy, HonoursRetryAfterInSecondsAndAsADateCapped) {
   EXPECT_EQ(policy.classify(503, {{"retry-after", "3"}}, "").retry_after, 3s);
   EXPECT_EQ(policy.classify(429, {{"Retry-After", "3600"}}, "").retry_after, 10s);
   const auto now = std::chrono::system_clock::from_time_t(784111777);  // 1994-11-06 08:49:37
-  EXPECT_EQ(policy.classify(503, {{"Retry-After", "Sun, 06 Nov 1994 08:49:42 GMT"}}, "", now)
-                .retry_after,
-            5s);
+  EXPECT_EQ(
+      policy.classify(503, {{"Retry-After", "Sun, 06 Nov 1994 08:49:42 GMT"}}, "", now).retry_after,
+      5s);
   EXPECT_EQ(policy.classify(503, {{"Retry-After", "soon"}}, "").retry_after, 0s);
   EXPECT_EQ(policy.classify(400, {{"Retry-After", "3"}}, "").retry_after, 0s);  // not a retry
 }

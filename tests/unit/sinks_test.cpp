@@ -32,7 +32,8 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 std::string messages(const ConfigError& e) {
   std::string out;
-  for (const auto& p : e.problems()) out += fmt::format("{} ({}): {}\n", p.key, p.origin.describe(), p.message);
+  for (const auto& p : e.problems())
+    out += fmt::format("{} ({}): {}\n", p.key, p.origin.describe(), p.message);
   return out;
 }
 
@@ -83,7 +84,8 @@ TEST(SinkConfigFile, ReadsRoutesParamsAndStatements) {
 }
 
 TEST(SinkConfigFile, AFileWithoutRoutesHasNone) {
-  EXPECT_FALSE(load_sink_config(write_file("plain.toml", "store.url = \"sqlite://:memory:\"\n"), {}));
+  EXPECT_FALSE(
+      load_sink_config(write_file("plain.toml", "store.url = \"sqlite://:memory:\"\n"), {}));
 }
 
 TEST(SinkConfigFile, EveryProblemNamesTheFileLineAndKey) {
@@ -133,9 +135,9 @@ class SinkReader : public ::testing::Test {
     config_ = *load_sink_config(write_file("r.toml", toml), {});
     sinks_ = std::make_unique<ConfiguredSinks>(config_, backend);
     route_.config = &config_.routes[0];
-    reader_ = std::make_unique<detail::EventReader>("payments", config_.topics.at("payments"),
-                                                    std::vector<const detail::CompiledRoute*>{&route_},
-                                                    backend);
+    reader_ = std::make_unique<detail::EventReader>(
+        "payments", config_.topics.at("payments"),
+        std::vector<const detail::CompiledRoute*>{&route_}, backend);
   }
 
   Validated<detail::SinkEvent> read(std::string payload, std::vector<RecordHeader> headers = {}) {
@@ -186,8 +188,8 @@ TEST_F(SinkReader, PostgresGetsExactDecimalText) {
 }
 
 TEST_F(SinkReader, AnInvalidRecordSaysWhichFieldAndRule) {
-  const auto missing =
-      read(fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1","account":"a"}})", id_));
+  const auto missing = read(
+      fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1","account":"a"}})", id_));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().reason, ValidationReason::Missing);
   EXPECT_NE(missing.error().message.find("'/amount' (parameter $amount, numeric): is missing"),
@@ -232,11 +234,12 @@ TEST_F(SinkReader, CloudEventsInBothModesGiveTheValuesOfPlainJson) {
                                   {"ce_type", "payment.received.v1"},
                                   {"content-type", "application/json"}});
   ASSERT_TRUE(binary.ok()) << binary.error().message;
-  const auto structured = read(
-      fmt::format(R"({{"specversion":"1.0","id":"{}","source":"/shop","type":"payment.received.v1",)"
-                  R"("datacontenttype":"application/json","data":{}}})",
-                  id_, data),
-      {{"content-type", "application/cloudevents+json; charset=utf-8"}});
+  const auto structured =
+      read(fmt::format(
+               R"({{"specversion":"1.0","id":"{}","source":"/shop","type":"payment.received.v1",)"
+               R"("datacontenttype":"application/json","data":{}}})",
+               id_, data),
+           {{"content-type", "application/cloudevents+json; charset=utf-8"}});
   ASSERT_TRUE(structured.ok()) << structured.error().message;
   for (const auto* e : {&binary.value(), &structured.value()}) {
     EXPECT_EQ(e->id.to_string(), id_);
@@ -252,6 +255,66 @@ TEST_F(SinkReader, CloudEventsInBothModesGiveTheValuesOfPlainJson) {
                                   {"ce_type", "payment.received.v1"}});
   ASSERT_FALSE(not_v7.ok());
   EXPECT_EQ(not_v7.error().reason, ValidationReason::NotUuid);
+}
+
+constexpr std::string_view kCharge = R"toml(
+[routes.charge]
+topic = "payments"
+type = "payment.received.v1"
+sql = "INSERT INTO ledger (account, payment_id) VALUES ($account, $payment_id)"
+[routes.charge.params]
+account = { from = "/account", type = "text" }
+amount = { from = "/amount", type = "numeric", precision = 18, scale = 2 }
+payment_id = { from = "response:/payment_id", type = "text" }
+[routes.charge.http]
+method = "PUT"
+url = "http://127.0.0.1:1/accounts/{account}/charges"
+headers = { Authorization = "Bearer ${TOKEN}", X-Account = "{account}" }
+body = '{"account": {account}, "amount": {amount}}'
+)toml";
+
+TEST(SinkConfigFile, SecretsFromTheEnvironmentAreNeverShown) {
+  const auto config =
+      load_sink_config(write_file("charge.toml", std::string(kCharge)), {{"TOKEN", "s3cr3t"}});
+  ASSERT_TRUE(config);
+  const std::string shown = config->describe();
+  EXPECT_EQ(shown.find("s3cr3t"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("header: Authorization: <redacted>"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("http: PUT http://127.0.0.1:1/accounts/{account}/charges"),
+            std::string::npos)
+      << shown;
+  try {
+    (void)load_sink_config(write_file("charge.toml", std::string(kCharge)), {});
+    FAIL() << "TOKEN is not set";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(messages(e).find("the environment variable TOKEN is not set"), std::string::npos)
+        << messages(e);
+  }
+}
+
+TEST_F(SinkReader, TemplatesAreSafeByConstruction) {
+  config_ = *load_sink_config(write_file("charge.toml", std::string(kCharge)), {{"TOKEN", "t"}});
+  route_.config = &config_.routes[0];
+  reader_ = std::make_unique<detail::EventReader>(
+      "payments", config_.topics.at("payments"), std::vector<const detail::CompiledRoute*>{&route_},
+      Backend::Sqlite);
+  const auto e = read(fmt::format(
+      R"({{"event_id":"{}","event_type":"payment.received.v1","account":"a/b \"c\"","amount":"5"}})",
+      id_));
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  const http::Request& r = *e.value().request;
+  EXPECT_EQ(r.method, "PUT");
+  EXPECT_EQ(r.url, "http://127.0.0.1:1/accounts/a%2Fb%20%22c%22/charges");
+  EXPECT_EQ(r.body, R"({"account": "a/b \"c\"", "amount": "5.00"})");
+  EXPECT_EQ(r.idempotency_key, id_);
+  ASSERT_EQ(e.value().from_answer.size(), 1U);  // $payment_id waits for the answer
+
+  const auto injected = read(fmt::format(
+      R"({{"event_id":"{}","event_type":"payment.received.v1","account":"a\r\nX-Evil: 1","amount":"5"}})",
+      id_));
+  ASSERT_FALSE(injected.ok());
+  EXPECT_NE(injected.error().message.find("control character"), std::string::npos)
+      << injected.error().message;
 }
 
 TEST(SinkCheck, StatementsArePreparedAgainstTheDatabase) {

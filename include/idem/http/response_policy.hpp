@@ -6,14 +6,20 @@
 /// Field" (draft-ietf-httpapi-idempotency-key-header, revisions 06 and 07) and common
 /// practice (RFC 9110 for Retry-After, RFC 9457 for problem details):
 ///
-/// | answer | verdict | why |
-/// |---|---|---|
-/// | 2xx | Done | the effect happened, or had happened and the server replays its first answer |
-/// | 409 | Retry | the draft: a request with this key is still being processed; retry later with the same key |
-/// | 429, 5xx | Retry | the server asks us to slow down, or is in trouble; honour `Retry-After` (RFC 9110) |
-/// | no answer (timeout, reset, refused) | Retry | the server may or may not have done the work: exactly what the key makes safe to repeat |
-/// | 401, 403, 404 | RouteMisconfigured | credentials, permissions or the URL are wrong: no call of the route can succeed until an operator fixes them, so the route pauses instead of dead-lettering its stream |
-/// | 400, 422, other 4xx, 3xx | DeadLetter | the draft: 400 a missing key, 422 a key reused with another payload; the request itself must change, so sending it unchanged again cannot help |
+///   - 2xx: Done. The effect happened, or had happened and the server replays its first
+///     answer.
+///   - 409: Retry. The draft: a request with this key is still being processed; retry later
+///     with the same key.
+///   - 429, 5xx: Retry. The server asks us to slow down, or is in trouble; honour
+///     `Retry-After` (RFC 9110).
+///   - no answer (timeout, reset, refused): Retry. The server may or may not have done the
+///     work: exactly what the key makes safe to repeat.
+///   - 401, 403, 404: RouteMisconfigured. Credentials, permissions or the URL are wrong: no
+///     call of the route can succeed until an operator fixes them, so a caller pauses the
+///     route instead of dead-lettering its stream.
+///   - 400, 422, other 4xx, 3xx: DeadLetter. The draft: 400 a missing key, 422 a key reused
+///     with another payload; the request itself must change, so sending it unchanged again
+///     cannot help.
 ///
 /// A DeadLetter or RouteMisconfigured verdict carries the status and, when the body is
 /// `application/problem+json`, its `type`, `title` and `detail`; otherwise a prefix of the

@@ -15,7 +15,7 @@
 ///     type = "payment.received.v1"
 ///     schema = "payment.schema.json"    # optional JSON Schema (draft-07), beside the file
 ///     sql = ["UPDATE account SET balance = balance + $amount WHERE id = $account",
-///            "INSERT INTO movement (event_id, account, amount) VALUES ($event_id, $account, $amount)"]
+///            "INSERT INTO movement (event_id, amount) VALUES ($event_id, $amount)"]
 ///     [routes.balance.params]
 ///     account = { from = "/account", type = "text" }
 ///     amount = { from = "/amount", type = "numeric", precision = 18, scale = 2 }
@@ -89,13 +89,13 @@ struct ParamSpec {
   std::string name;
   ParamSource source;
   ParamType type = ParamType::Text;
-  int precision = 18;     ///< Numeric: digits in all, 1..18 (SQLite binds a 64-bit integer)
-  int scale = 0;          ///< Numeric: digits after the point, 0..precision
+  int precision = 18;  ///< Numeric: digits in all, 1..18 (SQLite binds a 64-bit integer)
+  int scale = 0;       ///< Numeric: digits after the point, 0..precision
   /// Numeric: how the value is bound (`bind`). Auto: exact decimal text on PostgreSQL, a
   /// scaled integer on SQLite (no exact decimal type there); Decimal: text on both (for
   /// a column that stores decimal text); Scaled: the integer on both (minor units).
   enum class Binding { Auto, Decimal, Scaled } binding = Binding::Auto;
-  bool required = true;   ///< false: a missing or null value binds NULL
+  bool required = true;  ///< false: a missing or null value binds NULL
   SinkKey where;
 };
 
@@ -113,8 +113,8 @@ struct SqlStatement {
 /// encoded in a URL, refused with CR or LF in a header, JSON-encoded in a body.
 struct Template {
   struct Part {
-    std::string text;           ///< literal text, or empty for a parameter
-    std::size_t param = 0;      ///< the route parameter inserted, when `text` is empty
+    std::string text;       ///< literal text, or empty for a parameter
+    std::size_t param = 0;  ///< the route parameter inserted, when `text` is empty
     bool is_param = false;
   };
   std::vector<Part> parts;
@@ -140,7 +140,7 @@ struct HttpCall {
 
 /// One route: the events of one type on one topic and the effects each must have.
 struct Route {
-  std::string name;        ///< the table name under `routes`
+  std::string name;  ///< the table name under `routes`
   std::string topic;
   std::string event_type;  ///< `type`
   std::string schema;      ///< the JSON Schema file (absolute path), or empty
@@ -161,7 +161,7 @@ struct TopicFormat {
 /// The `routes` table of one file.
 struct SinkConfig {
   std::string file;
-  std::vector<Route> routes;                 ///< in file order
+  std::vector<Route> routes;                  ///< in file order
   std::map<std::string, TopicFormat> topics;  ///< every topic a route reads
 
   /// The topics, sorted.
