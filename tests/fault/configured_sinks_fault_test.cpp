@@ -75,9 +75,12 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
     const auto report = nlohmann::json::parse(sent.output.substr(sent.output.rfind('{', sent.output.rfind("\"balances\""))));
     const auto config = test::scratch_dir() / (topic + ".toml");
     std::ofstream(config) << fmt::format(
-        "store.url = \"{}\"\nconsumer.group = \"balance\"\nconsumer.batch_size = 20\n"
+        // Static membership: a consumer restarted after a SIGKILL gets its partitions back
+        // at once instead of after the dead member's session timeout.
+        "store.url = \"{}\"\nconsumer.group = \"{}\"\nconsumer.batch_size = 20\n"
+        "consumer.instance_id = \"sink-1\"\n"
         "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n"
-        "\"log_level\" = \"3\"\n"
+        "\"session.timeout.ms\" = \"6000\"\n\"log_level\" = \"3\"\n"
         "[routes]\nformat = \"{}\"\n"
         "[routes.balance]\ntopic = \"{}\"\ntype = \"payment.received.v1\"\n"
         "sql = [\"UPDATE account SET balance = balance + $amount WHERE id = $account\",\n"
@@ -85,7 +88,7 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
         "$amount)\"]\n"
         "[routes.balance.params]\naccount = {{ from = \"/account\", type = \"text\" }}\n"
         "amount = {{ from = \"/amount\", type = \"numeric\", precision = 18, scale = 2 }}\n",
-        url, broker.bootstrap_servers(), mode == "json" ? "json" : "cloudevents", topic);
+        url, topic, broker.bootstrap_servers(), mode == "json" ? "json" : "cloudevents", topic);
     const auto movements = [&] {
       return TypeParam::read_scalar(*store, "SELECT count(*) FROM movement");
     };

@@ -76,12 +76,13 @@ class ConfiguredExamplesTest : public ::testing::Test {
     producer.flush();
   }
 
-  /// Runs `install` on a consumer of `url` in group `group` until `done` holds.
+  /// Runs `install` on a consumer of `url` until `done` holds. Each side is a group of its
+  /// own (`group` plus the store's name), so each reads the topic from the start.
   template <class Install, class Done>
   void consume(const std::string& url, const std::string& group, Install install, Done done) {
     ConsumerConfig c;
     c.bootstrap_servers = broker_.bootstrap_servers();
-    c.group_id = group;
+    c.group_id = fmt::format("{}-{}", group, url == compiled_url_ ? "compiled" : "configured");
     c.topics = {std::string(kOrderConfirmedTopic)};
     c.batch_size = 25;
     c.kafka = {{"auto.offset.reset", "earliest"}, {"log_level", "3"}};
