@@ -118,7 +118,7 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
                       ? fmt::format("SELECT balance FROM account WHERE id = '{}'", account)
                       : fmt::format("SELECT (balance * 100)::bigint FROM account WHERE id = '{}'",
                                     account));
-      EXPECT_EQ(balance, cents.get<std::int64_t>()) << account;
+      EXPECT_EQ(balance, cents.template get<std::int64_t>()) << account;
       results[mode][account] = balance;
     }
   }

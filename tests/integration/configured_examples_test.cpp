@@ -17,6 +17,7 @@
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/order_confirmed.hpp"
+#include "idem/reference/order_service.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/sinks/configured_sinks.hpp"
 #include "idem/sinks/sink_config.hpp"
