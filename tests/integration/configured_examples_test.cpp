@@ -38,7 +38,8 @@ constexpr int kOrders = 80;
 /// examples/configured/NAME: __FILE__ is absolute, or relative to the top build directory.
 std::string example(const std::string& name) {
   const std::filesystem::path here(__FILE__);
-  const auto relative = here.parent_path().parent_path().parent_path() / "examples/configured" / name;
+  const auto relative =
+      here.parent_path().parent_path().parent_path() / "examples/configured" / name;
   if (here.is_absolute()) return relative.string();
   return (std::filesystem::path(IDEM_TEST_CHILD_DIR).parent_path() / relative).string();
 }
@@ -58,16 +59,18 @@ class ConfiguredExamplesTest : public ::testing::Test {
     for (int i = 1; i <= kOrders; ++i) {
       OrderConfirmed e;
       e.event_id = new_uuid_v7();
-      e.occurred_at = std::chrono::time_point_cast<std::chrono::microseconds>(e.event_id.timestamp());
+      e.occurred_at =
+          std::chrono::time_point_cast<std::chrono::microseconds>(e.event_id.timestamp());
       e.order_id = i;
       e.customer_id = 1 + i % 9;
       e.total_amount = Amount::from_hundredths(101 * i + i % 100);
       for (auto* url : {&compiled_url_, &configured_url_}) {
         auto store = open_store(*url);
         auto tx = store->begin();
-        tx->execute("INSERT INTO orders (id, customer_id, total_amount, status, created_at) "
-                    "VALUES ($1, $2, $3, 'confirmed', '2026-01-01T00:00:00Z')",
-                    e.order_id, e.customer_id, e.total_amount);
+        tx->execute(
+            "INSERT INTO orders (id, customer_id, total_amount, status, created_at) "
+            "VALUES ($1, $2, $3, 'confirmed', '2026-01-01T00:00:00Z')",
+            e.order_id, e.customer_id, e.total_amount);
         tx->commit();
       }
       producer.send({std::string(kOrderConfirmedTopic), std::to_string(i), to_json(e), {}});
@@ -96,8 +99,8 @@ class ConfiguredExamplesTest : public ::testing::Test {
     ASSERT_TRUE(finished);
   }
 
-  std::unique_ptr<sinks::ConfiguredSinks> configured(const std::string& name,
-                                                     const std::vector<std::pair<std::string, std::string>>& env) {
+  std::unique_ptr<sinks::ConfiguredSinks> configured(
+      const std::string& name, const std::vector<std::pair<std::string, std::string>>& env) {
     auto store = open_store(configured_url_);
     auto sinks = std::make_unique<sinks::ConfiguredSinks>(
         *sinks::load_sink_config(example(name), env), store->backend());
@@ -137,14 +140,16 @@ TYPED_TEST(ConfiguredExamplesTest, AnalyticsAsConfigurationGivesTheCompiledTotal
                  fmt::format("{}|\n", kOrders);
     };
   };
-  this->consume(this->compiled_url_, group,
-                [](Consumer& c) {
-                  c.on<OrderConfirmed>(std::string(kOrderConfirmedTopic), analytics_handler());
-                },
-                summed(this->compiled_url_));
+  this->consume(
+      this->compiled_url_, group,
+      [](Consumer& c) {
+        c.on<OrderConfirmed>(std::string(kOrderConfirmedTopic), analytics_handler());
+      },
+      summed(this->compiled_url_));
   auto sinks = this->configured("analytics.toml", {});
-  this->consume(this->configured_url_, group, [&](Consumer& c) { sinks->install(c); },
-                summed(this->configured_url_));
+  this->consume(
+      this->configured_url_, group, [&](Consumer& c) { sinks->install(c); },
+      summed(this->configured_url_));
   const std::string sql =
       "SELECT customer_id, revenue_hundredths, order_count FROM analytics_customer_revenue "
       "ORDER BY customer_id";
@@ -160,16 +165,17 @@ TYPED_TEST(ConfiguredExamplesTest, BillingAsConfigurationGivesTheCompiledLedger)
   };
   BillingConfig billing;
   billing.provider_url = provider.url();
-  this->consume(this->compiled_url_, group,
-                [&](Consumer& c) {
-                  c.on_effect(std::string(kOrderConfirmedTopic), billing_effect(billing));
-                },
-                ledger_full(this->compiled_url_));
+  this->consume(
+      this->compiled_url_, group,
+      [&](Consumer& c) { c.on_effect(std::string(kOrderConfirmedTopic), billing_effect(billing)); },
+      ledger_full(this->compiled_url_));
   auto sinks = this->configured("billing.toml", {{"PROVIDER_URL", provider.url()}});
-  this->consume(this->configured_url_, group, [&](Consumer& c) { sinks->install(c); },
-                ledger_full(this->configured_url_));
+  this->consume(
+      this->configured_url_, group, [&](Consumer& c) { sinks->install(c); },
+      ledger_full(this->configured_url_));
   const std::string ledger =
-      "SELECT order_id, event_id, amount, provider_payment_id FROM billing_ledger ORDER BY order_id";
+      "SELECT order_id, event_id, amount, provider_payment_id FROM billing_ledger ORDER BY "
+      "order_id";
   EXPECT_EQ(this->rows(this->configured_url_, ledger), this->rows(this->compiled_url_, ledger));
   const std::string orders = "SELECT id, payment_status FROM orders ORDER BY id";
   EXPECT_EQ(this->rows(this->configured_url_, orders), this->rows(this->compiled_url_, orders));

@@ -34,7 +34,8 @@ inline std::optional<std::string> find_python_with_confluent_kafka() {
     std::error_code ec;
     if (!tried.insert(c).second || !std::filesystem::exists(c, ec)) continue;
     try {
-      const auto r = run_to_completion(c, {"-c", "import confluent_kafka"}, {}, std::chrono::seconds(30));
+      const auto r =
+          run_to_completion(c, {"-c", "import confluent_kafka"}, {}, std::chrono::seconds(30));
       if (r.status == 0) return c;
     } catch (const std::exception&) {
       // not runnable: try the next one
@@ -49,7 +50,8 @@ inline std::optional<std::string> find_python_with_confluent_kafka() {
 inline std::optional<std::filesystem::path> fault_test_script(const std::string& name,
                                                               const char* override_env) {
   if (auto p = env(override_env)) return std::filesystem::path(*p);
-  const std::filesystem::path fault = std::filesystem::path(__FILE__).parent_path().parent_path() / "fault";
+  const std::filesystem::path fault =
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "fault";
   std::vector<std::filesystem::path> candidates = {fault / name};
   if (fault.is_relative())
     candidates.push_back(std::filesystem::path(IDEM_TEST_CHILD_DIR).parent_path() / fault / name);
