@@ -75,7 +75,7 @@ Figure run_async(std::chrono::milliseconds latency, std::size_t in_flight, std::
   // One outstanding chain per slot: each answer starts the slot's next call.
   start_one = [&] {
     client.start(Request{.url = server->url(),
-                         .json_body = std::string(kBody),
+                         .body = std::string(kBody),
                          .idempotency_key = fmt::format("bench-{}", next_key.fetch_add(1))},
                  [&](CallResult r) {
                    if (!r.ok()) failed.fetch_add(1);

@@ -482,8 +482,10 @@ TEST(OrderConfirmed, ReasonsHaveStableSnakeCaseNames) {
       {R::NotRfc3339, "not_rfc3339"},
       {R::UnknownEventType, "unknown_event_type"},
       {R::TooManyHeaders, "too_many_headers"},
+      {R::NotCloudEvent, "not_cloud_event"},
+      {R::SchemaViolation, "schema_violation"},
   };
-  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::TooManyHeaders) + 1);
+  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::SchemaViolation) + 1);
   for (const auto& [reason, name] : names) EXPECT_EQ(idem::to_string(reason), name);
 }
 
