@@ -1,4 +1,4 @@
-// End-to-end consumer throughput (issue 3, Benchmark): N order.confirmed.v1 events,
+// End-to-end consumer throughput: N order.confirmed.v1 events,
 // pre-produced into an in-process DevBroker topic, consumed by
 //   (a) a plain librdkafka consumer: poll, parse_order_confirmed, async commit every
 //       `batch` messages (the baseline);
@@ -10,10 +10,10 @@
 //       what idem pipelines, and more: BEGIN with the mark, then every handler INSERT
 //       and the COMMIT behind one sync. On libpq the count handler's INSERTs go two ways:
 //       one statement per event ("raw libpq"), and merged into multi-row INSERTs cut
-//       into the chunks idem sends since issue 16 ("raw libpq multi-row");
+//       into the chunks idem sends ("raw libpq multi-row");
 //   (p) at batch 1 on PostgreSQL: pgbench (one client, prepared statements, a custom
 //       script) running one transaction per event with the same statements: the batch
-//       mark of one id and, for `count`, the effect_log INSERT (issue 16's yardstick);
+//       mark of one id and, for `count`, the effect_log INSERT (the yardstick of the merged statements);
 // each with batch sizes 1, 100 and 1000 and two handlers: `dedup` (no SQL of its own,
 // so it measures idem's overhead) and `count` (one INSERT into effect_log per event).
 // Two more handlers are sinks declared in a configuration file (idem::sinks,
@@ -28,7 +28,7 @@
 //                       [--handlers dedup,count] [--sqlite-dir DIR] [--repeat N]
 //                       [--backends sqlite,postgres] [--depths 1,2]
 //   --depths: the ConsumerConfig::pipeline_depth of every idem row ("idem postgres depth 2":
-//   the next batch prepared while one commits; issue 16).
+//   the next batch prepared while one commits).
 //   IDEM_BENCH_PG_DSN / IDEM_TEST_PG_DSN enables PostgreSQL (fresh database per run). The
 //   server is switched to fsync=on, full_page_writes=on first (postgres_durable.hpp:
 //   scripts/with-postgres.sh starts it with both off), and the settings in force, the
@@ -1051,7 +1051,7 @@ void print_table() {
       if (o.batch != r.batch) continue;
       if (o.config.rfind("a ", 0) == 0) plain = &o;
       // (d) for idem on PostgreSQL with the count handler is the multi-row raw loop: the
-      // statements idem sends since issue 16.
+      // statements idem sends.
       const bool multi_wanted = r.backend == "postgres" && r.handler == "count";
       const bool multi = o.config == "raw libpq multi-row";
       if (r.idem && o.raw && o.backend == r.backend && o.handler == r.handler &&

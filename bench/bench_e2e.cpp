@@ -1,4 +1,4 @@
-// End to end for billing (issue 5): the whole reference pipeline in one process, with
+// End to end for billing: the whole reference pipeline in one process, with
 // three baselines measured in the same run on the same events (bench/E2E-RESULTS.md):
 //
 //   e2e       OrderService::confirm (UPDATE orders + outbox enqueue, one transaction per
@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
   std::printf("build %s; %s; sqlite: WAL, synchronous=FULL\n", idem::bench::build_type(),
               idem::bench::load_line().c_str());
   if (const char* dsn = std::getenv("IDEM_TEST_PG_DSN"); dsn != nullptr) {
-    // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+    // Figures at fsync on: with-postgres.sh starts the server with it off.
     idem::bench::postgres_durable(dsn);
     std::printf("postgres: %s\n", idem::bench::postgres_settings(dsn).c_str());
     backends.push_back(postgres_backend());

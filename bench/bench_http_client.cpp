@@ -1,7 +1,7 @@
-// Issue 12: calls/s of idem::http::AsyncClient (one event-loop thread, libcurl multi)
+// Calls/s of idem::http::AsyncClient (one event-loop thread, libcurl multi)
 // with 1, 64, 256 and 1024 calls kept in flight, against a loopback cpp-httplib server
 // answering after 0 and 10 ms; the synchronous IdempotentClient calling in a loop (one
-// call at a time, the billing handler's shape before issue 12) is the same-run baseline.
+// call at a time, the billing handler's shape before the concurrent effect path) is the same-run baseline.
 // A plain libcurl easy-handle loop on the calling thread (what IdempotentClient was before
 // it became an AsyncClient waited on) shows what that unification costs a lone caller.
 //

@@ -625,7 +625,7 @@ int main(int argc, char** argv) {
   const char* dsn = std::getenv("IDEM_BENCH_PG_DSN");
   if (dsn == nullptr) dsn = std::getenv("IDEM_TEST_PG_DSN");
   if (dsn != nullptr && *dsn != '\0') {
-    // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+    // Figures at fsync on: with-postgres.sh starts the server with it off.
     idem::bench::postgres_durable(dsn);
     std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(dsn).c_str(),
                 idem::bench::build_type(), idem::bench::load_line().c_str());

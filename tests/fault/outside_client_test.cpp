@@ -1,4 +1,4 @@
-// Issue 13, "what it must show", second line: a client nobody on this project wrote
+// A client nobody on this project wrote
 // produces, and idem's consumer survives random SIGKILLs while consuming it.
 //
 // The outside client is python3 with confluent-kafka (tests/fault/outside_producer.py).

@@ -1,4 +1,4 @@
-// Outbox rows that Kafka refuses for good (issue 13, item 6), with the real `idem relay`
+// Outbox rows that Kafka refuses for good, with the real `idem relay`
 // as a process of its own, on SQLite and PostgreSQL, against the in-process dev broker:
 //
 // - a payload over the relay producer's message.max.bytes (refused by librdkafka at

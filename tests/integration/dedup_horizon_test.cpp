@@ -183,7 +183,7 @@ TEST_F(DedupHorizonGuardTest, StartUpCheckReportsTheTopicRetentionItCannotRead) 
 
 TEST_F(DedupHorizonGuardTest, StartUpCheckDelaysNeitherTheFirstRecordNorTheStop) {
   // The check waits up to 5 s for an answer the mock cluster never gives. It runs beside
-  // the consumer (issue 13: a restarted consumer must start at once): the first record
+  // the consumer (a restarted consumer must start at once): the first record
   // is processed, and a stop returns, while the check is still waiting (it has not
   // warned yet). Were it on the path to the first poll, the record would come after the
   // warning; were the stop to wait for it, the stop would take the rest of its 5 s.

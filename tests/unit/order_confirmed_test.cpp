@@ -122,7 +122,7 @@ TEST(OrderConfirmed, AcceptsTheLargestInt64Ids) {
 }
 
 // The reference tables hold amounts as numeric(18,2): 16 integer digits, 2 fraction
-// digits. The boundary accepts exactly what they can store (issue 13, item 10).
+// digits. The boundary accepts exactly what they can store.
 TEST(OrderConfirmed, AcceptsTheLargestAmountTheLedgerStores) {
   for (const char* text : {"9999999999999999.99", "9999999999999999", "0009999999999999999.99"}) {
     SCOPED_TRACE(text);
