@@ -13,7 +13,8 @@
 //       into the chunks idem sends ("raw libpq multi-row");
 //   (p) at batch 1 on PostgreSQL: pgbench (one client, prepared statements, a custom
 //       script) running one transaction per event with the same statements: the batch
-//       mark of one id and, for `count`, the effect_log INSERT (the yardstick of the merged statements);
+//       mark of one id and, for `count`, the effect_log INSERT (the yardstick of the merged
+//       statements);
 // each with batch sizes 1, 100 and 1000 and two handlers: `dedup` (no SQL of its own,
 // so it measures idem's overhead) and `count` (one INSERT into effect_log per event).
 // Two more handlers are sinks declared in a configuration file (idem::sinks,

@@ -1,7 +1,7 @@
-// A store that refuses idem's own statements for good, with real processes (`idem consume`, `idem relay`, consumer_child)
-// on SQLite and PostgreSQL: a store error that redoing cannot fix stops the process with a
-// clear message instead of being retried forever, and a process started on a store whose
-// idem schema is missing or newer than it knows refuses to start and says so.
+// A store that refuses idem's own statements for good, with real processes (`idem consume`, `idem
+// relay`, consumer_child) on SQLite and PostgreSQL: a store error that redoing cannot fix stops the
+// process with a clear message instead of being retried forever, and a process started on a store
+// whose idem schema is missing or newer than it knows refuses to start and says so.
 //
 //  - consumer_child (the library Consumer) on a store that was never migrated exits at
 //    once, naming `idem migrate`;
