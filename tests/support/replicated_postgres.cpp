@@ -192,6 +192,12 @@ void ReplicatedPostgres::write_owned_file(const std::string& path, const std::st
 }
 
 void ReplicatedPostgres::start(Node& node, bool wait) {
+  // A SIGKILLed postmaster leaves its socket's lock file behind, naming its pid. The
+  // server refuses to start while that pid names a live process it may not signal, and
+  // on a busy machine the pid is soon reused: the node is down here, so the file is stale.
+  std::error_code ignored;
+  std::filesystem::remove(fmt::format("{}/.s.PGSQL.{}.lock", dir_, node.port), ignored);
+  std::filesystem::remove(fmt::format("{}/.s.PGSQL.{}", dir_, node.port), ignored);
   run_tool("pg_ctl",
            {"-D", node.dir, "-l", dir_ + "/" + node.name + ".log", "-o",
             fmt::format("-p {}", node.port), wait ? "-w" : "-W", "-t", "60", "start"},
@@ -228,8 +234,8 @@ void ReplicatedPostgres::wait_streaming(const Node& standby, std::chrono::second
       [&] { return query_on(primary, "postgres", sql) == std::vector<std::string>{"1"}; }, timeout,
       20ms);
   if (!streaming) {
-    fail(fmt::format("{} does not stream from {}; end of {}.log:\n{}", standby.name,
-                     primary.name, standby.name, tail_of(dir_ + "/" + standby.name + ".log")));
+    fail(fmt::format("{} does not stream from {}; end of {}.log:\n{}", standby.name, primary.name,
+                     standby.name, tail_of(dir_ + "/" + standby.name + ".log")));
   }
 }
 
