@@ -138,11 +138,7 @@ class ConsumerFailover : public test::FailoverTest {
     const std::string topic = "failover-orders";
     const std::string group = "failover-count";
     test::ReplicatedPostgres cluster(*binaries_);
-    {
-      auto store = open_store(cluster.url());
-      store->migrate();
-      migrate_reference_system(*store);
-    }
+    migrate(cluster);
     DevBroker broker;
     broker.create_topic(topic, kPartitions);
     const std::string bootstrap = broker.bootstrap_servers();

@@ -92,11 +92,7 @@ class RelayFailover : public test::FailoverTest {
     const auto behind =
         std::chrono::milliseconds(test::failover_setting("IDEM_TEST_FAILOVER_BEHIND_MS", 1000));
     test::ReplicatedPostgres cluster(*binaries_);
-    {
-      auto store = open_store(cluster.url());
-      store->migrate();
-      migrate_reference_system(*store);
-    }
+    migrate(cluster);
     DevBroker broker;
     broker.create_topic(kTopic, kPartitions);
     ChildProcess relay = ChildProcess::spawn(

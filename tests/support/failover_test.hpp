@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "idem/reference/schema.hpp"
+#include "idem/store.hpp"
 #include "support/replicated_postgres.hpp"
 #include "support/test_env.hpp"
 
@@ -43,6 +45,13 @@ class FailoverTest : public ::testing::Test {
       if (in_ci()) FAIL() << "IDEM_TEST_PG_BIN is not set under CI=true";
       GTEST_SKIP() << "IDEM_TEST_PG_BIN is not set (run under scripts/with-postgres.sh)";
     }
+  }
+
+  /// Migrates idem's and the reference system's tables on the cluster's primary.
+  static void migrate(const ReplicatedPostgres& cluster) {
+    const auto store = open_store(cluster.url());
+    store->migrate();
+    migrate_reference_system(*store);
   }
 
   std::optional<PostgresBinaries> binaries_;
