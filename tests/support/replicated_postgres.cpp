@@ -281,6 +281,7 @@ std::vector<std::string> ReplicatedPostgres::query_on(const Node& node, const st
                                          PQresultErrorMessage(r.get())));
   }
   std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(PQntuples(r.get())));
   for (int i = 0; i < PQntuples(r.get()); ++i) out.emplace_back(PQgetvalue(r.get(), i, 0));
   return out;
 }
