@@ -2,16 +2,47 @@
 // one `maintained ...` line (or `skipped ...` when another instance holds the lock).
 // Settings: store.url, dedup.* (shared with consume and migrate, so the retention and
 // the partition period cannot disagree) and maintenance.*.
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "idem/error.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
 
 namespace idem::cli {
+
+namespace {
+
+// One pass; when the connection is lost on the way (the server went away, a failover to
+// another of the hosts store.url names), the pass starts again on a new connection, as
+// long as `retry_for` since the first start allows. Each step of a pass commits on its
+// own and every step is idempotent, so starting again repeats nothing harmful.
+MaintenanceReport run_pass_again_if_cut(const std::string& url, const StoreOptions& options,
+                                        const RetentionPolicy& policy,
+                                        std::chrono::milliseconds retry_for) {
+  const auto give_up = std::chrono::steady_clock::now() + retry_for;
+  std::unique_ptr<Store> store;
+  while (true) {
+    try {
+      if (!store) store = open_store(url, options);
+      return run_maintenance(*store, policy);
+    } catch (const Error& e) {
+      if (!e.transient() || std::chrono::steady_clock::now() >= give_up) throw;
+      std::cerr << "idem maintain: pass cut short (" << e.what()
+                << "); starting it again on a new connection\n";
+      store.reset();
+      // A pause, not synchronisation: the cluster needs a moment to promote a standby.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
+}  // namespace
 
 void register_maintain(CLI::App& app, ExitCode& exit_code) {
   struct Options {
@@ -69,8 +100,8 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
     config.require({"store.url"});
     StoreOptions store_options = config.store_options;
     store_options.application_name = "idem-maintain";
-    const auto store = open_store(config.store_url, store_options);
-    const MaintenanceReport report = run_maintenance(*store, config.retention_policy());
+    const MaintenanceReport report = run_pass_again_if_cut(
+        config.store_url, store_options, config.retention_policy(), config.maintenance.retry_for);
     std::cout << (report.ran ? "maintained " : "") << report.summary() << '\n' << std::flush;
     for (const std::string& note : report.retention_notes())
       std::cerr << "idem maintain: " << note << '\n';

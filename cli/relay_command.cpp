@@ -35,6 +35,9 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     std::string retention_hours;
     std::string progress_ms;
     std::string stop_timeout;
+    std::string publish_after;
+    std::string standbys;
+    std::string standby_quorum;
     bool no_listen = false;
     bool until_empty = false;
     int timeout_s = 600;
@@ -72,6 +75,18 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
                             "else exit 1 saying what was not done (relay.stop_timeout, default "
                             "30s)"),
             "relay.stop_timeout");
+  cfg->bind(cmd->add_option("--publish-after", opts->publish_after,
+                            "committed: publish rows once committed; replicated: once their "
+                            "commits are flushed on the standbys (relay.publish_after)"),
+            "relay.publish_after");
+  cfg->bind(cmd->add_option("--standbys", opts->standbys,
+                            "With replicated: the standbys that count, by application_name, "
+                            "comma-separated; empty: all (relay.standbys)"),
+            "relay.standbys");
+  cfg->bind(cmd->add_option("--standby-quorum", opts->standby_quorum,
+                            "With replicated: how many counted standbys must have flushed a "
+                            "batch's commits (relay.standby_quorum, default 1)"),
+            "relay.standby_quorum");
   cfg->bind_switch(cmd->add_flag("--no-listen", opts->no_listen,
                                  "PostgreSQL: poll only, no LISTEN/NOTIFY (relay.listen=false)"),
                    "relay.listen", "false");
@@ -106,11 +121,13 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
       std::cout << fmt::format(
                        "progress published={} batches={} resent={} rejected={} cleaned={} "
                        "backlog={} rejected_rows={} lag_ms={} shards={} rebuilds={} "
-                       "in_flight={}\n",
+                       "in_flight={} replication_waits={} replication_wait_ms={} "
+                       "replication_waiting_ms={}\n",
                        p.published, p.batches, p.resent, p.rejected, p.cleaned, p.backlog,
                        p.rejected_rows,
                        p.oldest_unpublished_age ? p.oldest_unpublished_age->count() : 0,
-                       p.owned_shards, p.producer_rebuilds, p.in_flight)
+                       p.owned_shards, p.producer_rebuilds, p.in_flight, p.replication_waits,
+                       p.replication_wait_total.count(), p.replication_waiting.count())
                 << std::flush;
     };
     // admin.listen set: /metrics, /healthz and /readyz (store reachable) on that port.

@@ -125,6 +125,9 @@ struct DedupSettings {
 /// `maintenance.*`: the retention pass (`idem maintain`, `idem consume` in the background).
 struct MaintenanceSettings {
   std::chrono::milliseconds interval{0};  ///< consume: background pass this often; 0 = off
+  /// `idem maintain`: a pass cut short by a lost connection (a failover, say) starts
+  /// again on a new connection until this long after the first start; 0 = never.
+  std::chrono::milliseconds retry_for{60'000};
   /// Outbox retention and batching; its dedup and partition fields come from `dedup.*`
   /// (retention_policy()).
   RetentionPolicy policy;

@@ -27,11 +27,24 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/producer.hpp"
 #include "idem/store.hpp"
 
 namespace idem {
+
+/// When a claimed batch may be published (docs/failover.md).
+enum class PublishAfter {
+  /// As soon as its rows are committed on the primary. A failover to an asynchronous
+  /// standby can then take back rows (and the orders that wrote them) whose events were
+  /// already published.
+  Committed,
+  /// Once the commits of its rows are flushed on the standbys that `standbys` and
+  /// `standby_quorum` name (PostgreSQL only; the relay's role needs pg_monitor): what a
+  /// failover to one of them keeps, and nothing it can take back, is published.
+  Replicated,
+};
 
 /// How to run a relay. Defaults are the production ones.
 struct RelayConfig {
@@ -70,6 +83,19 @@ struct RelayConfig {
   /// deduplicate them). Was `shutdown_timeout` (10 s), which bounded the acknowledgements
   /// only.
   std::chrono::milliseconds stop_timeout{30'000};
+  /// When a claimed batch may be produced: committed (at once) or replicated (once its
+  /// rows' commits are flushed on the standbys below). A batch waiting for the standbys
+  /// counts against max_batches_in_flight; the wait is reported in RelayProgress.
+  PublishAfter publish_after = PublishAfter::Committed;
+  /// Replicated: the standbys that count, by their application_name in
+  /// pg_stat_replication (set it in each standby's primary_conninfo). Empty: every
+  /// physical standby of the primary counts.
+  std::vector<std::string> standbys;
+  /// Replicated: how many of the counted standbys must have flushed a batch's commits
+  /// before it is produced (ANY k, as in synchronous_standby_names). A failover to a
+  /// standby outside those k can still take rows back: name the standbys your failover
+  /// may promote and count them all to exclude it.
+  std::size_t standby_quorum = 1;
 };
 
 /// Where the relay is in one batch; for observers (and crash tests, which kill the
@@ -100,6 +126,14 @@ struct RelayProgress {
   std::optional<std::chrono::milliseconds> oldest_unpublished_age;
   /// Rows in the rejected state (all shards, any relay); -1 = not measured yet.
   std::int64_t rejected_rows = -1;
+  /// publish_after = replicated: batches that waited for the standbys before they were
+  /// produced, and their waits summed (a mean is replication_wait_total divided by
+  /// replication_waits).
+  std::uint64_t replication_waits = 0;
+  std::chrono::milliseconds replication_wait_total{0};
+  /// How long the oldest batch still waiting for the standbys has waited (0: none
+  /// waits). It grows without bound while a counted standby is down or held back.
+  std::chrono::milliseconds replication_waiting{0};
 };
 
 /// Callbacks; each is optional and runs on the relay's thread.

@@ -309,6 +309,15 @@ class Store {
 
   [[nodiscard]] virtual Backend backend() const noexcept = 0;
 
+  /// How many times this Store has replaced its connection since it was opened: a
+  /// broken connection re-established by begin(), also on another host after a
+  /// failover (a URL naming several hosts). A failed attempt counts too: the old
+  /// session is gone either way. State a caller derived from the database
+  /// (a position read from it, locks its session held) may not hold on the server it
+  /// talks to now: comparing the count before and after a call tells. Never decreases.
+  /// SQLite: always 0.
+  [[nodiscard]] virtual std::uint64_t reconnects() const noexcept { return 0; }
+
   /// Opens another connection to the same database, with the same options (a consumer
   /// with `pipeline_depth` 2 prepares its next batch on it while this one commits).
   /// \throws Error(InvalidArgument) for a private in-memory SQLite database (no second

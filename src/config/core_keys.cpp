@@ -107,6 +107,20 @@ void check_consumer(Config& c, SectionProblems& problems) {
   }
 }
 
+void check_relay(Config& c, SectionProblems& problems) {
+  const RelayConfig& r = c.relay;
+  if (r.publish_after == PublishAfter::Replicated && c.store_url.starts_with("sqlite://")) {
+    problems.fail("relay.publish_after",
+                  "replicated needs a PostgreSQL store: a SQLite store has no standbys to wait "
+                  "for");
+  }
+  if (!r.standbys.empty() && r.standby_quorum > r.standbys.size()) {
+    problems.fail(
+        "relay.standby_quorum",
+        fmt::format("must be at most the number of relay.standbys ({})", r.standbys.size()));
+  }
+}
+
 void declare_store_keys(SectionKeys<Config>& k) {
   k.text("store.url", &Config::store_url, "postgresql://... or sqlite://...")
       .text(
@@ -235,6 +249,17 @@ void declare_relay_keys(SectionKeys<Config>& k) {
                "PostgreSQL: LISTEN/NOTIFY besides polling")
       .integer("relay.mark_connections", relay(&RelayConfig::mark_connections),
                "connections marking rows published (0: on the relay's own)", 0, 16)
+      .choice("relay.publish_after", relay(&RelayConfig::publish_after),
+              "committed: publish rows once committed; replicated: once their commits are "
+              "flushed on the standbys (PostgreSQL; needs pg_monitor; docs/failover.md)",
+              std::vector<std::pair<std::string, PublishAfter>>{
+                  {"committed", PublishAfter::Committed}, {"replicated", PublishAfter::Replicated}})
+      .list("relay.standbys", relay(&RelayConfig::standbys),
+            "replicated: the standbys that count, by application_name (empty: every physical "
+            "standby)")
+      .integer("relay.standby_quorum", relay(&RelayConfig::standby_quorum),
+               "replicated: how many of the counted standbys must have flushed a batch's commits",
+               1, 64)
       .duration("relay.poll_interval_ms", relay(&RelayConfig::poll_interval),
                 "idle polling interval", 1, kMaxMs, "ms")
       .duration("relay.progress_interval_ms", relay(&RelayConfig::progress_interval),
@@ -247,7 +272,8 @@ void declare_relay_keys(SectionKeys<Config>& k) {
       .duration("relay.stop_timeout", relay(&RelayConfig::stop_timeout),
                 "on SIGTERM, finish the batches in flight and exit within this long (then "
                 "exit non-zero: rows not marked published are sent again by the next relay)",
-                0, kConfigHour);
+                0, kConfigHour)
+      .check(check_relay);
 }
 
 void declare_operations_keys(SectionKeys<Config>& k) {
@@ -285,6 +311,11 @@ void declare_operations_keys(SectionKeys<Config>& k) {
           "idem consume: run a retention pass in the background this often (0: off)", 0, kConfigDay)
       .integer("maintenance.max_batches", policy(&RetentionPolicy::max_batches),
                "batches per table and pass (0: until done)", 0, 1e9)
+      .duration(
+          "maintenance.retry_for", [](Config& c) -> auto& { return c.maintenance.retry_for; },
+          "idem maintain: start a pass cut short by a lost connection (a failover) again on a "
+          "new connection, until this long after the first start (0: never)",
+          0, kConfigDay)
       .duration("maintenance.outbox_retention", policy(&RetentionPolicy::outbox_retention),
                 "published outbox rows older than this are deleted (0: keep)", 0, 3650 * kConfigDay)
       .boolean(

@@ -197,6 +197,25 @@ struct Metrics::Impl {
           .Name(std::string(metric::kRelayOwnedShards))
           .Help("Outbox shards this relay publishes")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& relay_replication_waits =
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayReplicationWaits))
+          .Help(
+              "Outbox batches that waited for their commits on the standbys before they "
+              "were published (relay.publish_after = replicated)")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& relay_replication_wait_seconds =
+      prometheus::BuildCounter()
+          .Name(std::string(metric::kRelayReplicationWaitSeconds))
+          .Help("Time outbox batches waited for their commits on the standbys, summed")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& relay_replication_waiting =
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRelayReplicationWaiting))
+          .Help(
+              "How long the oldest outbox batch still waiting for the standbys has waited "
+              "(0 when none waits)")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& ttl_runs = prometheus::BuildCounter()
                                                           .Name(std::string(metric::kTtlRuns))
                                                           .Help("Retention (TTL) runs")
@@ -210,6 +229,8 @@ struct Metrics::Impl {
   std::mutex relay_mutex;
   std::uint64_t last_resent = 0;
   std::uint64_t last_cleaned = 0;
+  std::uint64_t last_replication_waits = 0;
+  std::chrono::milliseconds last_replication_wait{0};
 };
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
@@ -263,7 +284,14 @@ RelayObserver Metrics::instrument(RelayObserver observer) {
           static_cast<double>(p.cleaned - std::min(p.cleaned, m.last_cleaned)));
       m.last_resent = std::max(m.last_resent, p.resent);
       m.last_cleaned = std::max(m.last_cleaned, p.cleaned);
+      m.relay_replication_waits.Add({}).Increment(static_cast<double>(
+          p.replication_waits - std::min(p.replication_waits, m.last_replication_waits)));
+      m.relay_replication_wait_seconds.Add({}).Increment(seconds(
+          p.replication_wait_total - std::min(p.replication_wait_total, m.last_replication_wait)));
+      m.last_replication_waits = std::max(m.last_replication_waits, p.replication_waits);
+      m.last_replication_wait = std::max(m.last_replication_wait, p.replication_wait_total);
     }
+    m.relay_replication_waiting.Add({}).Set(seconds(p.replication_waiting));
     if (p.backlog >= 0) m.relay_backlog.Add({}).Set(static_cast<double>(p.backlog));
     if (p.rejected_rows >= 0) {
       m.relay_rejected_rows.Add({}).Set(static_cast<double>(p.rejected_rows));

@@ -30,10 +30,11 @@ void to_messages(const Rows& rows, ClaimedBatch& out) {
 }
 
 ClaimReader::ClaimReader(SharedConnection& connection, const OutboxQueries& queries,
-                         std::size_t batch_size)
+                         std::size_t batch_size, bool read_wal_position)
     : connection_(connection),
       queries_(queries),
       batch_size_(batch_size),
+      read_wal_position_(read_wal_position),
       thread_([this] { run(); }) {}
 
 ClaimReader::~ClaimReader() {
@@ -67,7 +68,8 @@ void ClaimReader::run() noexcept {
 
 void ClaimReader::read(const Request& request, ClaimedBatch& out) {
   const Rows rows = connection_.with([&](Store& store) {
-    return queries_.claim(store, request.after_id, request.shard_filter, batch_size_);
+    return queries_.claim(store, request.after_id, request.shard_filter, batch_size_,
+                          read_wal_position_ ? &out.wal : nullptr);
   });
   to_messages(rows, out);
 }

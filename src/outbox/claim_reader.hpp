@@ -28,6 +28,9 @@ struct ClaimedBatch {
   std::int64_t session = 0;       ///< the database session that ran the claim (kClaimSession)
   std::vector<std::int64_t> ids;  ///< in id order
   std::vector<ProducerMessage> messages;  ///< messages[i] is row ids[i]
+  /// When the reader reads positions: the primary's WAL position read in the claim's
+  /// transaction, at or past every claimed row's commit (OutboxQueries::claim).
+  WalPosition wal;
 };
 
 /// Turns claimed rows (columns as ClaimColumn) into messages that carry the rows'
@@ -37,7 +40,9 @@ void to_messages(const Rows& rows, ClaimedBatch& out);
 class ClaimReader {
  public:
   /// Starts the claim thread; claims of up to `batch_size` rows run on `connection`.
-  ClaimReader(SharedConnection& connection, const OutboxQueries& queries, std::size_t batch_size);
+  /// `read_wal_position`: each claim also reads its WAL position (ClaimedBatch::wal).
+  ClaimReader(SharedConnection& connection, const OutboxQueries& queries, std::size_t batch_size,
+              bool read_wal_position = false);
   /// Waits for a claim being read, then joins the thread.
   ~ClaimReader();
   ClaimReader(const ClaimReader&) = delete;
@@ -71,6 +76,7 @@ class ClaimReader {
   SharedConnection& connection_;
   const OutboxQueries& queries_;
   const std::size_t batch_size_;
+  const bool read_wal_position_;
   bool outstanding_ = false;  // relay thread only
 
   std::mutex mutex_;

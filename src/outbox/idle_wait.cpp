@@ -33,6 +33,11 @@ void IdleWait::reopen_if_lost() noexcept {
   if (listen_ && !listener_) open();
 }
 
+void IdleWait::reopen() noexcept {
+  listener_.reset();
+  if (listen_) open();
+}
+
 void IdleWait::wait(milliseconds timeout, const std::atomic<bool>& stop) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!stop.load(std::memory_order_relaxed)) {

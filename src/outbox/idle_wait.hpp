@@ -23,6 +23,9 @@ class IdleWait {
 
   /// Opens the listener again if it was lost (or could not be opened before).
   void reopen_if_lost() noexcept;
+  /// Replaces the listener with a new one (after a failover its connection may be to a
+  /// server that no longer takes the inserts, and still look alive).
+  void reopen() noexcept;
   /// Waits up to `timeout` for a notification (or for the timeout without a listener), in
   /// slices short enough to notice `stop`.
   void wait(std::chrono::milliseconds timeout, const std::atomic<bool>& stop);

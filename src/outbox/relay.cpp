@@ -21,9 +21,11 @@
 #include "outbox/idle_wait.hpp"
 #include "outbox/in_flight_batches.hpp"
 #include "outbox/markers.hpp"
+#include "outbox/replication_gate.hpp"
 #include "outbox/shard_ownership.hpp"
 #include "outbox/shared_connection.hpp"
 #include "stores/outbox_queries.hpp"
+#include "stores/replication.hpp"
 #include "stores/store_errors.hpp"
 
 namespace idem {
@@ -80,6 +82,8 @@ struct Relay::Impl {
   detail::IdleWait idle_wait;
   std::unique_ptr<Producer> producer;
   std::unique_ptr<detail::Markers> markers;
+  // publish_after = replicated: claimed batches wait here for the standbys; else null.
+  std::unique_ptr<detail::ReplicationGate> gate;
   std::unique_ptr<detail::ClaimReader> claims;
 
   detail::InFlightBatches in_flight;
@@ -98,6 +102,9 @@ struct Relay::Impl {
   bool abandoned = false;
   RelayProgress prog;
   bool last_claim_empty = false;
+  // The session holding the shard locks was lost: LISTEN again, on the new session's
+  // server, when the shards are taken again (before anything is claimed).
+  bool listen_again = false;
 
   Impl(RelayConfig config_in, RelayObserver observer_in)
       : config(validated(std::move(config_in))),
@@ -119,7 +126,32 @@ struct Relay::Impl {
     ProducerConfig pc = config.producer;
     if (!pc.log) pc.log = observer.log;
     producer = std::make_unique<Producer>(std::move(pc));
-    claims = std::make_unique<detail::ClaimReader>(connection, queries, config.batch_size);
+    const bool replicated = config.publish_after == PublishAfter::Replicated;
+    if (replicated) {
+      gate = std::make_unique<detail::ReplicationGate>(
+          config.store_url, config.store_options,
+          detail::StandbyQuorum{config.standbys, config.standby_quorum});
+    }
+    warn_if_failover_unsafe();
+    claims =
+        std::make_unique<detail::ClaimReader>(connection, queries, config.batch_size, replicated);
+  }
+
+  /// At start: says what a failover could take back after its events were published,
+  /// when the store has standbys these settings do not cover.
+  void warn_if_failover_unsafe() {
+    if (connection.store().backend() != Backend::Postgres) return;
+    try {
+      const detail::ReplicationView view =
+          connection.with([](Store& store) { return detail::read_replication(store); });
+      if (const auto warning = detail::failover_warning(
+              view, config.publish_after,
+              detail::StandbyQuorum{config.standbys, config.standby_quorum})) {
+        log("idem relay: warning: " + *warning);
+      }
+    } catch (const std::exception& e) {
+      log(fmt::format("idem relay: could not read the store's standbys: {}", e.what()));
+    }
   }
 
   void log(std::string_view line) const {
@@ -130,8 +162,10 @@ struct Relay::Impl {
   }
 
   [[nodiscard]] bool pipeline_empty() const {
-    return in_flight.empty() && markers->pending() == 0 && !claims->outstanding();
+    return in_flight.empty() && markers->pending() == 0 && !claims->outstanding() &&
+           held_for_standbys() == 0;
   }
+  [[nodiscard]] std::size_t held_for_standbys() const { return gate ? gate->held() : 0; }
 
   /// Takes what the markers finished; waits until they finished everything when `all`.
   /// Returns false when a mark failed (its rows stay unpublished; the caller restarts
@@ -164,6 +198,7 @@ struct Relay::Impl {
   /// Drops everything in flight (it will be claimed and sent again, same event_ids).
   void reset_pipeline() noexcept {
     static_cast<void>(claims->discard(give_up_at));  // still outstanding: a stop reports it
+    if (gate) gate->drop();                          // never produced: claimed again
     producer->purge();
     prog.resent += in_flight.clear();
     // Marks already handed over cover acknowledged rows only: let them finish (or fail)
@@ -192,6 +227,7 @@ struct Relay::Impl {
     if (const auto* err = dynamic_cast<const Error*>(&e);
         err != nullptr && err->code() == ErrorCode::Connection) {
       ownership.lost();  // the server dropped our session's advisory locks
+      listen_again = true;
     }
     ownership.recheck();  // re-check ownership before claiming again
     wait_for_stop(config.error_backoff);
@@ -209,35 +245,55 @@ struct Relay::Impl {
       log(fmt::format("idem relay: owns {} of {} shards", ownership.owned().size(), kOutboxShards));
     }
     prog.owned_shards = static_cast<int>(ownership.owned().size());
-    idle_wait.reopen_if_lost();
+    if (listen_again) {
+      // A new session, maybe on another server (a failover): the old listener's is gone
+      // or listens to a server that no longer takes the inserts.
+      idle_wait.reopen();
+      listen_again = false;
+    } else {
+      idle_wait.reopen_if_lost();
+    }
   }
 
-  /// Hands a claimed batch to the producer (relay thread). Returns the number of rows.
-  /// Throws the claim's own error.
-  std::size_t produce_claim(ClaimedBatch claim) {
-    if (claim.error) std::rethrow_exception(claim.error);
-    failing.clear();  // the database answers again
-    last_claim_empty = claim.ids.empty();
-    if (claim.ids.empty()) return 0;
-    if (claim.session != ownership.session()) {
-      // begin() silently replaced a broken connection: our advisory locks died with the
-      // old session, so these shards may have another owner now.
-      log("idem relay: database session was replaced; re-acquiring shards");
-      ownership.lost();
-      ownership.recheck();
-      return 0;
+  /// The session that claimed, and held the shard locks, is gone (a lost connection, a
+  /// failover): the shards and LISTEN are taken again before anything is claimed.
+  /// Batches waiting for the standbys were claimed on a server this relay may no longer
+  /// talk to, and the cursor is past them: they are dropped and what is in flight is
+  /// sent again from the oldest unpublished row (same event ids), so each key's order
+  /// holds.
+  void start_over_on_new_session(std::string_view why) {
+    log(fmt::format("idem relay: {}; re-acquiring shards", why));
+    if (held_for_standbys() > 0) reset_pipeline();
+    ownership.lost();
+    ownership.recheck();
+    listen_again = true;
+  }
+
+  /// Takes a claimed batch (relay thread): hands it to the producer, or to the gate to
+  /// wait for the standbys first. Returns the number of rows. Throws the claim's own error.
+  std::size_t take_claim(ClaimedBatch claim);
+
+  /// Produces the held batches whose commits the standbys hold now. Returns the rows.
+  std::size_t produce_replicated() {
+    std::size_t n = 0;
+    if (!gate) return n;
+    while (auto batch = gate->release()) {
+      n += batch->ids.size();
+      produce(std::move(*batch));
     }
-    step_done(RelayStep::Claimed, claim.ids.size());
+    return n;
+  }
+
+  /// Hands a batch to the producer (relay thread).
+  void produce(ClaimedBatch claim) {
     std::uint64_t first_ticket = 0;
     for (std::size_t i = 0; i < claim.messages.size(); ++i) {
       const std::uint64_t ticket = producer->send(std::move(claim.messages[i]));
       if (i == 0) first_ticket = ticket;
     }
-    cursor = claim.ids.back();
     const std::size_t n = claim.ids.size();
     in_flight.push(std::move(claim.ids), first_ticket);
     step_done(RelayStep::Produced, n);
-    return n;
   }
 
   void apply_deliveries() {
@@ -282,66 +338,13 @@ struct Relay::Impl {
     housekeeping.measure_lag(prog);
     prog.producer_rebuilds = producer->rebuilds();
     prog.in_flight = in_flight.rows();
+    if (gate) gate->report(prog, SteadyClock::now());
     if (observer.on_progress) observer.on_progress(prog);
   }
 
   /// One turn of the loop. `draining`: claim nothing new. Returns true when it found
   /// nothing to do (idle: nothing claimed, nothing in flight).
-  bool turn(bool draining) {
-    const auto now = SteadyClock::now();
-    // Progress (with the lag) and cleanup run whenever due, also while a stalled broker
-    // keeps batches in flight. Rebalancing runs only with nothing in flight (ownership
-    // must not change under a batch); until then nothing new is claimed.
-    if (housekeeping.progress_due(now)) report_progress();
-    if (housekeeping.cleanup_due(now)) housekeeping.clean(prog, stop);
-    bool due = ownership.due(now);
-    if (due && pipeline_empty()) {
-      rebalance();
-    } else if (due && ownership.balanced()) {
-      // Ownership would not change: no need to drain the pipeline for it (a drain every
-      // rebalance_interval is a bubble in the throughput). Only a change waits for an
-      // empty pipeline.
-      ownership.postpone(now);
-      due = false;
-    }
-    // A finished claim first: its rows go to the producer at once.
-    bool claimed = false;
-    bool came_back_empty = false;  // then this turn claims no more (idle until woken)
-    if (claims->outstanding()) {
-      if (auto claim = claims->take()) {
-        claimed = produce_claim(std::move(*claim)) > 0;
-        came_back_empty = last_claim_empty;
-      }
-    }
-    // After an empty claim nothing lies beyond the cursor: claiming again before the
-    // pipeline empties would repeat that empty round trip every few milliseconds while
-    // the last batches wait for acks and marks (and rows that commit meanwhile are found
-    // once it is empty, when the cursor returns to the oldest unpublished row).
-    const bool caught_up = last_claim_empty && !pipeline_empty();
-    if (!claims->outstanding() && !came_back_empty && !draining && !due && !caught_up &&
-        !ownership.owned().empty() && in_flight.size() < config.max_batches_in_flight) {
-      claims->request(cursor, ownership.filter());  // read while this turn serves the producer
-    }
-    if (!pipeline_empty()) {
-      if (!in_flight.empty()) {
-        // Serve acknowledgements: without waiting right after a produce; otherwise wait
-        // for them, briefly (1 ms) while a claim is out, so its rows are taken soon.
-        const milliseconds wait = claimed                 ? milliseconds(0)
-                                  : claims->outstanding() ? milliseconds(1)
-                                                          : milliseconds(5);
-        producer->poll(wait, deliveries);
-        apply_deliveries();
-      } else if (claims->outstanding()) {
-        claims->wait(milliseconds(5));  // nothing at the broker: the next turn takes it
-      } else {
-        markers->wait(milliseconds(5));  // nothing left at the broker
-      }
-      settle();
-      return false;
-    }
-    if (claimed || due) return false;
-    return true;
-  }
+  bool turn(bool draining);
 
   /// Runs turns; on idle waits for a notification or the poll interval (unless
   /// `until_empty`, which returns then). Returns true when it stopped because idle.
@@ -351,6 +354,101 @@ struct Relay::Impl {
   /// acknowledged. Returns what it could not do, for the caller to report.
   std::vector<std::string> shutdown();
 };
+
+std::size_t Relay::Impl::take_claim(ClaimedBatch claim) {
+  if (claim.error) std::rethrow_exception(claim.error);
+  failing.clear();  // the database answers again
+  last_claim_empty = claim.ids.empty();
+  if (claim.ids.empty()) return 0;
+  if (claim.session != ownership.session()) {
+    // begin() silently replaced a broken connection: our advisory locks died with the
+    // old session, so these shards may have another owner now.
+    start_over_on_new_session("database session was replaced");
+    return 0;
+  }
+  step_done(RelayStep::Claimed, claim.ids.size());
+  cursor = claim.ids.back();
+  const std::size_t n = claim.ids.size();
+  if (gate) {
+    gate->hold(std::move(claim));
+    return n;
+  }
+  produce(std::move(claim));
+  return n;
+}
+
+bool Relay::Impl::turn(bool draining) {
+  const auto now = SteadyClock::now();
+  // Progress (with the lag) and cleanup run whenever due, also while a stalled broker
+  // keeps batches in flight. Rebalancing runs only with nothing in flight (ownership
+  // must not change under a batch); until then nothing new is claimed.
+  if (housekeeping.progress_due(now)) report_progress();
+  if (housekeeping.cleanup_due(now)) housekeeping.clean(prog, stop);
+  bool due = ownership.due(now);
+  if (due && pipeline_empty()) {
+    rebalance();
+  } else if (due && ownership.balanced()) {
+    // Ownership would not change: no need to drain the pipeline for it (a drain every
+    // rebalance_interval is a bubble in the throughput). Only a change waits for an
+    // empty pipeline.
+    ownership.postpone(now);
+    due = false;
+  }
+  // A promotion since the held batches were claimed: the standbys will never report
+  // their positions (another timeline), and the relay may not learn it from its own
+  // connection while it waits for them instead of claiming.
+  if (gate && gate->outdated()) {
+    start_over_on_new_session(
+        "the primary is on a newer timeline than the batches waiting "
+        "for the standbys (a failover)");
+  }
+  // Batches the standbys now hold first, then a finished claim: its rows go to the
+  // producer at once (or wait for the standbys behind the held ones).
+  bool claimed = produce_replicated() > 0;
+  bool came_back_empty = false;  // then this turn claims no more (idle until woken)
+  if (claims->outstanding()) {
+    if (auto claim = claims->take()) {
+      claimed = take_claim(std::move(*claim)) > 0 || claimed;
+      came_back_empty = last_claim_empty;
+    }
+  }
+  if (gate) {
+    if (const auto line = gate->stalled(now)) log(*line);
+  }
+  // After an empty claim nothing lies beyond the cursor: claiming again before the
+  // pipeline empties would repeat that empty round trip every few milliseconds while
+  // the last batches wait for acks and marks (and rows that commit meanwhile are found
+  // once it is empty, when the cursor returns to the oldest unpublished row).
+  const bool caught_up = last_claim_empty && !pipeline_empty();
+  if (!claims->outstanding() && !came_back_empty && !draining && !due && !caught_up &&
+      !ownership.owned().empty() &&
+      in_flight.size() + held_for_standbys() < config.max_batches_in_flight) {
+    claims->request(cursor, ownership.filter());  // read while this turn serves the producer
+  }
+  if (!pipeline_empty()) {
+    if (!in_flight.empty()) {
+      // Serve acknowledgements: without waiting right after a produce; otherwise wait
+      // for them, briefly (1 ms) while a claim is out, so its rows are taken soon.
+      // Briefly too while batches wait for the standbys, so they go out soon.
+      const milliseconds wait = claimed ? milliseconds(0)
+                                : claims->outstanding() || held_for_standbys() > 0
+                                    ? milliseconds(1)
+                                    : milliseconds(5);
+      producer->poll(wait, deliveries);
+      apply_deliveries();
+    } else if (claims->outstanding()) {
+      claims->wait(milliseconds(5));  // nothing at the broker: the next turn takes it
+    } else if (held_for_standbys() > 0) {
+      gate->wait(milliseconds(5));  // the next turn produces what the standbys hold
+    } else {
+      markers->wait(milliseconds(5));  // nothing left at the broker
+    }
+    settle();
+    return false;
+  }
+  if (claimed || due) return false;
+  return true;
+}
 
 bool Relay::Impl::loop(bool until_empty, SteadyClock::time_point deadline) {
   while (!stop.load(std::memory_order_relaxed)) {

@@ -45,6 +45,10 @@ class Maintenance {
       return report_;
     }
     report_.ran = true;
+    // The lock is the session's (PostgreSQL): a connection replaced during the pass (a
+    // failover) took it along. The pass stops at the next step instead of going on as a
+    // second instance; run again, it takes the lock on the new session.
+    session_ = store_.reconnects();
     try {
       const auto now = clock_.now();
       // One dedup retention per store: never drop a mark a live consumer declaration
@@ -55,6 +59,7 @@ class Maintenance {
       report_.dedup_retention = settled.kept;
       report_.retention_held_by = std::move(settled.held_by);
       report_.expired_declarations = std::move(settled.expired);
+      check_session();
       const Uuid dedup_cutoff =
           Uuid::lower_bound_for(std::chrono::floor<milliseconds>(now - report_.dedup_retention));
       if (auto partitions = ops_->partitions()) {
@@ -89,6 +94,14 @@ class Maintenance {
     return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t);
   }
 
+  void check_session() const {
+    if (store_.reconnects() == session_) return;
+    throw Error(ErrorCode::Connection, ops_->source(),
+                "retention: the connection was replaced during the pass (the server went away, "
+                "or a failover); the single-instance lock went with the old session, so this "
+                "pass stops here; run again, it takes the lock on the new session");
+  }
+
   void validate() const {
     const auto bad = [](const std::string& what) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "retention: " + what);
@@ -116,6 +129,7 @@ class Maintenance {
     for (std::size_t batch = 0; policy_.max_batches == 0 || batch < policy_.max_batches; ++batch) {
       if (stop_.load(std::memory_order_relaxed)) break;
       const std::int64_t deleted = one_batch(limit);
+      check_session();
       ++report_.batches;
       total += deleted;
       if (deleted < limit) break;
@@ -159,6 +173,7 @@ class Maintenance {
           });
       if (overlaps || stop_.load(std::memory_order_relaxed)) continue;
       report_.rows_moved_from_default += ops_->create_partition(spec, default_partition_);
+      check_session();
       report_.partitions_created.push_back(spec.name);
       existing.push_back(std::move(spec));
     }
@@ -170,6 +185,7 @@ class Maintenance {
       if (p.is_default || p.to > horizon || stop_.load(std::memory_order_relaxed)) continue;
       ops_->drop_partition(p.name);
       report_.partitions_dropped.push_back(p.name);
+      check_session();
     }
   }
 
@@ -180,6 +196,7 @@ class Maintenance {
   std::unique_ptr<detail::MaintenanceOperations> ops_;
   std::optional<std::string> default_partition_;
   MaintenanceReport report_;
+  std::uint64_t session_ = 0;  // store_.reconnects() when the lock was taken
 };
 
 /// Hours with up to one decimal: retentions are set in hours but stored in ms.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "idem/store.hpp"
+#include "stores/replication.hpp"
 
 namespace idem::detail {
 
@@ -89,9 +90,13 @@ class OutboxQueries {
 
   /// Up to `limit` unpublished rows with id > `after_id` in the filtered shards, in id
   /// order, columns as ClaimColumn; never a rejected row; in a read transaction (on SQLite a claim
-  /// then never queues behind a marker's write).
+  /// then never queues behind a marker's write). With `wal_after` (PostgreSQL only), the
+  /// same transaction then reads the WAL position every claimed row's commit lies at or
+  /// below (wal_insert_position): in one transaction, so both come from one session on
+  /// one server, never from a connection replaced between them.
   [[nodiscard]] virtual Rows claim(Store& store, std::int64_t after_id,
-                                   std::string_view shard_filter, std::size_t limit) const = 0;
+                                   std::string_view shard_filter, std::size_t limit,
+                                   WalPosition* wal_after = nullptr) const = 0;
 
   /// Marks `ids` published (rows already published stay as they are), in one
   /// transaction of one statement per `ids_per_statement` ids, pipelined where the

@@ -31,8 +31,13 @@ std::string_view remedy(const Error& e) {
     return "the database refuses this process's writes; grant the privileges (or make the "
            "database file writable), then start again";
   }
-  // 25006 read_only_sql_transaction: a standby, or default_transaction_read_only.
-  if (d == "25006") return "the server is read-only (a standby?); point store.url at the primary";
+  // 25006 read_only_sql_transaction: a standby, or default_transaction_read_only. Only
+  // with a single host: with several, it is a reason to reconnect (pg_connection.cpp).
+  if (d == "25006") {
+    return "the server is read-only (a standby, or a primary demoted by a failover); point "
+           "store.url at the primary, or name every host of the cluster in it (host=a,b: "
+           "idem then reconnects to the one that takes writes)";
+  }
   return "retrying cannot fix it; fix the database, then start again";
 }
 

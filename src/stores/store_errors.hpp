@@ -5,7 +5,9 @@
 // The rule (docs/consumer.md, docs/outbox.md): an idem::Error from PostgreSQL or SQLite
 // that is not transient (Error::transient(): connection, serialization failure, deadlock,
 // lock timeout, busy) is permanent: a missing table or column, bad SQL, a missing
-// privilege, a read-only database. Retrying it only hides it, so a process whose OWN
+// privilege, a read-only database (a read-only server is transient instead when the
+// store URL names several hosts: another of them takes the writes after a failover).
+// Retrying it only hides it, so a process whose OWN
 // statements (dedup marks, outbox claims and marks, retention declarations) fail that
 // way stops and says why. An error of one event's effect statement is that event's
 // fault instead: the consumer dead-letters that event and goes on.

@@ -25,6 +25,7 @@
 #include "idem/stores/sqlite.hpp"
 #include "idem/uuid.hpp"
 #include "stores/migration.hpp"
+#include "stores/postgres/pg_conninfo.hpp"
 #include "stores/postgres/pg_partitions.hpp"
 #include "support/manual_clock.hpp"
 #include "support/postgres_test_db.hpp"
@@ -726,6 +727,85 @@ TEST_F(PostgresStoreTest, InvalidSavepointNamesAreRejected) {
   EXPECT_THROW(Probe::savepoint_on(*tx, "Upper"), Error);
   EXPECT_THROW(Probe::savepoint_on(*tx, ""), Error);
   EXPECT_NO_THROW(Probe::savepoint_on(*tx, "sp_1"));
+}
+
+/// `url_` as a key/value URL naming its host `hosts` times (one server under several
+/// names: what a store URL of a cluster looks like to libpq), plus `extra`.
+std::string with_hosts(const std::string& url, int hosts, const std::string& extra = {}) {
+  const auto p = *detail::pg::parse_conninfo(url);
+  std::string host_list = p.at("host");
+  std::string port_list = p.at("port");
+  for (int i = 1; i < hosts; ++i) {
+    host_list += "," + p.at("host");
+    port_list += "," + p.at("port");
+  }
+  return fmt::format("postgresql:host={} port={} dbname={} user={} {}", host_list, port_list,
+                     p.at("dbname"), p.at("user"), extra);
+}
+
+/// Makes every later transaction of `store`'s current session read-only, as on a
+/// standby or a demoted primary (the server answers a write with SQLSTATE 25006).
+void make_session_read_only(Store& store) {
+  PGresult* r = PQexec(postgres_native_handle(store), "SET default_transaction_read_only = on");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
+  PQclear(r);
+}
+
+TEST_F(PostgresStoreTest, AReadOnlyServerIsAReasonToReconnectWhenSeveralHostsAreNamed) {
+  // target_session_attrs=any: libpq may land on a read-only server, as on a standby that
+  // answers before the primary; what a write there does is the question.
+  auto store = open_store(with_hosts(url_, 2, "target_session_attrs=any"));
+  store->migrate();
+  make_session_read_only(*store);
+  EXPECT_EQ(store->reconnects(), 0U);
+  try {
+    auto tx = store->begin();
+    static_cast<void>(tx->mark_processed(new_uuid_v7(), kGroup));
+    tx->commit();
+    ADD_FAILURE() << "a read-only session took a write";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Connection) << e.what();
+    EXPECT_TRUE(e.transient());
+    EXPECT_EQ(e.detail(), "25006");
+    EXPECT_NE(std::string(e.what()).find("reconnecting to the host that takes writes"),
+              std::string::npos)
+        << e.what();
+  }
+  // The next transaction runs on a new session (where nothing is read-only) and the
+  // store says it reconnected, for callers that keep state from the old session.
+  auto tx = store->begin();
+  EXPECT_TRUE(tx->mark_processed(new_uuid_v7(), kGroup));
+  tx->commit();
+  EXPECT_EQ(store->reconnects(), 1U);
+}
+
+TEST_F(PostgresStoreTest, AReadOnlyServerStaysAPermanentRefusalWithOneHost) {
+  store_->migrate();
+  make_session_read_only(*store_);
+  try {
+    auto tx = store_->begin();
+    static_cast<void>(tx->mark_processed(new_uuid_v7(), kGroup));
+    tx->commit();
+    ADD_FAILURE() << "a read-only session took a write";
+  } catch (const Error& e) {
+    EXPECT_FALSE(e.transient()) << "nothing else could take the writes: " << e.what();
+    EXPECT_EQ(e.detail(), "25006");
+  }
+  EXPECT_EQ(store_->reconnects(), 0U);
+}
+
+TEST_F(PostgresStoreTest, SeveralHostsMeanTheSessionThatTakesWrites) {
+  // No target_session_attrs given: idem asks libpq for a read-write session, so a
+  // standby named first is passed over instead of refusing every write.
+  auto store = open_store(with_hosts(url_, 2));
+  EXPECT_EQ(text_of(*store, "SHOW transaction_read_only"), "off");
+  PQconninfoOption* options = PQconninfo(postgres_native_handle(*store));
+  std::string attrs;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (std::string_view(o->keyword) == "target_session_attrs" && o->val != nullptr) attrs = o->val;
+  }
+  PQconninfoFree(options);
+  EXPECT_EQ(attrs, "read-write");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "idem/relay.hpp"
 #include "idem/reference/schema.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
+#include "stores/postgres/pg_conninfo.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
@@ -483,7 +485,53 @@ TEST_F(RelayPostgres, NotifyWakesARelayThatWouldNotPollForAnHour) {
   runner.join();
   check_topic(expected, /*exactly_once=*/true);
 }
+
+TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys) {
+  if (url_.empty()) return;
+  // A role that may read the outbox but not pg_stat_replication's positions.
+  std::string role = unique_topic("idem_nomon");
+  std::replace(role.begin(), role.end(), '-', '_');  // a plain identifier
+  {
+    auto tx = store_->begin();
+    tx->execute(fmt::format("CREATE ROLE {} LOGIN", role));
+    tx->execute(fmt::format("GRANT SELECT ON idem_schema_migrations TO {}", role));
+    tx->commit();
+  }
+  const auto params = *detail::pg::parse_conninfo(url_);
+  const std::string as_role =
+      fmt::format("postgresql:host={} port={} dbname={} user={}", params.at("host"),
+                  params.at("port"), params.at("dbname"), role);
+  RelayConfig c = relay_config(as_role);
+  c.publish_after = PublishAfter::Replicated;
+  try {
+    Relay relay(c);
+    ADD_FAILURE() << "a relay that cannot see the standbys' positions started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("GRANT pg_monitor TO"), std::string::npos) << e.what();
+  }
+  {
+    auto tx = store_->begin();
+    tx->execute(fmt::format("GRANT pg_monitor TO {}", role));
+    tx->commit();
+  }
+  Relay relay(c);  // sees them now (there are none: nothing would ever be published)
+}
 #endif
+
+TEST(RelaySqlite, RefusesToPublishAfterReplicationWithoutStandbys) {
+  const std::string url = test::SqliteBackend::fresh_url();
+  open_store(url)->migrate();  // a store the relay would otherwise accept
+  RelayConfig c = relay_config(url);
+  c.publish_after = PublishAfter::Replicated;
+  try {
+    Relay relay(c);
+    ADD_FAILURE() << "a SQLite relay accepted publish_after = replicated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a PostgreSQL store"), std::string::npos)
+        << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace idem

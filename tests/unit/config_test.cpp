@@ -205,6 +205,20 @@ topics = ["a", "b:7"]
   EXPECT_EQ(entry(c, "dlq.replay_rate").origin.describe(), "default");
 }
 
+TEST(ConfigLoader, RelayPublishesAfterReplicationOnTheNamedStandbys) {
+  const Config defaults = load({});
+  EXPECT_EQ(defaults.relay.publish_after, PublishAfter::Committed) << "today's behaviour";
+  EXPECT_EQ(entry(defaults, "relay.publish_after").value, "committed");
+  const Config c = load(from_flags({{"store.url", "postgresql://h/db", "--set"},
+                                    {"relay.publish_after", "replicated", "--publish-after"},
+                                    {"relay.standbys", "node_a,node_b", "--standbys"},
+                                    {"relay.standby_quorum", "2", "--standby-quorum"}}));
+  const RelayConfig r = c.relay_config();
+  EXPECT_EQ(r.publish_after, PublishAfter::Replicated);
+  EXPECT_EQ(r.standbys, (std::vector<std::string>{"node_a", "node_b"}));
+  EXPECT_EQ(r.standby_quorum, 2U);
+}
+
 TEST(ConfigLoader, MillisecondKeysTakeBareNumbersAndUnits) {
   using namespace std::chrono_literals;
   const Config c = load(from_flags(
@@ -480,6 +494,15 @@ std::vector<BadCase> bad_cases() {
        "expected NAME or NAME:PARTITIONS"},
       {"NegativeMaxBatches", env("IDEM_MAINTENANCE_MAX_BATCHES", "-1"), "maintenance.max_batches",
        "env IDEM_MAINTENANCE_MAX_BATCHES", "expected an integer"},
+      {"BadPublishAfter", flag("relay.publish_after", "durable"), "relay.publish_after",
+       "flag --set", "expected one of committed, replicated"},
+      {"ReplicatedOnSqlite",
+       from_flags({{"store.url", "sqlite:///tmp/idem.db", "--set"},
+                   {"relay.publish_after", "replicated", "--set"}}),
+       "relay.publish_after", "flag --set", "needs a PostgreSQL store"},
+      {"QuorumAboveTheNamedStandbys",
+       from_flags({{"relay.standbys", "a,b", "--set"}, {"relay.standby_quorum", "3", "--set"}}),
+       "relay.standby_quorum", "flag --set", "at most the number of relay.standbys (2)"},
   };
 }
 

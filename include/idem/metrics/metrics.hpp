@@ -53,6 +53,13 @@ inline constexpr std::string_view kRelayRejectedRows = "idem_relay_outbox_reject
 inline constexpr std::string_view kRelayBacklog = "idem_relay_outbox_backlog_rows";
 inline constexpr std::string_view kRelayLagSeconds = "idem_relay_outbox_lag_seconds";
 inline constexpr std::string_view kRelayOwnedShards = "idem_relay_owned_shards";
+// Relay with publish_after = replicated: batches that waited for the standbys, the
+// waits summed, and how long the oldest batch still waiting has waited.
+inline constexpr std::string_view kRelayReplicationWaits = "idem_relay_replication_waits_total";
+inline constexpr std::string_view kRelayReplicationWaitSeconds =
+    "idem_relay_replication_wait_seconds_total";
+inline constexpr std::string_view kRelayReplicationWaiting =
+    "idem_relay_replication_waiting_seconds";
 // TTL (retention) runs; label `table`.
 inline constexpr std::string_view kTtlRuns = "idem_ttl_runs_total";
 inline constexpr std::string_view kTtlDeletedRows = "idem_ttl_deleted_rows_total";
@@ -106,7 +113,8 @@ class Metrics {
                                                   const std::string& topic);
 
   /// `observer` plus relay metrics: published rows and batches as they are marked,
-  /// backlog, outbox lag, resends, cleanup and owned shards at each progress report.
+  /// backlog, outbox lag, resends, cleanup, owned shards and the waits for the standbys
+  /// (publish_after = replicated) at each progress report.
   [[nodiscard]] RelayObserver instrument(RelayObserver observer = {});
 
   /// One retention (TTL) run over `table` that deleted `deleted_rows` rows.

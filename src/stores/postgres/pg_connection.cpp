@@ -136,6 +136,14 @@ Connection::Connection(std::string_view conninfo_view, const StoreOptions& optio
   if (options.connect_timeout.count() > 0) {
     set_default("connect_timeout", std::to_string(options.connect_timeout.count()));
   }
+  // Several hosts (`host=a,b`, `postgresql://a,b/db`): a cluster that fails over. idem
+  // writes on every connection, so it must land on the primary: without this, libpq
+  // takes the first host that answers, a standby as readily as the primary, and every
+  // write there fails with 25006 while reconnecting finds the same standby again.
+  const std::string* hosts = find("host");
+  if (hosts == nullptr) hosts = find("hostaddr");
+  several_hosts_ = hosts != nullptr && hosts->find(',') != std::string::npos;
+  if (several_hosts_) set_default("target_session_attrs", "read-write");
   if (!options.application_name.empty()) {
     set_default("application_name", options.application_name);
   }
@@ -249,6 +257,8 @@ bool Connection::needs_reset() const noexcept {
 }
 
 void Connection::reset() {
+  // With several hosts PQreset tries them in order again, so a reconnect after a
+  // failover lands on the new primary (target_session_attrs=read-write).
   PQreset(conn_);
   // A new session has none of the old one's prepared statements.
   ++generation_;
@@ -450,6 +460,16 @@ Failure Connection::classify(const PGresult* result) const {
   }
   f.sqlstate = state;
   f.code = connection_ok ? classify_sqlstate(f.sqlstate) : ErrorCode::Connection;
+  // 25006 read_only_sql_transaction with several hosts named: this server was the
+  // primary and is read-only now (a demoted primary, a standby after a failover), and
+  // another of the named hosts takes the writes. That is a reason to reconnect, not a
+  // fault of the statement: the session is replaced before the next transaction, and
+  // the caller redoes the work there (or sees a COMMIT in doubt, as for any lost
+  // connection). With one host, nothing else can take the writes: permanent, as before.
+  if (several_hosts_ && f.sqlstate == "25006") {
+    f.code = ErrorCode::Connection;
+    poisoned_ = true;
+  }
   // 08P01 protocol_violation on a connection that is still fine is the server
   // rejecting our Bind: the number of parameters does not match the statement.
   if (connection_ok && f.sqlstate == "08P01") f.code = ErrorCode::InvalidArgument;
@@ -459,6 +479,10 @@ Failure Connection::classify(const PGresult* result) const {
   const char* severity = PQresultErrorField(result, PG_DIAG_SEVERITY_NONLOCALIZED);
   f.message = fmt::format("{}: {} (SQLSTATE {})", severity != nullptr ? severity : "ERROR",
                           scrub(trim(primary != nullptr ? primary : "")), f.sqlstate);
+  if (f.code == ErrorCode::Connection && f.sqlstate == "25006") {
+    f.message += fmt::format(" on {}: read-only now; reconnecting to the host that takes writes",
+                             describe());
+  }
   return f;
 }
 

@@ -92,6 +92,8 @@ class Connection {
   [[nodiscard]] PGconn* native() const noexcept { return conn_; }
   /// Bumped by every reconnect: statements prepared in an older generation are gone.
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+  /// True when the conninfo names several hosts (a cluster that may fail over).
+  [[nodiscard]] bool several_hosts() const noexcept { return several_hosts_; }
 
   /// Reads whatever the server sent while we were idle (a FATAL from
   /// pg_terminate_backend, an idle-session timeout, EOF) without blocking.
@@ -125,6 +127,8 @@ class Connection {
   Result exec_simple(const char* sql);
 
   /// Classifies a failed result (or a null one, which means the connection broke).
+  /// With several hosts named, a read-only refusal (25006) is a Connection failure and
+  /// marks the session for replacement (see the .cpp).
   [[nodiscard]] Failure classify(const PGresult* result) const;
   /// Throws the Error for a failed result. `what` says what was being done; it is
   /// prefixed to the message ("postgres: <what>: <server message>").
@@ -148,7 +152,9 @@ class Connection {
   std::string password_;       // only to scrub it from messages
   bool server_ended_ = false;  // a FATAL arrived while no command was running
   std::uint64_t generation_ = 1;
-  bool poisoned_ = false;
+  bool several_hosts_ = false;
+  // Also set by classify(): a read-only primary's session must be replaced.
+  mutable bool poisoned_ = false;
 
   struct SqlHash {
     using is_transparent = void;

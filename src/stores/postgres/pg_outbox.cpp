@@ -63,11 +63,12 @@ class PostgresOutboxQueries final : public OutboxQueries {
     return a;
   }
 
-  Rows claim(Store& store, std::int64_t after_id, std::string_view shard_filter,
-             std::size_t limit) const override {
+  Rows claim(Store& store, std::int64_t after_id, std::string_view shard_filter, std::size_t limit,
+             WalPosition* wal_after) const override {
     auto tx = store.begin_read();
     Rows rows =
         tx->execute(kClaimOutboxSql, after_id, shard_filter, static_cast<std::int64_t>(limit));
+    if (wal_after != nullptr && !rows.empty()) *wal_after = wal_insert_position(*tx);
     tx->commit();
     return rows;
   }

@@ -159,6 +159,9 @@ class PostgresStore final : public Store {
                                    std::span<const SchemaMigration> migrations,
                                    const MigrateOptions* options);
   [[nodiscard]] Backend backend() const noexcept override { return Backend::Postgres; }
+  [[nodiscard]] std::uint64_t reconnects() const noexcept override {
+    return conn_.generation() - 1;
+  }
   [[nodiscard]] std::unique_ptr<Store> connect_again() const override;
 
   PGconn* native() {

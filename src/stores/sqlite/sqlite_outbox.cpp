@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "idem/error.hpp"
 #include "stores/sqlite/sqlite_outbox_sql.hpp"
 
 namespace idem::detail::sqlite {
@@ -34,8 +35,12 @@ class SqliteOutboxQueries final : public OutboxQueries {
   // Every shard is the one relay's: the claim does not filter.
   std::string shard_filter(std::span<const int>) const override { return {}; }
 
-  Rows claim(Store& store, std::int64_t after_id, std::string_view,
-             std::size_t limit) const override {
+  Rows claim(Store& store, std::int64_t after_id, std::string_view, std::size_t limit,
+             WalPosition* wal_after) const override {
+    if (wal_after != nullptr) {
+      throw Error(ErrorCode::InvalidArgument, ErrorSource::Sqlite,
+                  "sqlite: a SQLite store has no write-ahead log positions to wait for");
+    }
     auto tx = store.begin_read();
     Rows rows = tx->execute(kClaimOutboxSql, after_id, static_cast<std::int64_t>(limit));
     tx->commit();

@@ -1,0 +1,268 @@
+#include "outbox/replication_gate.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "idem/config.hpp"
+#include "idem/error.hpp"
+
+namespace idem::detail {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// How often the standbys are read while a batch waits. With a synchronous standby a
+// batch's commits are usually there by the first read or the next (the claim's position
+// also covers WAL other sessions were writing at that moment); the reads stop as soon as
+// nothing waits. After a failed read (the primary is gone, say), the pause is longer.
+constexpr milliseconds kPollInterval{1};
+constexpr milliseconds kRetryInterval{200};
+// A batch waiting this long is logged, and again after as long.
+constexpr milliseconds kStallReport{10'000};
+
+bool counted(const StandbyQuorum& quorum, const StandbyReplication& standby) {
+  return quorum.names.empty() ||
+         std::find(quorum.names.begin(), quorum.names.end(), standby.name) != quorum.names.end();
+}
+
+bool is_synchronous(const StandbyReplication& standby) {
+  return standby.sync_state == "sync" || standby.sync_state == "quorum";
+}
+
+std::string describe_quorum(const StandbyQuorum& quorum) {
+  return quorum.names.empty()
+             ? fmt::format("any {} standby(s)", quorum.count)
+             : fmt::format("any {} of {}", quorum.count, fmt::join(quorum.names, ","));
+}
+
+std::string describe_standbys(const ReplicationView& view) {
+  if (view.standbys.empty()) return "no standby is connected to the primary";
+  std::vector<std::string> parts;
+  for (const StandbyReplication& s : view.standbys) {
+    parts.push_back(fmt::format("{} flushed to {} ({})", s.name.empty() ? "(hidden)" : s.name,
+                                s.flush_lsn ? format_lsn(*s.flush_lsn) : "-",
+                                s.sync_state.empty() ? "hidden" : s.sync_state));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+std::string format_lsn(std::uint64_t lsn) {
+  return fmt::format("{:X}/{:X}", lsn >> 32, lsn & 0xffffffffU);
+}
+
+std::optional<WalPosition> quorum_position(const ReplicationView& view,
+                                           const StandbyQuorum& quorum) {
+  std::vector<std::uint64_t> flushed;
+  for (const StandbyReplication& s : view.standbys) {
+    if (s.flush_lsn && counted(quorum, s)) flushed.push_back(*s.flush_lsn);
+  }
+  if (quorum.count == 0 || flushed.size() < quorum.count) return std::nullopt;
+  std::sort(flushed.begin(), flushed.end(), std::greater<>());
+  return WalPosition{view.timeline, flushed[quorum.count - 1]};
+}
+
+std::optional<std::string> failover_warning(const ReplicationView& view, PublishAfter mode,
+                                            const StandbyQuorum& quorum) {
+  if (view.standbys.empty()) return std::nullopt;
+  const auto hidden = static_cast<std::size_t>(
+      std::count_if(view.standbys.begin(), view.standbys.end(),
+                    [](const StandbyReplication& s) { return s.sync_state.empty(); }));
+  if (mode == PublishAfter::Committed) {
+    if (hidden > 0) {
+      return fmt::format(
+          "the store has {} standby(s) whose replication mode this role may not see (grant it "
+          "pg_monitor): a failover to an asynchronous one can take back outbox rows, and the "
+          "orders that wrote them, whose events this relay already published; "
+          "relay.publish_after = replicated prevents that (docs/failover.md)",
+          hidden);
+    }
+    std::vector<std::string> asynchronous;
+    for (const StandbyReplication& s : view.standbys) {
+      if (!is_synchronous(s)) asynchronous.push_back(s.name);
+    }
+    if (!asynchronous.empty()) {
+      return fmt::format(
+          "the store has asynchronous standbys ({}): a failover to one of them can take back "
+          "outbox rows, and the orders that wrote them, whose events this relay already "
+          "published; set relay.publish_after = replicated (docs/failover.md)",
+          fmt::join(asynchronous, ", "));
+    }
+    if (view.synchronous_commit == "off" || view.synchronous_commit == "local") {
+      return fmt::format(
+          "the store's standbys are synchronous, but synchronous_commit is '{}' by default: "
+          "such commits do not wait for them, and a failover can take back outbox rows whose "
+          "events this relay already published; set relay.publish_after = replicated "
+          "(docs/failover.md)",
+          view.synchronous_commit);
+    }
+    return std::nullopt;
+  }
+  std::vector<std::string> outside;
+  std::size_t inside = 0;
+  for (const StandbyReplication& s : view.standbys) {
+    if (counted(quorum, s)) {
+      ++inside;
+    } else {
+      outside.push_back(s.name);
+    }
+  }
+  if (!outside.empty()) {
+    return fmt::format(
+        "standbys {} are not among relay.standbys ({}): a failover to one of them can take "
+        "back outbox rows whose events this relay already published; name every standby your "
+        "failover may promote (docs/failover.md)",
+        fmt::join(outside, ", "), fmt::join(quorum.names, ","));
+  }
+  if (quorum.count < inside) {
+    return fmt::format(
+        "relay.standby_quorum is {} of the {} standbys that count: a failover to one that had "
+        "not flushed a published batch yet can take it back; set relay.standby_quorum = {}, or "
+        "make sure your failover promotes the most advanced standby (docs/failover.md)",
+        quorum.count, inside, inside);
+  }
+  return std::nullopt;
+}
+
+ReplicationGate::ReplicationGate(std::string url, StoreOptions options, StandbyQuorum quorum)
+    : url_(std::move(url)), options_(std::move(options)), quorum_(std::move(quorum)) {
+  store_ = open_store(url_, options_);
+  if (store_->backend() != Backend::Postgres) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "idem relay: relay.publish_after = replicated needs a PostgreSQL store: a "
+                "SQLite store has no standbys to wait for");
+  }
+  if (!can_read_replication(*store_)) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "idem relay: relay.publish_after = replicated reads how far each standby has "
+                "flushed (pg_stat_replication), which PostgreSQL shows only to superusers and "
+                "members of pg_monitor; run `GRANT pg_monitor TO <the role of store.url>`");
+  }
+  thread_ = std::thread([this] { watch(); });
+}
+
+ReplicationGate::~ReplicationGate() {
+  {
+    std::lock_guard lock(mutex_);
+    quit_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+bool ReplicationGate::uncovered() const {
+  return target_ && !(confirmed_ && confirmed_->covers(*target_));
+}
+
+void ReplicationGate::retarget() {
+  {
+    std::lock_guard lock(mutex_);
+    target_ = held_.empty() ? std::nullopt : std::optional(held_.front().batch.wal);
+  }
+  wake_.notify_one();
+}
+
+void ReplicationGate::hold(ClaimedBatch batch) {
+  const bool first = held_.empty();
+  held_.push_back({std::move(batch), Clock::now()});
+  if (first) retarget();  // later batches' positions are at or past the first's
+}
+
+std::optional<ClaimedBatch> ReplicationGate::release() {
+  if (held_.empty()) return std::nullopt;
+  {
+    std::lock_guard lock(mutex_);
+    if (!confirmed_ || !confirmed_->covers(held_.front().batch.wal)) return std::nullopt;
+  }
+  Held front = std::move(held_.front());
+  held_.pop_front();
+  ++waits_;
+  wait_total_ += Clock::now() - front.since;
+  retarget();
+  return std::move(front.batch);
+}
+
+bool ReplicationGate::outdated() const {
+  if (held_.empty()) return false;
+  std::lock_guard lock(mutex_);
+  return last_view_.timeline > held_.front().batch.wal.timeline;
+}
+
+void ReplicationGate::drop() noexcept {
+  held_.clear();
+  std::lock_guard lock(mutex_);
+  target_.reset();
+}
+
+void ReplicationGate::wait(milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  moved_.wait_for(lock, timeout, [&] { return !uncovered(); });
+}
+
+void ReplicationGate::report(RelayProgress& progress, Clock::time_point now) const {
+  progress.replication_waits = waits_;
+  progress.replication_wait_total = std::chrono::duration_cast<milliseconds>(wait_total_);
+  progress.replication_waiting =
+      held_.empty() ? milliseconds(0)
+                    : std::chrono::duration_cast<milliseconds>(now - held_.front().since);
+}
+
+std::optional<std::string> ReplicationGate::stalled(Clock::time_point now) {
+  if (held_.empty() || now - held_.front().since < kStallReport ||
+      now - stall_logged_ < kStallReport) {
+    return std::nullopt;
+  }
+  stall_logged_ = now;
+  std::size_t rows = 0;
+  for (const Held& h : held_) rows += h.batch.ids.size();
+  std::lock_guard lock(mutex_);
+  return fmt::format(
+      "idem relay: {} rows in {} batch(es) have waited {} for their commits on the standbys "
+      "(relay.publish_after = replicated, {}; the oldest batch needs {} on timeline {}): {}{}",
+      rows, held_.size(),
+      format_duration(std::chrono::duration_cast<milliseconds>(now - held_.front().since)),
+      describe_quorum(quorum_), format_lsn(held_.front().batch.wal.lsn),
+      held_.front().batch.wal.timeline, describe_standbys(last_view_),
+      last_error_.empty() ? "" : "; reading them failed: " + last_error_);
+}
+
+void ReplicationGate::watch() noexcept {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return quit_ || uncovered(); });
+    if (quit_) return;
+    lock.unlock();
+    std::optional<ReplicationView> view;
+    std::string error;
+    try {
+      // A failed read replaces the connection: it may be to a primary that was demoted
+      // (whose session lives on) rather than one that is gone.
+      if (!store_) store_ = open_store(url_, options_);
+      view = read_replication(*store_);
+    } catch (const std::exception& e) {
+      error = e.what();
+      store_.reset();
+    } catch (...) {
+      error = "unknown error";
+      store_.reset();
+    }
+    lock.lock();
+    if (view) {
+      confirmed_ = quorum_position(*view, quorum_);
+      last_view_ = std::move(*view);
+      last_error_.clear();
+      moved_.notify_all();
+    } else {
+      last_error_ = std::move(error);
+    }
+    wake_.wait_for(lock, view ? kPollInterval : kRetryInterval, [&] { return quit_; });
+  }
+}
+
+}  // namespace idem::detail
