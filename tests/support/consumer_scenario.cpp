@@ -1,4 +1,5 @@
 #include "support/consumer_scenario.hpp"
+#include "support/mock_group.hpp"
 
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
@@ -239,11 +240,8 @@ ChildProcess start_consumer(const std::string& program, const ConsumerArgs& a) {
                                    std::to_string(a.seed),
                                    "--handler",
                                    a.handler};
-  for (const char* kv : {"session.timeout.ms=6000", "heartbeat.interval.ms=1000", "log_level=3",
-                         "reconnect.backoff.max.ms=1000"}) {
-    argv.emplace_back("--kafka");
-    argv.emplace_back(kv);
-  }
+  argv = with_mock_group(std::move(argv));
+  argv.insert(argv.end(), {"--kafka", "reconnect.backoff.max.ms=1000"});
   for (const auto& kv : a.kafka) {
     argv.emplace_back("--kafka");
     argv.push_back(kv);
