@@ -12,10 +12,10 @@
 
 namespace idem::test {
 
-/// session.timeout.ms of test consumers. Above the mock's 3 s first join, with room for a
-/// busy machine: heartbeats go every second, so a member is given up only after it missed
-/// several of them.
-inline constexpr const char* kMockSessionTimeoutMs = "6000";
+/// session.timeout.ms of test consumers: as short as the mock allows (above its 3 s first
+/// join, as the demo's), since every restart in a group waits for it. Heartbeats go every
+/// second, so a live member is given up only after it missed several of them.
+inline constexpr const char* kMockSessionTimeoutMs = "4000";
 
 /// librdkafka properties of a test consumer: the session timeout above, heartbeats every
 /// second, and only errors in the log.
