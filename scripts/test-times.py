@@ -4,7 +4,7 @@
     scripts/test-times.py LOG [LOG2] [--top N]
 
 LOG is ctest's own log of a run (<build>/Testing/Temporary/LastTest.log, or a copy of it
-kept elsewhere: scripts/test.sh keeps one per ctest invocation). A test's group is its
+kept elsewhere: the next run overwrites it). A test's group is its
 name up to the first '.': the ctest label (unit, integration, fault, packaging), except
 that the fault suites run at pipeline_depth 2 count as fault_depth2 and the fixtures
 (the shared dev broker's start and stop) as dev_broker. For each group it prints the
@@ -12,7 +12,8 @@ number of tests, the sum of their times (what the group costs at -j1) and the lo
 test; with LOG2 it prints both runs side by side. --top N lists the N slowest tests
 (of LOG2 when given, else of LOG).
 
-Wall-clock time of a run at -jN is not the sum: scripts/test.sh prints that per step.
+The wall-clock time of a run at -jN is not the sum (tests run side by side, and each
+is slower when many share the CPU): scripts/test.sh prints that per step.
 """
 import argparse
 import re
