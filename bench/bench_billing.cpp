@@ -1,4 +1,4 @@
-// Billing end to end through the concurrent path (issue 12; bench/BILLING-RESULTS.md):
+// Billing end to end through the concurrent path (bench/BILLING-RESULTS.md):
 // orders already in a topic of `idem dev-broker` (its own process) -> idem::Consumer with
 // billing_effect (the charge is the call phase, over loopback HTTP to the in-process
 // PaymentProvider; the ledger row and the order update are the apply phase) -> ledger rows

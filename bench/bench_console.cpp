@@ -1,4 +1,4 @@
-// Issue 15: a consumer with the web console on its admin port (admin.console) that nobody
+// A consumer with the web console on its admin port (admin.console) that nobody
 // has open, against the same consumer with the plain admin server, in the same run.
 //
 //   off: idem::Consumer, Metrics::watch, an AdminServer on 127.0.0.1:0, scraped over HTTP

@@ -1,4 +1,4 @@
-// End-to-end consumer throughput (issue 3, Benchmark): N order.confirmed.v1 events,
+// End-to-end consumer throughput: N order.confirmed.v1 events,
 // pre-produced into an in-process DevBroker topic, consumed by
 //   (a) a plain librdkafka consumer: poll, parse_order_confirmed, async commit every
 //       `batch` messages (the baseline);
@@ -10,19 +10,26 @@
 //       what idem pipelines, and more: BEGIN with the mark, then every handler INSERT
 //       and the COMMIT behind one sync. On libpq the count handler's INSERTs go two ways:
 //       one statement per event ("raw libpq"), and merged into multi-row INSERTs cut
-//       into the chunks idem sends since issue 16 ("raw libpq multi-row");
+//       into the chunks idem sends ("raw libpq multi-row");
 //   (p) at batch 1 on PostgreSQL: pgbench (one client, prepared statements, a custom
 //       script) running one transaction per event with the same statements: the batch
-//       mark of one id and, for `count`, the effect_log INSERT (issue 16's yardstick);
+//       mark of one id and, for `count`, the effect_log INSERT (the yardstick of the merged
+//       statements);
 // each with batch sizes 1, 100 and 1000 and two handlers: `dedup` (no SQL of its own,
 // so it measures idem's overhead) and `count` (one INSERT into effect_log per event).
+// Two more handlers are sinks declared in a configuration file (idem::sinks,
+// docs/configured-sinks.md), for idem rows only: `configured` does what `count` does (the
+// same INSERT, its values read from the event and the record by the route), and
+// `balance` is the account-balance sink (UPDATE account SET balance = balance + $amount,
+// one movement row per event); the table gives each idem row's ratio to the compiled
+// `count` row of the same backend, batch and depth ("vs count").
 //
 //   idem_bench_consumer [--events N] [--batch1-events N] [--batches 1,100,1000]
 //                       [--partitions P] [--dup-ratio 0.1] [--only a,b,c,d]
 //                       [--handlers dedup,count] [--sqlite-dir DIR] [--repeat N]
 //                       [--backends sqlite,postgres] [--depths 1,2]
 //   --depths: the ConsumerConfig::pipeline_depth of every idem row ("idem postgres depth 2":
-//   the next batch prepared while one commits; issue 16).
+//   the next batch prepared while one commits).
 //   IDEM_BENCH_PG_DSN / IDEM_TEST_PG_DSN enables PostgreSQL (fresh database per run). The
 //   server is switched to fsync=on, full_page_writes=on first (postgres_durable.hpp:
 //   scripts/with-postgres.sh starts it with both off), and the settings in force, the
@@ -72,6 +79,8 @@
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
+#include "idem/sinks/configured_sinks.hpp"
+#include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
@@ -490,6 +499,50 @@ std::vector<Event> consumption_order(const std::string& bootstrap, const std::st
 
 // ---- (b)/(c) idem::Consumer ---------------------------------------------------------
 
+// The sinks of the `configured` and `balance` handlers, declared as a user would, checked
+// against the store (the balance sink's tables created first: one account per customer).
+std::unique_ptr<idem::sinks::ConfiguredSinks> configured_sinks(const std::string& handler,
+                                                               const std::string& topic,
+                                                               idem::Store& store) {
+  const bool sqlite = store.backend() == idem::Backend::Sqlite;
+  std::string routes =
+      fmt::format("[routes.r]\ntopic = \"{}\"\ntype = \"order.confirmed.v1\"\n", topic);
+  if (handler == "configured") {
+    routes +=
+        "sql = \"INSERT INTO effect_log(consumer_group, event_id, topic, kafka_partition, "
+        "kafka_offset) VALUES ($consumer_group, $event_id, $kafka_topic, $kafka_partition, "
+        "$kafka_offset)\"\n";
+  } else {
+    auto tx = store.begin();
+    tx->execute(sqlite ? "CREATE TABLE IF NOT EXISTS account (id INTEGER PRIMARY KEY, balance "
+                         "INTEGER NOT NULL)"
+                       : "CREATE TABLE IF NOT EXISTS account (id bigint PRIMARY KEY, balance "
+                         "numeric(18,2) NOT NULL)");
+    tx->execute(sqlite ? "CREATE TABLE IF NOT EXISTS movement (event_id BLOB NOT NULL, account "
+                         "INTEGER NOT NULL, amount INTEGER NOT NULL)"
+                       : "CREATE TABLE IF NOT EXISTS movement (event_id uuid NOT NULL, account "
+                         "bigint NOT NULL, amount numeric(18,2) NOT NULL)");
+    tx->execute(sqlite ? "WITH RECURSIVE n(v) AS (SELECT 1000 UNION ALL SELECT v + 1 FROM n "
+                         "WHERE v < 9999) INSERT OR IGNORE INTO account SELECT v, 0 FROM n"
+                       : "INSERT INTO account SELECT g, 0 FROM generate_series(1000, 9999) g "
+                         "ON CONFLICT DO NOTHING");
+    tx->commit();
+    routes +=
+        "sql = [\"UPDATE account SET balance = balance + $amount WHERE id = $account\",\n"
+        "  \"INSERT INTO movement (event_id, account, amount) VALUES ($event_id, $account, "
+        "$amount)\"]\n"
+        "[routes.r.params]\naccount = { from = \"/customer_id\", type = \"integer\" }\n"
+        "amount = { from = \"/total_amount\", type = \"numeric\", precision = 18, scale = 2 }\n";
+  }
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("{}.toml", unique("sink"));
+  std::ofstream(path) << routes;
+  auto config = idem::sinks::load_sink_config(path.string(), {});
+  std::filesystem::remove(path);
+  auto sinks = std::make_unique<idem::sinks::ConfiguredSinks>(std::move(*config), store.backend());
+  sinks->check(store);
+  return sinks;
+}
+
 Result run_idem(const std::string& bootstrap, const std::string& topic, const std::string& url,
                 const std::string& backend, const std::string& handler, std::size_t batch,
                 std::size_t target, std::size_t depth) {
@@ -535,7 +588,12 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   };
   idem::Consumer consumer(c, idem::open_store(url), hooks);
   self = &consumer;
-  if (handler == "count") {
+  std::unique_ptr<idem::sinks::ConfiguredSinks> sinks;
+  if (handler == "configured" || handler == "balance") {
+    auto store = idem::open_store(url);
+    sinks = configured_sinks(handler, topic, *store);
+    sinks->install(consumer);
+  } else if (handler == "count") {
     consumer.on<idem::OrderConfirmed>(topic, idem::count_handler<idem::OrderConfirmed>());
   } else {
     consumer.on<idem::OrderConfirmed>(
@@ -560,7 +618,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   if (s.processed + s.duplicates != s.delivered || s.retries != 0 || s.dead_lettered != 0) {
     r.note += fmt::format(" MISMATCH retries {} dlq {}", s.retries, s.dead_lettered);
   }
-  if (handler == "count") {
+  if (handler == "count" || handler == "configured") {
     auto check = idem::open_store(url);
     const std::int64_t effects = idem::count_effects(*check, c.group_id);
     if (effects != static_cast<std::int64_t>(s.processed)) {
@@ -985,8 +1043,8 @@ void print_table() {
   std::printf(
       "\n| config | handler | batch | events | events/s (best) | every round | load at best | vs "
       "(a) "
-      "| vs (d) | RSS MiB 25/50/75/100%% | peak RSS MiB |\n");
-  std::printf("|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|\n");
+      "| vs (d) | vs count | RSS MiB 25/50/75/100%% | peak RSS MiB |\n");
+  std::printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|\n");
   for (const Result& r : g_results) {
     const Result* plain = nullptr;
     const Result* raw = nullptr;
@@ -994,7 +1052,7 @@ void print_table() {
       if (o.batch != r.batch) continue;
       if (o.config.rfind("a ", 0) == 0) plain = &o;
       // (d) for idem on PostgreSQL with the count handler is the multi-row raw loop: the
-      // statements idem sends since issue 16.
+      // statements idem sends.
       const bool multi_wanted = r.backend == "postgres" && r.handler == "count";
       const bool multi = o.config == "raw libpq multi-row";
       if (r.idem && o.raw && o.backend == r.backend && o.handler == r.handler &&
@@ -1007,13 +1065,24 @@ void print_table() {
                                  : "";
     const std::string vs_d =
         raw != nullptr ? fmt::format("{:.0f}%", 100.0 * r.rate() / raw->rate()) : "";
+    const Result* count = nullptr;
+    for (const Result& o : g_results) {
+      if (o.idem && o.handler == "count" && o.backend == r.backend && o.batch == r.batch &&
+          o.config == r.config)
+        count = &o;
+    }
+    const std::string vs_count = count != nullptr && count != &r && r.idem
+                                     ? fmt::format("{:.0f}%", 100.0 * r.rate() / count->rate())
+                                     : "";
     std::string rounds;
     for (const double x : r.rounds)
       rounds += fmt::format("{}{:.0f}", rounds.empty() ? "" : " / ", x);
     std::printf(
-        "| %s | %s | %zu | %zu | %.0f | %s | %.2f | %s | %s | %.0f / %.0f / %.0f / %.0f | %.0f |\n",
+        "| %s | %s | %zu | %zu | %.0f | %s | %.2f | %s | %s | %s | %.0f / %.0f / %.0f / %.0f | "
+        "%.0f |\n",
         r.config.c_str(), r.handler.c_str(), r.batch, r.events, r.rate(), rounds.c_str(), r.load,
-        vs_a.c_str(), vs_d.c_str(), r.rss[0], r.rss[1], r.rss[2], r.rss[3], r.hwm);
+        vs_a.c_str(), vs_d.c_str(), vs_count.c_str(), r.rss[0], r.rss[1], r.rss[2], r.rss[3],
+        r.hwm);
   }
   std::fflush(stdout);
 }
@@ -1081,7 +1150,9 @@ int main(int argc, char** argv) {
         if (listed(o.only, "a"))
           keep([&] { return run_plain(broker.bootstrap_servers(), topic, batch, target); });
         for (const auto& h : handlers) {
-          if (sqlite && listed(o.only, "d")) {
+          // The raw loops and pgbench know the compiled handlers only.
+          const bool compiled = h == "dedup" || h == "count";
+          if (sqlite && compiled && listed(o.only, "d")) {
             keep([&] {
               return run_raw_sqlite((dir / fmt::format("raw-{}.db", sq++)).string(), topic, h,
                                     batch, slice);
@@ -1097,9 +1168,9 @@ int main(int argc, char** argv) {
             }
           }
           if (o.pg_dsn.empty()) continue;
-          if (batch == 1 && listed(o.only, "p"))
+          if (batch == 1 && compiled && listed(o.only, "p"))
             keep([&] { return run_pgbench(fresh_pg_url(o.pg_dsn), h, 10); });
-          if (listed(o.only, "d")) {
+          if (compiled && listed(o.only, "d")) {
             keep([&] { return run_raw_pg(fresh_pg_url(o.pg_dsn), topic, h, batch, slice, false); });
             if (h == "count") {
               keep(

@@ -1,4 +1,4 @@
-// End to end for billing (issue 5): the whole reference pipeline in one process, with
+// End to end for billing: the whole reference pipeline in one process, with
 // three baselines measured in the same run on the same events (bench/E2E-RESULTS.md):
 //
 //   e2e       OrderService::confirm (UPDATE orders + outbox enqueue, one transaction per
@@ -323,7 +323,7 @@ RunResult run_once(idem::DevBroker& broker, const Backend& backend, std::size_t 
                        static_cast<std::uint64_t>(total), seq);
   {
     auto tx = store->begin();
-    tx->execute("UPDATE outbox SET published_at = NULL");
+    tx->execute("UPDATE idem_outbox SET published_at = NULL");
     tx->commit();
     idem::Relay alone(relay_config(dbs.app, broker.bootstrap_servers()));
     const auto t = SteadyClock::now();
@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
   std::printf("build %s; %s; sqlite: WAL, synchronous=FULL\n", idem::bench::build_type(),
               idem::bench::load_line().c_str());
   if (const char* dsn = std::getenv("IDEM_TEST_PG_DSN"); dsn != nullptr) {
-    // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+    // Figures at fsync on: with-postgres.sh starts the server with it off.
     idem::bench::postgres_durable(dsn);
     std::printf("postgres: %s\n", idem::bench::postgres_settings(dsn).c_str());
     backends.push_back(postgres_backend());

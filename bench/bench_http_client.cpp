@@ -1,9 +1,9 @@
-// Issue 12: calls/s of idem::http::AsyncClient (one event-loop thread, libcurl multi)
+// Calls/s of idem::http::AsyncClient (one event-loop thread, libcurl multi)
 // with 1, 64, 256 and 1024 calls kept in flight, against a loopback cpp-httplib server
 // answering after 0 and 10 ms; the synchronous IdempotentClient calling in a loop (one
-// call at a time, the billing handler's shape before issue 12) is the same-run baseline.
-// A plain libcurl easy-handle loop on the calling thread (what IdempotentClient was before
-// it became an AsyncClient waited on) shows what that unification costs a lone caller.
+// call at a time, the billing handler's shape before the concurrent effect path) is the same-run
+// baseline. A plain libcurl easy-handle loop on the calling thread (what IdempotentClient was
+// before it became an AsyncClient waited on) shows what that unification costs a lone caller.
 //
 // Each figure is a closed loop for a fixed time: every finished call starts the next, so
 // exactly `in flight` calls are outstanding, over at most `connections` connections
@@ -75,7 +75,7 @@ Figure run_async(std::chrono::milliseconds latency, std::size_t in_flight, std::
   // One outstanding chain per slot: each answer starts the slot's next call.
   start_one = [&] {
     client.start(Request{.url = server->url(),
-                         .json_body = std::string(kBody),
+                         .body = std::string(kBody),
                          .idempotency_key = fmt::format("bench-{}", next_key.fetch_add(1))},
                  [&](CallResult r) {
                    if (!r.ok()) failed.fetch_add(1);

@@ -1,4 +1,4 @@
-// Consumer throughput with metrics and tracing on vs off, in the same run (issue 7).
+// Consumer throughput with metrics and tracing on vs off, in the same run.
 //
 //   off: idem::Consumer, a handler that adds no SQL (idem's own cost dominates, so any
 //        overhead shows), no hooks beyond the timing one.
@@ -53,7 +53,7 @@ std::string store_url(int round, bool on) {
   for (const char* name : {"IDEM_BENCH_PG_DSN", "IDEM_TEST_PG_DSN"}) {
     const char* v = std::getenv(name);  // NOLINT: bench harness setting, not configuration
     if (v != nullptr && *v != '\0') {
-      static const bool durable = [&] {  // figures at fsync on (issue 16), once per run
+      static const bool durable = [&] {  // figures at fsync on, once per run
         idem::bench::postgres_durable(v);
         std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(v).c_str(),
                     idem::bench::build_type(), idem::bench::load_line().c_str());

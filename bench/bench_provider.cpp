@@ -1,4 +1,4 @@
-// The payment provider under load (issue 12): charges/s with 16, 256 and 2,000
+// The payment provider under load: charges/s with 16, 256 and 2,000
 // concurrent clients, latency fault 0 and 100 ms, on SQLite (synchronous=FULL, a file on
 // local disk) and PostgreSQL (fsync and full_page_writes switched on for the run, since
 // scripts/with-postgres.sh turns them off).

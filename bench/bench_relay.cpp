@@ -172,27 +172,25 @@ void vacuum_outbox(idem::Store& store, bool postgres) {
 
 /// Resets every row to unpublished, then vacuums.
 void reset_outbox(idem::Store& store, bool postgres) {
-  exec(store, "UPDATE outbox SET published_at = NULL");
+  exec(store, "UPDATE idem_outbox SET published_at = NULL");
   vacuum_outbox(store, postgres);
 }
 
 /// Leaves only the first `rows` rows (in id order) unpublished, then vacuums: the warm-up
 /// of a relay before its timed run.
 void reset_outbox_to_first(idem::Store& store, bool postgres, std::int64_t rows) {
-  exec(store,
-       fmt::format(
-           "UPDATE outbox SET published_at = CASE WHEN id < (SELECT min(id) FROM outbox) + {} "
-           "THEN NULL ELSE {} END",
-           rows, postgres ? "now()" : "0"));
+  exec(store, fmt::format("UPDATE idem_outbox SET published_at = CASE WHEN id < (SELECT min(id) "
+                          "FROM idem_outbox) + {} "
+                          "THEN NULL ELSE {} END",
+                          rows, postgres ? "now()" : "0"));
   vacuum_outbox(store, postgres);
 }
 
 /// Sets every row after the first `rows` (in id order) back to unpublished, then vacuums.
 void unpublish_after_first(idem::Store& store, bool postgres, std::int64_t rows) {
-  exec(store,
-       fmt::format(
-           "UPDATE outbox SET published_at = NULL WHERE id >= (SELECT min(id) FROM outbox) + {}",
-           rows));
+  exec(store, fmt::format("UPDATE idem_outbox SET published_at = NULL WHERE id >= (SELECT min(id) "
+                          "FROM idem_outbox) + {}",
+                          rows));
   vacuum_outbox(store, postgres);
 }
 
@@ -519,14 +517,14 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
         (with_us / without_us - 1.0) * 100.0);
   if (postgres && !skip_enqueue) {
     // What the NOTIFY trigger costs: the same measurement with it disabled.
-    exec(*store, "ALTER TABLE outbox DISABLE TRIGGER outbox_notify");
+    exec(*store, "ALTER TABLE idem_outbox DISABLE TRIGGER idem_outbox_notify");
     const auto [wo, wi] = enqueue_cost(*store, 5000);
-    exec(*store, "ALTER TABLE outbox ENABLE TRIGGER outbox_notify");
+    exec(*store, "ALTER TABLE idem_outbox ENABLE TRIGGER idem_outbox_notify");
     std::printf(
         "%s enqueue without the NOTIFY trigger: without enqueue %.1f us, with %.1f us (+%.1f us)\n",
         name.c_str(), wo, wi, wi - wo);
   }
-  exec(*store, "DELETE FROM outbox");
+  exec(*store, "DELETE FROM idem_outbox");
 
   const std::string topic = fmt::format("bench-relay-{}-{}", name, (*topic_seq)++);
   broker.create_topic(topic, kPartitions);
@@ -541,7 +539,7 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   {
     auto tx = store->begin();
     const idem::Rows rows =
-        tx->execute("SELECT message_key, payload, event_id FROM outbox ORDER BY id");
+        tx->execute("SELECT message_key, payload, event_id FROM idem_outbox ORDER BY id");
     tx->commit();
     for (const auto row : rows) {
       payloads.push_back(
@@ -552,7 +550,7 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
   if (postgres) {
     // Each run starts from an explicit VACUUM ANALYZE (reset_outbox); an autovacuum
     // worker waking up in the middle of one run and not another would only add noise.
-    exec(*store, "ALTER TABLE outbox SET (autovacuum_enabled = off)");
+    exec(*store, "ALTER TABLE idem_outbox SET (autovacuum_enabled = off)");
   }
   const long postmaster = postgres ? postmaster_of(*store) : 0;
   const double cold = relay_cold_run(*store, postgres, url, bootstrap, n, postmaster);
@@ -627,7 +625,7 @@ int main(int argc, char** argv) {
   const char* dsn = std::getenv("IDEM_BENCH_PG_DSN");
   if (dsn == nullptr) dsn = std::getenv("IDEM_TEST_PG_DSN");
   if (dsn != nullptr && *dsn != '\0') {
-    // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+    // Figures at fsync on: with-postgres.sh starts the server with it off.
     idem::bench::postgres_durable(dsn);
     std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(dsn).c_str(),
                 idem::bench::build_type(), idem::bench::load_line().c_str());

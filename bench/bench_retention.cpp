@@ -1,4 +1,4 @@
-// Retention on PostgreSQL (issue 6), two comparisons, each with its baseline in the same run:
+// Retention on PostgreSQL, two comparisons, each with its baseline in the same run:
 //
 //  A. Removing one day of 1M expired dedup rows: DROP of the partition holding them
 //     (partitioned table, run_maintenance) vs the batched DELETE of the same 1M rows
@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
                  "set IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN (scripts/with-postgres.sh does)\n");
     return 2;
   }
-  // Figures at fsync on (issue 16): with-postgres.sh starts the server with it off.
+  // Figures at fsync on: with-postgres.sh starts the server with it off.
   idem::bench::postgres_durable(dsn);
   std::printf("postgres: %s; build %s; %s\n", idem::bench::postgres_settings(dsn).c_str(),
               idem::bench::build_type(), idem::bench::load_line().c_str());

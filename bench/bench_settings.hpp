@@ -1,5 +1,5 @@
 #pragma once
-// What every published figure states next to it (issue 16): the build type, the machine's
+// What every published figure states next to it: the build type, the machine's
 // load when the run started, and the PostgreSQL durability settings actually in force.
 #include <cstdlib>
 #include <string>

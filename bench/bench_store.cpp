@@ -86,7 +86,7 @@ void pg_exec(PGconn* c, const char* sql) {
 std::string fresh_pg_url() {
   static std::atomic<int> n{0};
   const std::string dsn = pg_dsn();
-  static const bool durable = [&] {  // figures at fsync on (issue 16), once per run
+  static const bool durable = [&] {  // figures at fsync on, once per run
     idem::bench::postgres_durable(dsn);
     std::fprintf(stderr, "postgres: %s; build %s; %s\n",
                  idem::bench::postgres_settings(dsn).c_str(), idem::bench::build_type(),

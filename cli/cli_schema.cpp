@@ -6,6 +6,7 @@
 #include "idem/metrics/metrics.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/payment_provider.hpp"
+#include "idem/sinks/sink_config.hpp"
 
 namespace idem::cli {
 
@@ -36,6 +37,7 @@ const ConfigSchema& cli_config_schema() {
           const bool billing = config.get<ConsumeSettings>().handler == HandlerKind::Billing;
           warn_provider_key_retention(config, billing, warnings);
         });
+    sinks::reserve_tables(s);
     return s;
   }();
   return schema;

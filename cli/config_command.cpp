@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "configured_sinks_wiring.hpp"
 
 namespace idem::cli {
 
@@ -34,7 +35,9 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(check->add_option("--topic", opts->topics, "Topic (repeatable)"), "consumer.topics");
   // `opts` is captured so the strings the bound flags write into outlive this function.
   check->callback([opts, cfg, &exit_code] {
-    print_config(cfg->load());
+    const Config config = cfg->load();
+    print_config(config);
+    check_configured_routes(config);
     exit_code.value = 0;
   });
 }

@@ -1,6 +1,7 @@
 #include "config_options.hpp"
 
 #include "cli_schema.hpp"
+#include "configured_sinks_wiring.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -113,6 +114,7 @@ void print_config(const Config& config) {
     // store.url with postgres.* (PG*) applied: what the store will actually open.
     std::cout << "# effective store: " << redact_store_url(config.store_url) << "\n";
   }
+  (void)print_configured_routes(config);
   std::cout << std::flush;
 }
 

@@ -17,6 +17,7 @@
 #include "cli_schema.hpp"
 #include "commands.hpp"
 #include "config_options.hpp"
+#include "configured_sinks_wiring.hpp"
 #include "console_options.hpp"
 #include "idem/config.hpp"
 #include "idem/console/console.hpp"
@@ -30,10 +31,10 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/reference/payment_provider.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/retention.hpp"
 #include "idem/store.hpp"
 #include "stop_signals.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli {
 
@@ -196,6 +197,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     StopSignals signals;
     ConsumerConfig config = settings.consumer_config();
     const HandlerKind handler_kind = settings.get<ConsumeSettings>().handler;
+    // Routes declared in the file (docs/configured-sinks.md) replace the built-in handlers.
+    std::optional<sinks::SinkConfig> routes = configured_routes(settings);
+    if (routes) adopt_routes(*routes, settings, config);
     if (config.group_id.empty()) config.group_id = default_group(handler_kind);
     if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -226,7 +230,12 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                     "its events will be redelivered and deduplicated",
                     format_duration(config.stop_timeout)));
     auto store = open_store(settings.store_url, settings.store_options);
-    idem::migrate_reference_system(*store);
+    std::unique_ptr<sinks::ConfiguredSinks> configured;
+    if (routes) {
+      configured = start_configured_sinks(std::move(*routes), *store);
+    } else {
+      static_cast<void>(migrate_store(*store, {}, /*reference=*/true));
+    }
     std::optional<MaintenanceTask> maintenance;
     if (settings.maintenance.interval.count() > 0) {
       maintenance.emplace(
@@ -250,7 +259,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     Consumer consumer(config, std::move(store), std::move(hooks));
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
-    if (handler_kind == HandlerKind::Billing) {
+    if (configured) {
+      configured->install(consumer, config.max_in_flight, logger.lines("sinks"));
+    } else if (handler_kind == HandlerKind::Billing) {
       const auto billing = billing_effect(billing_config(
           settings.get<BillingSettings>(), config.max_in_flight, opts->no_idempotency_key));
       for (const auto& topic : config.topics) consumer.on_effect(topic, billing);

@@ -1,4 +1,5 @@
-// `idem migrate`: create or upgrade the schema (processed_event, reference tables).
+// `idem migrate`: create or upgrade the schema (idem's own tables, the console's, and the
+// reference system's with --reference).
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -7,8 +8,8 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli {
 
@@ -46,14 +47,12 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
             "dedup.partitions_ahead");
   cmd->add_flag("--reference", opts->reference,
                 "Also create the reference system's tables (orders, billing_ledger, effect_log, "
-                "analytics); idem's own tables are always created");
+                "analytics); idem's own tables and the console's are always created");
   cmd->callback([opts, cfg] {
     const Config config = cfg->load();
     config.require({"store.url"});
     auto store = open_store(config.store_url, config.store_options);
-    const MigrateOptions& mo = config.migrate_options();
-    const MigrationReport report =
-        opts->reference ? migrate_reference_system(*store, mo) : store->migrate(mo);
+    const MigrationReport report = migrate_store(*store, config.migrate_options(), opts->reference);
     if (report.applied.empty()) {
       std::cout << fmt::format("{}: schema is up to date at version {}\n",
                                to_string(store->backend()), report.to_version);

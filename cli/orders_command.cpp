@@ -14,8 +14,8 @@
 #include "idem/amount.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/order_service.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli {
 
@@ -49,7 +49,7 @@ void register_orders(CLI::App& app, ExitCode& exit_code) {
     const Config settings = cfg->load();
     settings.require({"store.url"});
     auto store = open_store(settings.store_url, settings.store_options);
-    if (opts->migrate) static_cast<void>(idem::migrate_reference_system(*store));
+    if (opts->migrate) static_cast<void>(migrate_store(*store, {}, /*reference=*/true));
     Outbox outbox;
     OrderServiceConfig config;
     config.topic = opts->topic;

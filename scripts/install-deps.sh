@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   librdkafka-dev libpq-dev libsqlite3-dev
-  libsimdjson-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  libsimdjson-dev nlohmann-json3-dev libvalijson-dev libcli11-dev libfmt-dev libspdlog-dev
   libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libboost-dev libtomlplusplus-dev prometheus-cpp-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy

@@ -22,7 +22,7 @@ std::int64_t scalar(Store& store, std::string_view sql, const RunScope& s) {
 std::int64_t effects(Store& store, const RunScope& s, std::string_view group) {
   auto tx = store.begin();
   const Rows rows = tx->execute(
-      "SELECT count(*) FROM outbox o JOIN processed_event p ON p.event_id = o.event_id "
+      "SELECT count(*) FROM idem_outbox o JOIN processed_event p ON p.event_id = o.event_id "
       "AND p.consumer_group = $1 WHERE o.id > $2",
       group, s.outbox_after);
   tx->rollback();
@@ -57,9 +57,9 @@ std::string examples(const std::vector<std::int64_t>& ids) {
 
 Counts read_counts(Store& store, const RunScope& s) {
   Counts c;
-  c.events = scalar(store, "SELECT count(*) FROM outbox WHERE id > $1", s);
+  c.events = scalar(store, "SELECT count(*) FROM idem_outbox WHERE id > $1", s);
   c.unpublished =
-      scalar(store, "SELECT count(*) FROM outbox WHERE id > $1 AND published_at IS NULL", s);
+      scalar(store, "SELECT count(*) FROM idem_outbox WHERE id > $1 AND published_at IS NULL", s);
   c.billing = effects(store, s, kBilling);
   c.analytics = effects(store, s, kAnalytics);
   return c;
@@ -230,9 +230,9 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
       std::to_string(skipped["analytics"]));
   row(fmt::format("DLQ entries ({} in all), by reason:", in_dlq), "", "");
   for (const auto& [cls, groups] : dlq) {
-    auto get = [&](std::string_view g) {
-      const auto it = groups.find(std::string(g));
-      return it == groups.end() ? std::int64_t{0} : it->second;
+    auto get = [&counts = groups](std::string_view g) {
+      const auto it = counts.find(std::string(g));
+      return it == counts.end() ? std::int64_t{0} : it->second;
     };
     row("  " + cls, get(kBilling), get(kAnalytics));
   }

@@ -109,7 +109,7 @@ std::int64_t resend_outbox_rows(Store& store, const RunScope& scope, std::int64_
       scope.outbox_after + 1 + std::uniform_int_distribution<std::int64_t>(0, events - count)(rng);
   auto tx = store.begin();
   const std::int64_t resent =
-      tx->execute("UPDATE outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
+      tx->execute("UPDATE idem_outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
                   first + count)
           .affected();
   tx->commit();

@@ -51,9 +51,9 @@
 #include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/reference/order_service.hpp"
-#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "store_schema.hpp"
 
 namespace idem::cli::demo {
 
@@ -112,12 +112,12 @@ class Demo {
     scope_.dlq_start = end_offsets(scope_.brokers, scope_.dlq_topic, scope_.dlq_partitions);
 
     store_ = open_store(url_);
-    idem::migrate_reference_system(*store_);
+    static_cast<void>(migrate_store(*store_, {}, /*reference=*/true));
     progress_ = std::make_unique<Progress>(scope_, *store_, confirmed_,
                                            static_cast<int>(o_.timeout.count()));
     {
       auto tx = store_->begin();
-      const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM outbox");
+      const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM idem_outbox");
       scope_.outbox_after = rows[0].int64(0);
       scope_.first_order = OrderService::next_order_id(*tx);
       tx->rollback();
@@ -214,8 +214,8 @@ class Demo {
     progress_->step(fmt::format("phase 1: {} orders over {} s; {} SIGKILLs at random points", n,
                                 kPhaseOneSeconds, kills.size()));
     // The pace of the order stream (not a synchronisation: nothing waits on it).
-    const auto pause =
-        std::chrono::microseconds(kPhaseOneSeconds * 1'000'000 / std::max<std::int64_t>(1, n));
+    const auto pause = std::chrono::microseconds(std::int64_t{kPhaseOneSeconds} * 1'000'000 /
+                                                 std::max<std::int64_t>(1, n));
     std::int64_t done_in_phase = 0;
     confirm(n, [&](std::int64_t) {
       ++done_in_phase;

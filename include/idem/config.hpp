@@ -26,6 +26,7 @@
 /// Secrets (passwords, SASL credentials, private keys, the password inside a store URL)
 /// are redacted by every function here that produces text.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -30,55 +30,12 @@
 #include "idem/dedup_horizon.hpp"
 #include "idem/events/event_codec.hpp"
 #include "idem/events/validation.hpp"
+#include "idem/handler.hpp"
 #include "idem/retry.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
 namespace idem {
-
-/// What a handler decided about one event.
-enum class Outcome {
-  Done,        ///< the effect is in the transaction; commit it with the batch
-  Retry,       ///< transient trouble: undo, pause the partition, try again after a backoff
-  DeadLetter,  ///< this event can never succeed: undo, unmark, send it to the DLQ
-};
-
-/// One Kafka header as the handler sees it. A null header value reads as empty.
-struct RecordHeader {
-  std::string_view name;
-  std::string_view value;
-};
-
-/// What a handler sees of the Kafka record that carried its event. Every view is
-/// valid only during the handler call.
-struct RecordInfo {
-  std::string_view topic;
-  std::int32_t partition = 0;
-  std::int64_t offset = 0;
-  std::string_view key;
-  std::span<const RecordHeader> headers;  ///< in record order, including `traceparent`
-  std::string_view payload;
-  std::string_view consumer_group;
-  /// Where the consumer collects why a handler returns Outcome::DeadLetter (or Retry);
-  /// null when nobody collects it (a handler called outside a Consumer). Use
-  /// dead_letter_reason().
-  std::string* dead_letter_reason_sink = nullptr;
-
-  /// Says why the handler is about to return Outcome::DeadLetter: the text becomes the
-  /// dead letter's `idem.error.message` instead of a generic one. Before Outcome::Retry
-  /// with retry topics on, it becomes the retry record's (and its last dead letter's).
-  void dead_letter_reason(std::string reason) const {
-    if (dead_letter_reason_sink != nullptr) *dead_letter_reason_sink = std::move(reason);
-  }
-
-  /// The value of the first header named `name`, or nullopt.
-  [[nodiscard]] std::optional<std::string_view> header(std::string_view name) const noexcept {
-    for (const auto& h : headers) {
-      if (h.name == name) return h.value;
-    }
-    return std::nullopt;
-  }
-};
 
 /// Non-blocking retries (off by default). When `delays` is non-empty, an event whose
 /// handler returns Outcome::Retry (or throws a transient non-database idem::Error) is not
@@ -256,66 +213,6 @@ struct ConsumerStats {
   std::chrono::steady_clock::time_point last_loop{};
 };
 
-/// A typed handler: gets the validated event, its record, and the batch's transaction.
-/// It adds its effects through `tx` only; it must not commit or roll back. Effects whose
-/// result it does not need should go through `tx.execute_deferred` (one round trip per
-/// batch on PostgreSQL instead of one per statement).
-/// A handler may be called more than once for one delivery: a batch runs first without
-/// a savepoint per event, and if any handler does not return Done, throws, or has a
-/// deferred statement fail, the whole transaction is rolled back and the batch runs
-/// again with each event in its own savepoint. Only the effects of the final run commit;
-/// side effects outside `tx` must tolerate the repeat (as they must for retries).
-template <class Event>
-using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transaction&)>;
-
-namespace detail {
-
-/// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
-/// Parsed events live in slots reused from batch to batch, so routing a record costs
-/// no heap allocation beyond what the event type itself allocates.
-class Route {
- public:
-  Route() = default;
-  Route(const Route&) = delete;
-  Route& operator=(const Route&) = delete;
-  virtual ~Route() = default;
-
-  /// Makes slots 0..n-1 available (keeps capacity).
-  virtual void reset(std::size_t n) = 0;
-  /// Validates `payload` into slot `slot`; returns its event id or why it is invalid.
-  [[nodiscard]] virtual Validated<Uuid> parse(std::size_t slot, std::string_view payload,
-                                              const ParseLimits& limits) = 0;
-  /// Runs the handler on slot `slot` (which parse() filled).
-  virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
-};
-
-template <class Event>
-class TypedRoute final : public Route {
- public:
-  explicit TypedRoute(Handler<Event> handler) : handler_(std::move(handler)) {}
-
-  void reset(std::size_t n) override {
-    for (auto& s : slots_) s.reset();
-    if (slots_.size() < n) slots_.resize(n);
-  }
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
-                        const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
-    if (!parsed.ok()) return parsed.error();
-    Event& event = slots_[slot].emplace(std::move(parsed).value());
-    return EventCodec<Event>::event_id(event);
-  }
-  Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
-    return handler_(*slots_[slot], record, tx);
-  }
-
- private:
-  Handler<Event> handler_;
-  std::vector<std::optional<Event>> slots_;
-};
-
-}  // namespace detail
-
 // --- Effects with external I/O (IDEM-4): a call phase outside any transaction, run
 // concurrently across ordering keys, and an apply phase inside the batch transaction. ---
 
@@ -433,8 +330,8 @@ class EffectRoute : public Route {
     Validated<Uuid> event_id;
     std::shared_ptr<void> event;  ///< set when valid
   };
-  /// Parses `payload` into an event the consumer keeps for the call's whole life.
-  [[nodiscard]] virtual Owned parse_owned(std::string_view payload, const ParseLimits& limits) = 0;
+  /// Parses the record into an event the consumer keeps for the call's whole life.
+  [[nodiscard]] virtual Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) = 0;
   /// The handler's own ordering key, or nullopt to use the Kafka key.
   [[nodiscard]] virtual std::optional<std::string> ordering_key(const void* event,
                                                                 const RecordInfo& record) = 0;
@@ -449,15 +346,16 @@ class EffectRoute : public Route {
 template <class Event, class Result>
 class TypedEffectRoute final : public EffectRoute {
  public:
-  explicit TypedEffectRoute(EffectHandler<Event, Result> handler) : handler_(std::move(handler)) {}
+  explicit TypedEffectRoute(EffectHandler<Event, Result> handler, RecordParser<Event> parser = {})
+      : handler_(std::move(handler)), parser_(std::move(parser)) {}
 
   void reset(std::size_t n) override {
     for (auto& s : slots_) s.reset();
     if (slots_.size() < n) slots_.resize(n);
   }
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return parsed.error();
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
   }
@@ -478,8 +376,8 @@ class TypedEffectRoute final : public EffectRoute {
     return handler_.apply(*static_cast<const Event*>(staged->event), record,
                           *static_cast<const Result*>(staged->result), tx);
   }
-  Owned parse_owned(std::string_view payload, const ParseLimits& limits) override {
-    Validated<Event> parsed = EventCodec<Event>::parse(payload, limits);
+  Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return {parsed.error(), nullptr};
     auto event = std::make_shared<Event>(std::move(parsed).value());
     const Uuid id = EventCodec<Event>::event_id(*event);
@@ -497,6 +395,7 @@ class TypedEffectRoute final : public EffectRoute {
 
  private:
   EffectHandler<Event, Result> handler_;
+  RecordParser<Event> parser_;
   std::vector<std::optional<Event>> slots_;
 };
 
@@ -534,6 +433,17 @@ class Consumer {
               has_handler);
   }
 
+  /// The same with a parser of its own instead of EventCodec<Event>::parse (RecordParser):
+  /// for events whose format is configured at run time.
+  /// \throws Error(InvalidArgument, Config) as on(), or when `parser` is empty.
+  template <class Event>
+  void on(std::string topic, RecordParser<Event> parser, Handler<Event> handler) {
+    const bool complete = static_cast<bool>(handler) && static_cast<bool>(parser);
+    add_route(std::move(topic),
+              std::make_unique<detail::TypedRoute<Event>>(std::move(handler), std::move(parser)),
+              complete);
+  }
+
   /// Registers an effect handler for the events on `topic` (see EffectHandler): call
   /// phases run concurrently across ordering keys (ConsumerConfig::max_in_flight), each
   /// key's events one after another in offset order; offsets commit up to the first
@@ -546,6 +456,19 @@ class Consumer {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply);
     add_effect_route(std::move(topic),
                      std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler)),
+                     complete);
+  }
+
+  /// The same with a parser of its own (RecordParser), as the second on().
+  /// \throws Error(InvalidArgument, Config) as on_effect(), or when `parser` is empty.
+  template <class Event, class Result>
+  void on_effect(std::string topic, RecordParser<Event> parser,
+                 EffectHandler<Event, Result> handler) {
+    const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply) &&
+                          static_cast<bool>(parser);
+    add_effect_route(std::move(topic),
+                     std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler),
+                                                                               std::move(parser)),
                      complete);
   }
 

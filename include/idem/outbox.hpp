@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The transactional outbox (rule OUTBOX): an event born together with a database
-/// change is written to the `outbox` table in the same transaction, and a relay
+/// change is written to the `idem_outbox` table in the same transaction, and a relay
 /// (idem/relay.hpp) publishes it afterwards. The event_id is created here, once, when
 /// the row is written (IDEM-1): the caller's factory receives it and puts it into the
 /// payload, so the payload's id and the row's event_id are the same value, and every

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The outbox relay: publishes `outbox` rows with an idempotent producer and marks
+/// The outbox relay: publishes `idem_outbox` rows with an idempotent producer and marks
 /// them published once the broker acknowledged them (rule OUTBOX).
 ///
 /// Guarantees (docs/outbox.md has the reasoning):
@@ -136,7 +136,7 @@ class Relay {
   ///   finish in time, or the relay was failing (database or broker error) when stopped.
   ///   The message says which and that the rows not marked published are sent again by
   ///   the next relay (at-least-once publication).
-  ///   A database error that redoing cannot fix (a dropped outbox table, a revoked
+  ///   A database error that redoing cannot fix (a dropped idem_outbox table, a revoked
   ///   privilege) stops the relay at once instead of being retried: it drops what is in
   ///   flight (never marking what was not acknowledged) and throws an Error whose message
   ///   says "stopping: the store refused a statement for good" and what to do

@@ -256,7 +256,8 @@ struct MigrationSet {
   std::vector<SchemaMigration> sqlite;    ///< in version order
 };
 
-/// The name under which idem's own migrations (processed_event, outbox, leases) are recorded.
+/// The name under which idem's own migrations (processed_event, idem_outbox, leases) are
+/// recorded.
 inline constexpr std::string_view kIdemMigrations = "idem";
 
 /// What migrate() did.
@@ -297,7 +298,7 @@ class Store {
 
   /// Applies every migration of idem's own schema not yet applied, in version order,
   /// each in its own transaction; safe to run again and from several processes at once.
-  /// Creates only idem's tables (processed_event, outbox, leases).
+  /// Creates only idem's tables (processed_event, idem_outbox, leases).
   virtual MigrationReport migrate(const MigrateOptions& options = {}) = 0;
   /// Applies an application's MigrationSet the same way (the backend's list of it).
   /// \throws Error(InvalidArgument) for an empty name or kIdemMigrations;

@@ -5,10 +5,10 @@
 -- never deleted by retention; `idem outbox rejected` lists them and `idem outbox
 -- requeue ID` clears both columns once the cause is fixed (docs/outbox.md).
 -- Nullable columns without a default: adding them rewrites nothing.
-ALTER TABLE outbox
+ALTER TABLE idem_outbox
   ADD COLUMN rejected_at     timestamptz,
   ADD COLUMN rejected_reason text;
 
 -- What `idem outbox rejected` and the relay's count of rejected rows read; as small as
 -- the number of rejected rows.
-CREATE INDEX outbox_rejected_idx ON outbox (id) WHERE rejected_at IS NOT NULL;
+CREATE INDEX idem_outbox_rejected_idx ON idem_outbox (id) WHERE rejected_at IS NOT NULL;

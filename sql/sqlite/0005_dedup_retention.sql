@@ -1,4 +1,4 @@
--- One dedup retention per store (issue 13, item 5). Every consumer declares the dedup
+-- One dedup retention per store. Every consumer declares the dedup
 -- retention its horizon relies on, per consumer group, and renews the declaration while
 -- it runs; maintenance keeps dedup marks for the longest retention declared and not
 -- expired (renewed_at_ms + retention_ms in the future). A group declaring two retentions

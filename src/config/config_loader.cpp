@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "config/problems.hpp"
+#include "config/toml_text.hpp"
 #include "idem/config.hpp"
 
 namespace idem {
@@ -85,21 +86,6 @@ void flatten(const ConfigSchema& schema, const toml::table& table, const std::st
   }
 }
 
-// The line (1-based) of the first byte outside ASCII, or 0. toml++ 3.3.0 (Debian 12)
-// reaches __builtin_unreachable() on some non-ASCII bytes where a key is expected (found
-// by fuzz/config_fuzz.cpp; its reproducers are in fuzz/corpus/config/): undefined behaviour on
-// input a user may write. idem's keys and values are ASCII, and any other character can
-// still be written as a \uXXXX escape inside a string, so such a file is refused with a
-// clear message before toml++ sees it.
-std::size_t first_non_ascii_line(std::string_view text) {
-  std::size_t line = 1;
-  for (const char c : text) {
-    if (static_cast<unsigned char>(c) >= 0x80) return line;
-    if (c == '\n') ++line;
-  }
-  return 0;
-}
-
 void apply_file(const ConfigSchema& schema, const std::string& path, Settings& out,
                 Problems& problems, const ConfigOrigin& named_by) {
   std::ifstream in(path, std::ios::binary);
@@ -108,7 +94,7 @@ void apply_file(const ConfigSchema& schema, const std::string& path, Settings& o
     return;
   }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const std::size_t line = first_non_ascii_line(text); line > 0) {
+  if (const std::size_t line = detail::first_non_ascii_line(text); line > 0) {
     problems.add(path, named_by,
                  fmt::format("cannot parse TOML file (line {}): a byte outside ASCII; write "
                              "such characters as \\uXXXX escapes inside a quoted string",
@@ -230,6 +216,7 @@ Config load_config(const ConfigSources& sources, const ConfigSchema& schema) {
   Config config = schema.build(settings, problems);
   config.file = file;
   if (!problems.empty()) throw ConfigError(problems.take());
+  config.file = file;
   return config;
 }
 

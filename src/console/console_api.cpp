@@ -4,10 +4,11 @@
 
 #include <fmt/format.h>
 
+#include "console/replay_audit.hpp"
 #include "idem/dlq.hpp"
 #include "idem/error.hpp"
 #include "idem/retention.hpp"
-#include "stores/console_queries.hpp"
+#include "stores/dedup_marks.hpp"
 #include "stores/maintenance_operations.hpp"
 #include "stores/outbox_queries.hpp"
 
@@ -18,8 +19,8 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr std::size_t kMaxPayloadShown = 64 * 1024;  // a letter's payload on the page
-constexpr std::size_t kMaxMessageListed = 300;       // an error message in the list
+constexpr std::size_t kMaxPayloadShown = std::size_t{64} * 1024;  // a letter's payload on the page
+constexpr std::size_t kMaxMessageListed = 300;                    // an error message in the list
 constexpr std::size_t kMaxSearch = 200;
 
 std::int64_t unix_ms(std::chrono::system_clock::time_point t) {
@@ -214,7 +215,7 @@ json replay(const ApiContext& ctx, const json& body, const Requester& who, bool 
     const auto letters = read_letters(ctx, topic, options.filter);
     if (letters.empty()) throw ApiError(404, "no such dead letter");
     const DeadLetterRecord& r = letters.front();
-    detail::ReplayAuditEntry entry;
+    ReplayAuditEntry entry;
     entry.started_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
     entry.operator_name = who.operator_name;
     entry.remote_addr = who.remote_addr;
@@ -223,7 +224,7 @@ json replay(const ApiContext& ctx, const json& body, const Requester& who, bool 
     entry.dlq_offset = r.offset;
     if (r.event_id) entry.event_id = r.event_id->to_string();
     entry.target_topic = r.original_topic;
-    audit_id = ctx.store.with([&](Store& s) { return detail::insert_replay_audit(s, entry); });
+    audit_id = ctx.store.with([&](Store& s) { return insert_replay_audit(s, entry); });
   }
   ReplayReport report;
   try {
@@ -231,8 +232,7 @@ json replay(const ApiContext& ctx, const json& body, const Requester& who, bool 
     report = replay_dead_letters(ctx.options.kafka, topic, options);
   } catch (const std::exception& e) {
     if (audit_id != 0) {
-      ctx.store.with(
-          [&](Store& s) { detail::finish_replay_audit(s, audit_id, "error", e.what()); });
+      ctx.store.with([&](Store& s) { finish_replay_audit(s, audit_id, "error", e.what()); });
     }
     throw ApiError(502, e.what());
   }
@@ -248,9 +248,8 @@ json replay(const ApiContext& ctx, const json& body, const Requester& who, bool 
     detail = "no idem.original.topic header: use `idem dlq replay --to`";
   }
   if (audit_id != 0) {
-    ctx.store.with([&](Store& s) {
-      detail::finish_replay_audit(s, audit_id, to_string(item.action), detail);
-    });
+    ctx.store.with(
+        [&](Store& s) { finish_replay_audit(s, audit_id, to_string(item.action), detail); });
   }
   return {
       {"dry_run", dry_run},
@@ -267,7 +266,7 @@ json replay(const ApiContext& ctx, const json& body, const Requester& who, bool 
 
 json audit(const ApiContext& ctx) {
   json entries = json::array();
-  for (const auto& e : ctx.store.with([](Store& s) { return detail::list_replay_audit(s, 100); })) {
+  for (const auto& e : ctx.store.with([](Store& s) { return list_replay_audit(s, 100); })) {
     entries.push_back({{"id", e.id},
                        {"started_at_ms", unix_ms(e.started_at)},
                        {"operator", e.operator_name},

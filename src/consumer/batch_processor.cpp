@@ -100,7 +100,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
       item.error_message = std::move(*problem);
       continue;
     }
-    Validated<Uuid> parsed = item.route->parse(i, as_view(m.payload, m.len), config_.limits);
+    Validated<Uuid> parsed = item.route->parse(i, record_info(m), config_.limits);
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
@@ -300,6 +300,9 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
         error_message = std::move(reason);
       }
     } catch (const Error& e) {
+      // A statement no event could make work (a missing table, a revoked privilege) would
+      // dead-letter every event after this one: stop instead (fail_all says why).
+      if (statement_refused_for_good(e)) throw;
       outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;
       database_error = e.source() == ErrorSource::Postgres || e.source() == ErrorSource::Sqlite;
       error_class = "handler.exception";

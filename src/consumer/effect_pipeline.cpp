@@ -124,7 +124,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   bool callable = e.record->headers.size() <= config_.limits.max_headers &&
                   !deps_.context.retry_topics.header_problem(*e.message);
   if (callable) {
-    EffectRoute::Owned owned = route.parse_owned(e.record->payload, config_.limits);
+    EffectRoute::Owned owned = route.parse_owned(e.record->info, config_.limits);
     callable = owned.event_id.ok();
     if (callable) {
       e.event_id = owned.event_id.value();

@@ -217,7 +217,7 @@ rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, b
   if (!async && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     // Not fatal: a commit that did not happen means redelivery, and the dedup rows make
     // that harmless. The mock cluster rejects commits during a rebalance with
-    // REBALANCE_IN_PROGRESS (../shared/MOCK-CLUSTER.md).
+    // REBALANCE_IN_PROGRESS (docs/dev-broker.md).
     log_line(fmt::format("idem consumer: offset commit failed: {}", rd_kafka_err2str(err)));
   }
   return err;

@@ -77,9 +77,9 @@ class RetryRoute final : public Route {
  public:
   explicit RetryRoute(Route& source) : source_(source) {}
   void reset(std::size_t /*n*/) override {}
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    return source_.parse(slot, payload, limits);
+    return source_.parse(slot, record, limits);
   }
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
     return source_.invoke(slot, record, tx);
@@ -97,15 +97,15 @@ class RetryEffectRoute final : public EffectRoute {
  public:
   explicit RetryEffectRoute(EffectRoute& source) : source_(source) {}
   void reset(std::size_t /*n*/) override {}
-  Validated<Uuid> parse(std::size_t slot, std::string_view payload,
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    return source_.parse(slot, payload, limits);
+    return source_.parse(slot, record, limits);
   }
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
     return source_.invoke(slot, record, tx);
   }
-  Owned parse_owned(std::string_view payload, const ParseLimits& limits) override {
-    return source_.parse_owned(payload, limits);
+  Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
+    return source_.parse_owned(record, limits);
   }
   std::optional<std::string> ordering_key(const void* event, const RecordInfo& record) override {
     return source_.ordering_key(event, record);

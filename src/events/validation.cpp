@@ -21,6 +21,8 @@ std::string_view to_string(ValidationReason reason) noexcept {
     case ValidationReason::NotRfc3339: return "not_rfc3339";
     case ValidationReason::UnknownEventType: return "unknown_event_type";
     case ValidationReason::TooManyHeaders: return "too_many_headers";
+    case ValidationReason::NotCloudEvent: return "not_cloud_event";
+    case ValidationReason::SchemaViolation: return "schema_violation";
   }
   return "unknown";  // only for a value cast from an out-of-range integer
 }

@@ -58,27 +58,10 @@ using std::chrono::milliseconds;
 // at once, so this is no tick, only a bound on a lost wakeup's cost.
 constexpr milliseconds kIdlePoll{10000};
 
-// Statuses worth another attempt with the same key: 409 means the provider still
-// processes the first attempt, 429 asks us to slow down, 5xx is the server's trouble.
-bool retryable_status(long status) {
-  return status == 409 || status == 429 || status >= 500;
-}
-
 // Errors that are the caller's bug, not the network's: retrying cannot help. start()
 // rejects most of them up front; these catch what only the transfer finds out.
 bool unusable_url(CURLcode code) {
   return code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL;
-}
-
-// libcurl calls this inside curl_multi_socket_action: an exception must not unwind through its
-// C frames, so a failed append aborts the transfer instead (CURLE_WRITE_ERROR, transient).
-std::size_t append_body(char* data, std::size_t size, std::size_t count, void* out) noexcept {
-  try {
-    static_cast<std::string*>(out)->append(data, size * count);
-    return size * count;
-  } catch (...) {
-    return 0;
-  }
 }
 
 struct Call;
@@ -111,11 +94,12 @@ struct Call {
   std::function<void(CallResult)> done;
   CallResult result;
   detail::Url url;
-  detail::EasyHandle easy;     // created for the first attempt, re-added for each retry
-  detail::HeaderList headers;  // rebuilt per attempt only when every attempt gets a new key
-  std::string response;        // the body of the current attempt's answer
-  std::string host;            // scheme://host:port, the connection limit's key
-  HostSlots* slots = nullptr;  // of `host`; set by the loop
+  detail::EasyHandle easy;           // created for the first attempt, re-added for each retry
+  detail::HeaderList headers;        // rebuilt per attempt only when every attempt gets a new key
+  std::string response;              // the body of the current attempt's answer
+  ResponseHeaders response_headers;  // and its header fields
+  std::string host;                  // scheme://host:port, the connection limit's key
+  HostSlots* slots = nullptr;        // of `host`; set by the loop
 };
 
 }  // namespace
@@ -258,7 +242,16 @@ bool AsyncClient::Impl::take_new_calls() {
     if (stopping) return false;
     taken.swap(new_calls);
   }
-  for (auto& call : taken) start_attempt(std::move(call));
+  const auto now = Clock::now();
+  for (auto& call : taken) {
+    // A first attempt asked to wait (Request::not_before) waits as a retry does.
+    const auto not_before = call->request.not_before;
+    if (not_before > now) {
+      waiting.emplace(not_before, std::move(call));
+    } else {
+      start_attempt(std::move(call));
+    }
+  }
   return true;
 }
 
@@ -284,10 +277,15 @@ bool AsyncClient::Impl::prepare_transfer(Call& call) {
   CURL* easy = call.easy.get();
   curl_easy_setopt(easy, CURLOPT_CURLU, call.url.get());
   curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(easy, CURLOPT_POST, 1L);
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call.request.json_body.data());
-  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
-                   static_cast<curl_off_t>(call.request.json_body.size()));
+  const Request& r = call.request;
+  if (!r.body.empty() || r.method == "POST") {
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r.body.data());
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+  } else {
+    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+  }
+  if (r.method != "POST" && r.method != "GET")
+    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, r.method.c_str());
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(config.connect_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(config.total_timeout.count()));
@@ -295,8 +293,10 @@ bool AsyncClient::Impl::prepare_transfer(Call& call) {
   // Small requests and answers: no Nagle delay; pooled connections probed while idle.
   curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &append_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &detail::append_body);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &call.response);
+  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &detail::append_header_line);
+  curl_easy_setopt(easy, CURLOPT_HEADERDATA, &call.response_headers);
   return true;
 }
 
@@ -332,9 +332,10 @@ void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
   ++c.result.attempts;
   if (!c.headers || !config.send_idempotency_key) {
     detail::HeaderList headers;
-    detail::append_header(headers, "Content-Type", "application/json");
+    if (!c.request.body.empty())
+      detail::append_header(headers, "Content-Type", c.request.content_type);
     detail::append_header(
-        headers, "Idempotency-Key",
+        headers, c.request.idempotency_header,
         config.send_idempotency_key ? c.request.idempotency_key : new_uuid_v7().to_string());
     // A body of any size goes at once: no "Expect: 100-continue" round trip.
     detail::append_header(headers, "Expect", "");
@@ -344,6 +345,7 @@ void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
     curl_easy_setopt(c.easy.get(), CURLOPT_HTTPHEADER, c.headers.get());
   }
   c.response.clear();
+  c.response_headers.clear();
   CURL* easy = c.easy.get();
   const auto entry = transferring.emplace(easy, std::move(call)).first;
   if (const CURLMcode code = curl_multi_add_handle(multi.get(), easy); code != CURLM_OK) {
@@ -376,14 +378,16 @@ void AsyncClient::Impl::finish_transfers() {
 
 void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code) {
   CallResult& result = call->result;
-  milliseconds retry_after{0};
   if (code != CURLE_OK) {
     // Refused, reset, timed out, or the answer broke off: the provider may or may not
     // have done the work, which is exactly what the key makes safe to retry.
     result.http_status = 0;
     result.body.clear();
+    result.headers.clear();
     result.error = fmt::format("{} (curl {})", curl_easy_strerror(code), static_cast<int>(code));
+    result.classification = config.policy.classify_no_answer(result.error);
     if (unusable_url(code)) {
+      result.classification.verdict = Verdict::DeadLetter;
       complete(std::move(call), CallStatus::Permanent);
       return;
     }
@@ -392,29 +396,25 @@ void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code)
     curl_easy_getinfo(call->easy.get(), CURLINFO_RESPONSE_CODE, &status);
     result.http_status = status;
     result.body = std::move(call->response);
-    if (status >= 200 && status < 300) {
+    result.headers = std::move(call->response_headers);
+    result.classification = config.policy.classify(status, result.headers, result.body);
+    if (result.classification.verdict == Verdict::Done) {
       result.error.clear();
       complete(std::move(call), CallStatus::Success);
       return;
     }
     result.error = fmt::format("HTTP {}", status);
-    if (!retryable_status(status)) {
+    if (result.classification.verdict != Verdict::Retry) {
       complete(std::move(call), CallStatus::Permanent);
       return;
-    }
-    curl_off_t seconds = -1;  // libcurl parses both forms of Retry-After (seconds, date)
-    if (curl_easy_getinfo(call->easy.get(), CURLINFO_RETRY_AFTER, &seconds) == CURLE_OK &&
-        seconds > 0) {
-      retry_after =
-          std::min(config.max_retry_after, milliseconds(static_cast<std::int64_t>(seconds) * 1000));
     }
   }
   if (result.attempts >= config.max_attempts) {
     complete(std::move(call), CallStatus::RetriesExhausted);
     return;
   }
-  const milliseconds wait =
-      std::max(backoff.delay(static_cast<std::uint32_t>(result.attempts)), retry_after);
+  const milliseconds wait = std::max(backoff.delay(static_cast<std::uint32_t>(result.attempts)),
+                                     result.classification.retry_after);
   notify_retry(result.attempts, wait, result.error);
   waiting.emplace(Clock::now() + wait, std::move(call));
 }
@@ -489,9 +489,9 @@ AsyncClient::AsyncClient(ClientConfig config) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                 "http client: connect_timeout and total_timeout must be positive");
   }
-  if (config.max_retry_after.count() < 0) {
+  if (config.policy.max_retry_after.count() < 0) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
-                "http client: max_retry_after must not be negative");
+                "http client: policy.max_retry_after must not be negative");
   }
   if (config.max_host_connections < 1 ||
       config.max_host_connections > static_cast<std::size_t>(LONG_MAX)) {
@@ -543,6 +543,9 @@ AsyncClient::~AsyncClient() {
 
 void AsyncClient::start(Request request, std::function<void(CallResult)> done) {
   validate_idempotency_key(request.idempotency_key);
+  detail::validate_header_name(request.idempotency_header);
+  detail::validate_header_name(request.method);  // a method is a token, as a header name
+  detail::validate_header_value("Content-Type", request.content_type);
   for (const auto& [name, value] : request.extra_headers) {
     detail::validate_header_name(name);
     detail::validate_header_value(name, value);

@@ -6,6 +6,8 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -97,6 +99,38 @@ Url parse_http_url(const std::string& url) {
 std::string host_of(CURLU* url) {
   return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
                      url_part(url, CURLUPART_PORT));
+}
+
+std::size_t append_body(char* data, std::size_t size, std::size_t count, void* out) noexcept {
+  try {
+    static_cast<std::string*>(out)->append(data, size * count);
+    return size * count;
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::size_t append_header_line(char* data, std::size_t size, std::size_t count,
+                               void* out) noexcept {
+  const std::size_t n = size * count;
+  try {
+    auto& headers = *static_cast<std::vector<std::pair<std::string, std::string>>*>(out);
+    std::string_view line(data, n);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    if (line.starts_with("HTTP/")) {
+      headers.clear();
+      return n;
+    }
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return n;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    headers.emplace_back(std::string(line.substr(0, colon)), std::string(value));
+    return n;
+  } catch (...) {
+    return 0;
+  }
 }
 
 }  // namespace idem::http::detail

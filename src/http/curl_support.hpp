@@ -51,6 +51,16 @@ using HeaderList = std::unique_ptr<curl_slist, SlistDeleter>;
 /// none): the key of the per-host connection limit.
 [[nodiscard]] std::string host_of(CURLU* url);
 
+/// CURLOPT_WRITEFUNCTION appending to the std::string at `out`. libcurl calls it inside
+/// its own frames: an exception must not unwind through them, so a failed append aborts
+/// the transfer instead (CURLE_WRITE_ERROR, transient).
+std::size_t append_body(char* data, std::size_t size, std::size_t count, void* out) noexcept;
+
+/// CURLOPT_HEADERFUNCTION collecting "name: value" lines into the
+/// std::vector<std::pair<std::string, std::string>> at `out` (a status line starts a new
+/// block, so only the last answer's fields stay). noexcept as append_body.
+std::size_t append_header_line(char* data, std::size_t size, std::size_t count, void* out) noexcept;
+
 /// Appends "name: value" to `list`. \throws std::bad_alloc.
 void append_header(HeaderList& list, std::string_view name, std::string_view value);
 

@@ -43,7 +43,7 @@ CallResult IdempotentClient::post_json(
   auto answer = std::make_shared<std::promise<CallResult>>();
   std::future<CallResult> result = answer->get_future();
   impl_->calls.start(Request{.url = url,
-                             .json_body = std::string(json_body),
+                             .body = std::string(json_body),
                              .idempotency_key = std::string(idempotency_key),
                              .extra_headers = extra_headers},
                      [answer](CallResult r) { answer->set_value(std::move(r)); });

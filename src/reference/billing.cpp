@@ -14,15 +14,10 @@ namespace idem {
 
 namespace {
 
-// A dead letter's reason carries the provider's answer; a runaway body is cut short.
-constexpr std::size_t kMaxReasonBody = 512;
-
+// A dead letter's reason carries the provider's answer as the client's ResponsePolicy
+// reads it: the status and the problem details (or a prefix of the body).
 std::string provider_answer(const http::CallResult& r) {
-  const std::string_view body(r.body);
-  return fmt::format("payment provider answered HTTP {}: {}", r.http_status,
-                     body.size() > kMaxReasonBody
-                         ? std::string(body.substr(0, kMaxReasonBody)) + "..."
-                         : std::string(body));
+  return "payment provider answered " + r.classification.reason;
 }
 
 /// The provider's payment id of a 2xx answer, or why there is none.
@@ -52,8 +47,8 @@ http::Request charge_request(const std::string& charge_url, const OrderConfirmed
                              const RecordInfo& record) {
   http::Request request;
   request.url = charge_url;
-  request.json_body = fmt::format(R"({{"order_id":{},"amount":"{}"}})", event.order_id,
-                                  event.total_amount.to_string());
+  request.body = fmt::format(R"({{"order_id":{},"amount":"{}"}})", event.order_id,
+                             event.total_amount.to_string());
   // IDEM-4: the event id is the key, so every retry of this call, and every redelivery
   // of this event after a rollback, asks for the same single charge.
   request.idempotency_key = event.event_id.to_string();
@@ -122,7 +117,7 @@ Handler<OrderConfirmed> billing_handler(BillingConfig config) {
       [client, charge_url](const OrderConfirmed& event, const RecordInfo& record, Transaction& tx) {
         const http::Request request = charge_request(charge_url, event, record);
         const http::CallResult result = client->post_json(
-            request.url, request.json_body, request.idempotency_key, request.extra_headers);
+            request.url, request.body, request.idempotency_key, request.extra_headers);
         if (result.status == http::CallStatus::RetriesExhausted) return Outcome::Retry;
         if (result.status == http::CallStatus::Permanent) {
           record.dead_letter_reason(provider_answer(result));

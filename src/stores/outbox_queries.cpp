@@ -52,7 +52,7 @@ Rows read_rejected_rows(Store& store, std::string_view list_sql, std::int64_t li
 bool requeue_rejected_row(Store& store, std::int64_t id) {
   auto tx = store.begin();
   const Rows r = tx->execute(
-      "UPDATE outbox SET rejected_at = NULL, rejected_reason = NULL "
+      "UPDATE idem_outbox SET rejected_at = NULL, rejected_reason = NULL "
       "WHERE id = $1 AND rejected_at IS NOT NULL AND published_at IS NULL",
       id);
   tx->commit();

@@ -19,7 +19,7 @@ namespace idem::detail {
 
 /// The columns of OutboxQueries::claim()'s rows, in this order.
 enum ClaimColumn : std::size_t {
-  kClaimId = 0,   ///< outbox.id (bigint)
+  kClaimId = 0,   ///< idem_outbox.id (bigint)
   kClaimEventId,  ///< event_id (UUID, born with the event)
   kClaimTopic,
   kClaimKey,  ///< message_key

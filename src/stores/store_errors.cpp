@@ -51,6 +51,19 @@ void require_table(Store& store, Transaction& tx, std::string_view table, const 
     throw Error(ErrorCode::Schema, error_source(store.backend()), message);
 }
 
+bool statement_refused_for_good(const Error& e) noexcept {
+  if (e.transient()) return false;
+  const std::string& d = e.detail();
+  if (e.source() == ErrorSource::Postgres) {
+    return d.starts_with("42") || d == "3F000" || d == "25006";
+  }
+  if (e.source() != ErrorSource::Sqlite) return false;
+  const std::string_view what = e.what();
+  return d.starts_with("SQLITE_READONLY") || d == "SQLITE_PERM" || d == "SQLITE_AUTH" ||
+         contains(what, "no such table") || contains(what, "no such column") ||
+         contains(what, "no such function") || contains(what, "syntax error");
+}
+
 const Error* refused_for_good(const std::exception& e) noexcept {
   const auto* err = dynamic_cast<const Error*>(&e);
   if (err == nullptr || err->transient()) return nullptr;

@@ -21,6 +21,14 @@ namespace idem::detail {
 /// work cannot fix; null otherwise (transient, or not a store error).
 [[nodiscard]] const Error* refused_for_good(const std::exception& e) noexcept;
 
+/// True when `e` is a store error of a statement that no event's values could make work:
+/// it names a table, column or function that does not exist, is not valid SQL, or the
+/// database refuses this process the privilege (PostgreSQL: SQLSTATE class 42, 3F000,
+/// 25006; SQLite: "no such table/column/function", a syntax error, SQLITE_READONLY*,
+/// SQLITE_PERM, SQLITE_AUTH). A constraint violation or a bad value (class 22, 23) is the
+/// event's own fault instead, and a transient error is neither.
+[[nodiscard]] bool statement_refused_for_good(const Error& e) noexcept;
+
 /// What `who` ("idem consumer", "idem relay") stops with after `cause`: the same code,
 /// source and detail, a message that names the error and what an operator should do.
 [[nodiscard]] Error stopping_error(std::string_view who, const Error& cause);

@@ -1,4 +1,4 @@
-// (b) of issue 12: billing through the concurrent path, as real processes, with the
+// Billing through the concurrent path, as real processes, with the
 // consumer SIGKILLed 10 times at random points and the provider breaking off answers
 // after storing the charge and answering 503 before storing anything.
 //

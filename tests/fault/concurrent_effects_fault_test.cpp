@@ -1,4 +1,4 @@
-// (d) of issue 12: rebalances with effect calls in flight, as real processes. A consumer
+// Rebalances with effect calls in flight, as real processes. A consumer
 // (tests/children/consumer_child.cpp --handler effect: on_effect, 20 ms per call, up to 256 in
 // flight) is processing when a second member joins the group (a rebalance revokes
 // partitions whose calls are still running); then the first member is SIGKILLed with

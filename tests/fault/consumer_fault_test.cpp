@@ -1,4 +1,4 @@
-// The multi-process exactly-once proofs of idem::Consumer (issue 3, "What it must show").
+// The multi-process exactly-once proofs of idem::Consumer.
 //
 // Every scenario runs a REAL `idem dev-broker` process, REAL consumer processes
 // (tests/children/consumer_child.cpp, and `idem consume` itself in one place) and a real
@@ -13,7 +13,7 @@
 // partition to its end (nothing lost).
 //
 // Waits are conditions with deadlines (committed offsets reaching the end offsets, a line
-// from a child), never sleeps. Mock-cluster timing (../shared/MOCK-CLUSTER.md): the first
+// from a child), never sleeps. Mock-cluster timing (docs/dev-broker.md): the first
 // join waits 3 s and every later rebalance about session.timeout.ms - 1000 ms, so each
 // crash/restart cycle costs ~5-9 s; that, not the event count, sets the running time.
 #include <signal.h>
@@ -477,7 +477,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, ConsumerScenario, ::testing::Values(Db::Sqlit
                          });
 
 // ---------------------------------------------------------------------------------------------
-// pipeline_depth 2 (issue 16): duplicates whose copies straddle two batches, with SIGKILLs
+// pipeline_depth 2: duplicates whose copies straddle two batches, with SIGKILLs
 // between the two batches' commits.
 // ---------------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-// The lifecycle of `idem consume` as real processes (issue 13, items 3 and 4): a SIGTERM
+// The lifecycle of `idem consume` as real processes: a SIGTERM
 // after the broker died still ends the process within consumer.stop_timeout, non-zero and
 // saying what it could not do; a consumer restarted after a SIGKILL with the same
 // consumer.instance_id gets its partitions back without waiting for the dead member's
@@ -60,7 +60,7 @@ std::int64_t effects(const std::string& db, const std::string& group) {
       *store, fmt::format("SELECT count(*) FROM effect_log WHERE consumer_group = '{}'", group));
 }
 
-// Item 3: the final offset commit cannot reach a broker that is gone. Before the bound,
+// The final offset commit cannot reach a broker that is gone. Before the bound,
 // rd_kafka_commit (sync) and rd_kafka_consumer_close waited for it for more than ten
 // minutes; now the process ends within the stop timeout and says what was not done.
 TEST(ConsumerLifecycle, SigtermWithTheBrokerGoneEndsWithinTheStopTimeoutAndSaysWhy) {
@@ -96,7 +96,7 @@ TEST(ConsumerLifecycle, SigtermWithTheBrokerGoneEndsWithinTheStopTimeoutAndSaysW
   EXPECT_NE(err.find("redelivered and deduplicated"), std::string::npos) << err;
 }
 
-// Item 4: a consumer SIGKILLed and started again with the same consumer.instance_id
+// A consumer SIGKILLed and started again with the same consumer.instance_id
 // (group.instance.id). With dynamic membership the new process waits for the dead
 // member's session timeout (45 s by default, the tests' mock_group_flags() here) before
 // it gets the partition. The figure is printed; librdkafka 2.0.2's mock cluster is what

@@ -1,4 +1,4 @@
-// Issue 13 item 5, from the outside, with real processes (`idem dev-broker`, `idem
+// One dedup retention per store, from the outside, with real processes (`idem dev-broker`, `idem
 // consume`, `idem maintain`, `idem retention`) on both backends: events born 3 days ago
 // are consumed once, `idem maintain --retention-hours 48` runs, the same events are
 // produced again, and the consumer applies each event exactly once.

@@ -1,4 +1,4 @@
-// Issue 13, "what it must show", second line: a client nobody on this project wrote
+// A client nobody on this project wrote
 // produces, and idem's consumer survives random SIGKILLs while consuming it.
 //
 // The outside client is python3 with confluent-kafka (tests/fault/outside_producer.py).
@@ -53,6 +53,7 @@
 #include "support/cli_run.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/outside_python.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
@@ -94,61 +95,15 @@ struct SentRecord {
   std::string sha256;
 };
 
-/// A python3 that can import confluent_kafka: IDEM_TEST_PYTHON, else every python3 on
-/// PATH in order, else /usr/bin/python3. (The first python3 on PATH may be a pyenv or
-/// venv interpreter without Debian's dist-packages.)
-std::optional<std::string> find_python_with_confluent_kafka() {
-  std::vector<std::string> candidates;
-  if (auto p = idem::test::env("IDEM_TEST_PYTHON")) candidates.push_back(*p);
-  if (auto path = idem::test::env("PATH")) {
-    std::stringstream dirs(*path);
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-      if (!dir.empty()) candidates.push_back(dir + "/python3");
-    }
-  }
-  candidates.emplace_back("/usr/bin/python3");
-  std::set<std::string> tried;
-  for (const auto& c : candidates) {
-    std::error_code ec;
-    if (!tried.insert(c).second || !std::filesystem::exists(c, ec)) continue;
-    try {
-      const auto r = idem::test::run_to_completion(c, {"-c", "import confluent_kafka"}, {}, 30s);
-      if (r.status == 0) return c;
-    } catch (const std::exception&) {
-      // not runnable: try the next one
-    }
-  }
-  return std::nullopt;
-}
-
-/// tests/fault/outside_producer.py next to this file. __FILE__ is absolute, or (when
-/// ccache rewrote the command line relative to the build directory) relative to the top
-/// build directory, which is the parent of IDEM_TEST_CHILD_DIR.
-std::optional<std::filesystem::path> producer_script() {
-  if (auto p = idem::test::env("IDEM_TEST_OUTSIDE_PRODUCER")) return std::filesystem::path(*p);
-  const std::filesystem::path here(__FILE__);
-  std::vector<std::filesystem::path> candidates = {here.parent_path() / "outside_producer.py"};
-  if (here.is_relative()) {
-    candidates.push_back(std::filesystem::path(IDEM_TEST_CHILD_DIR).parent_path() /
-                         here.parent_path() / "outside_producer.py");
-  }
-  for (const auto& c : candidates) {
-    std::error_code ec;
-    if (std::filesystem::exists(c, ec)) return std::filesystem::weakly_canonical(c, ec);
-  }
-  return std::nullopt;
-}
-
 /// Skips (fails under CI=true) without the outside client. Check IsSkipped() after it.
 void require_outside_client(std::string& python, std::filesystem::path& script) {
-  const auto py = find_python_with_confluent_kafka();
+  const auto py = idem::test::find_python_with_confluent_kafka();
   if (!py) {
     idem::test::skip_or_fail(
         "no python3 that can import confluent_kafka (apt-get install python3-confluent-kafka)");
     return;
   }
-  const auto s = producer_script();
+  const auto s = idem::test::fault_test_script("outside_producer.py", "IDEM_TEST_OUTSIDE_PRODUCER");
   if (!s) {
     idem::test::skip_or_fail(
         "tests/fault/outside_producer.py not found (set IDEM_TEST_OUTSIDE_PRODUCER)");

@@ -1,4 +1,4 @@
-// Item 9 of issue 13 as real processes: the provider deduplicates a charge only while it
+// As real processes: the provider deduplicates a charge only while it
 // remembers the Idempotency-Key, so a redelivery that reaches it after it forgot the
 // key, of an event whose first transaction never committed, is charged twice (IDEM-4).
 //

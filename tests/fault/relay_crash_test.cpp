@@ -82,7 +82,8 @@ class RelayFault : public ::testing::Test {
   }
 
   std::int64_t unpublished() {
-    return Backend::read_scalar(*store_, "SELECT count(*) FROM outbox WHERE published_at IS NULL");
+    return Backend::read_scalar(*store_,
+                                "SELECT count(*) FROM idem_outbox WHERE published_at IS NULL");
   }
 
   /// Every confirmed order on the topic at least once; every copy with its born id.

@@ -1,5 +1,5 @@
 // The stop of `idem relay` and `idem consume` with what they depend on gone, as real
-// processes (issue 13, item 3): SIGTERM ends the process within its stop timeout (plus
+// processes: SIGTERM ends the process within its stop timeout (plus
 // the second the CLI's watchdog allows for teardown), exits 1 and says what was not done
 // and what happens to it. The broker is gone when its process was SIGKILLed; the
 // database is gone when its server stops answering (every PostgreSQL process of a
@@ -246,7 +246,7 @@ TEST(RelayLifecycle, SigtermWithTheDatabaseFrozenEndsWithinTheStopTimeoutAndSays
   ASSERT_TRUE(progress_until(
       relay, [](const Progress& p) { return p.at("in_flight") > 0; }, 60s))
       << read_file(stderr_path);
-  FrozenInACall frozen(pg, "outbox");
+  FrozenInACall frozen(pg, "idem_outbox");
   ASSERT_TRUE(frozen.freeze_once_waiting(60s)) << read_file(stderr_path);
 
   const Stopped s = sigterm(relay, stderr_path, "relay, database frozen");

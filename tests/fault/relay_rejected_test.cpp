@@ -1,4 +1,4 @@
-// Outbox rows that Kafka refuses for good (issue 13, item 6), with the real `idem relay`
+// Outbox rows that Kafka refuses for good, with the real `idem relay`
 // as a process of its own, on SQLite and PostgreSQL, against the in-process dev broker:
 //
 // - a payload over the relay producer's message.max.bytes (refused by librdkafka at
@@ -86,7 +86,7 @@ class RelayRejected : public ::testing::Test {
     }
     return Backend::read_scalar(
         *store_,
-        fmt::format("SELECT id FROM outbox ORDER BY id LIMIT 1 OFFSET {}", kRefusedRow - 1));
+        fmt::format("SELECT id FROM idem_outbox ORDER BY id LIMIT 1 OFFSET {}", kRefusedRow - 1));
   }
 
   std::int64_t scalar(const std::string& sql) { return Backend::read_scalar(*store_, sql); }
@@ -153,15 +153,16 @@ class RelayRejected : public ::testing::Test {
         << "rows after the refused one were not published: " << on_topic() << " of " << others;
     ASSERT_TRUE(eventually(
         [&] {
-          return scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == kRows - 1;
+          return scalar("SELECT count(*) FROM idem_outbox WHERE published_at IS NOT NULL") ==
+                 kRows - 1;
         },
         30s));
-    EXPECT_EQ(scalar("SELECT count(*) FROM outbox WHERE rejected_at IS NOT NULL"), 1);
-    EXPECT_EQ(
-        scalar(fmt::format("SELECT count(*) FROM outbox WHERE id = {} AND rejected_at IS NOT NULL "
-                           "AND published_at IS NULL",
-                           refused_id)),
-        1);
+    EXPECT_EQ(scalar("SELECT count(*) FROM idem_outbox WHERE rejected_at IS NOT NULL"), 1);
+    EXPECT_EQ(scalar(fmt::format(
+                  "SELECT count(*) FROM idem_outbox WHERE id = {} AND rejected_at IS NOT NULL "
+                  "AND published_at IS NULL",
+                  refused_id)),
+              1);
 
     std::string metrics;
     EXPECT_TRUE(metrics_show("idem_relay_outbox_rows_rejected_total 1", metrics)) << metrics;
@@ -198,7 +199,7 @@ class RelayRejected : public ::testing::Test {
          "50", "--until-empty", "--timeout-s", "60", "--kafka", "log_level=2"},
         {}, 90s);
     EXPECT_EQ(drained.status, 0) << drained.output;
-    EXPECT_EQ(scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL"), 0);
+    EXPECT_EQ(scalar("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL"), 0);
     const test::CliResult none =
         test::run_to_completion(IDEM_CLI_PATH, {"outbox", "rejected", "--db", url_});
     EXPECT_EQ(none.output, "id\ttopic\tkey\tbytes\trejected_at\treason\n");

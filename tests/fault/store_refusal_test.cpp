@@ -1,7 +1,7 @@
-// Issue 13, item 11, with real processes (`idem consume`, `idem relay`, consumer_child)
-// on SQLite and PostgreSQL: a store error that redoing cannot fix stops the process with a
-// clear message instead of being retried forever, and a process started on a store whose
-// idem schema is missing or newer than it knows refuses to start and says so.
+// A store that refuses idem's own statements for good, with real processes (`idem consume`, `idem
+// relay`, consumer_child) on SQLite and PostgreSQL: a store error that redoing cannot fix stops the
+// process with a clear message instead of being retried forever, and a process started on a store
+// whose idem schema is missing or newer than it knows refuses to start and says so.
 //
 //  - consumer_child (the library Consumer) on a store that was never migrated exits at
 //    once, naming `idem migrate`;
@@ -11,7 +11,7 @@
 //    with the store's error, commits no offset past what the database committed, and the
 //    events it committed stay applied exactly once when the table is back and a new
 //    consumer catches up;
-//  - a running `idem relay` whose outbox table disappears exits non-zero the same way.
+//  - a running `idem relay` whose idem_outbox table disappears exits non-zero the same way.
 //
 // Before the fix the consumer and the relay logged the error and retried every backoff,
 // forever (the waits for their exit below time out), and a store migrated by a newer idem
@@ -268,12 +268,13 @@ TYPED_TEST(StoreRefusal, IdemRelayStopsWhenItsOutboxTableIsGone) {
   ASSERT_TRUE(test::expect_line(relay, "ready", 30s)) << read_file(log);
   ASSERT_TRUE(eventually(
       [&] {
-        return this->scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == kRows;
+        return this->scalar("SELECT count(*) FROM idem_outbox WHERE published_at IS NOT NULL") ==
+               kRows;
       },
       60s))
       << read_file(log);
 
-  this->execute("ALTER TABLE outbox RENAME TO outbox_aside");
+  this->execute("ALTER TABLE idem_outbox RENAME TO idem_outbox_aside");
   const std::optional<int> status = relay.wait_for(kExitDeadline);
   ASSERT_TRUE(status.has_value()) << "the relay kept retrying:\n" << read_file(log);
   EXPECT_EQ(*status, 1);
@@ -285,7 +286,7 @@ TYPED_TEST(StoreRefusal, IdemRelayStopsWhenItsOutboxTableIsGone) {
   EXPECT_NE(output.find("run `idem migrate`"), std::string::npos) << output;
 
   // The table is back: the next relay publishes what was enqueued since, each row once.
-  this->execute("ALTER TABLE outbox_aside RENAME TO outbox");
+  this->execute("ALTER TABLE idem_outbox_aside RENAME TO idem_outbox");
   enqueue();
   const test::CliResult drained = test::run_to_completion(
       IDEM_CLI_PATH,
@@ -293,7 +294,7 @@ TYPED_TEST(StoreRefusal, IdemRelayStopsWhenItsOutboxTableIsGone) {
        "50", "--until-empty", "--timeout-s", "60", "--kafka", "log_level=2"},
       {}, 90s);
   EXPECT_EQ(drained.status, 0) << drained.output;
-  EXPECT_EQ(this->scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL"), 0);
+  EXPECT_EQ(this->scalar("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL"), 0);
   EXPECT_EQ(on_topic(), 2 * kRows);
 }
 

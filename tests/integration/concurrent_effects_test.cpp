@@ -1,4 +1,4 @@
-// Consumer::on_effect on every backend (issue 12): call phases run outside any
+// Consumer::on_effect on every backend: call phases run outside any
 // transaction and concurrently across keys, one after another within a key in offset
 // order; each event is applied exactly once; a key whose calls keep failing holds back
 // only itself. The call side is a DelayedCalls stand-in for an asynchronous HTTP client

@@ -63,7 +63,7 @@ TEST(ConfigCheck, ListsAKeyOfEveryCommandWithItsOrigin) {
   expect_key(r.output, "dlq.topic", "", "default");
 }
 
-// Issue 13 item 9 (IDEM-4): the provider must remember a key for as long as the consumer
+// IDEM-4: the provider must remember a key for as long as the consumer
 // may still execute a redelivery of its event.
 TEST(ConfigCheck, TheReferenceProviderKeepsKeysLongerThanTheDedupRetentionByDefault) {
   IDEM_REQUIRE_CLI();

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/console/console.hpp"
+#include "idem/console/schema.hpp"
 #include "idem/outbox.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
@@ -45,6 +46,7 @@ class ConsoleStoreTest : public test::DevBrokerSuite {
     if (url_.empty()) GTEST_SKIP();
     store_ = open_store(url_);
     static_cast<void>(store_->migrate());
+    static_cast<void>(store_->migrate_set(console_migrations()));
   }
 
   /// Marks `count` fresh UUIDv7 events processed for `group`; returns their ids.

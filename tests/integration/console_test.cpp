@@ -5,6 +5,7 @@
 // is in the audit table with its operator; inputs are validated; the page forbids inline
 // scripts. The browser test (console_browser_test.cpp) drives the same console in Chromium.
 #include "idem/console/console.hpp"
+#include "idem/console/schema.hpp"
 
 #include <httplib.h>
 
@@ -34,7 +35,9 @@ class ConsoleHttpTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
     db_url_ = test::fresh_sqlite_url();
-    static_cast<void>(open_store(db_url_)->migrate());
+    auto store = open_store(db_url_);
+    static_cast<void>(store->migrate());
+    static_cast<void>(store->migrate_set(console_migrations()));
     topic_ = test::unique_name("orders");
     broker_->create_topic(topic_, 1);
     broker_->create_topic(dlq(), 1);

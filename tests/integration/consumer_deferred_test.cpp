@@ -130,7 +130,7 @@ TYPED_TEST(ConsumerDeferredTest, FailingDeferredStatementLosesOnlyItsEvent) {
 }
 
 // PostgreSQL merges the batch's consecutive deferred INSERTs of one text into multi-row
-// statements (issue 16), so here the poison row travels in the same statement as every
+// statements, so here the poison row travels in the same statement as every
 // other event's row: that statement fails as a whole, the isolated pass runs each event's
 // INSERT on its own, and only the poison event is dead-lettered.
 TYPED_TEST(ConsumerDeferredTest, FailingRowOfAMergedStatementLosesOnlyItsEvent) {

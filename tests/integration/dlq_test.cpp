@@ -106,7 +106,7 @@ class DlqRefusalTest : public DlqTest {
   DevBroker private_broker_;
 };
 
-// Issue 13, items 1 and 2: a 2 MiB record with valid fields at offset 0 used to block its
+// A 2 MiB record with valid fields at offset 0 used to block its
 // partition for ever (its dead letter was refused as too large and the batch retried),
 // and the batch's other dead letters were sent again on every retry. Now the letter is
 // sent once, cut to a prefix with the original size and SHA-256, and the partition moves on.
@@ -148,7 +148,7 @@ TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsParti
     EXPECT_EQ(letter.copies, 1u) << letter.original_offset.value_or(-1);
 }
 
-// The DLQ leftover of issue 13: a dead letter the broker refuses for good (here: "not
+// A dead letter the broker refuses for good (here: "not
 // authorized" for the DLQ topic, on its next three Produce requests) cannot be dropped
 // (the record would be lost), so its record is retried in place, after the backoff, as
 // before; it is now counted (idem_consumer_dead_letters_refused_total) and logged as

@@ -1,4 +1,4 @@
-// Deferred INSERTs of one text merged into multi-row statements on PostgreSQL (issue 16):
+// Deferred INSERTs of one text merged into multi-row statements on PostgreSQL:
 // the rows, their order and their values are what single statements would have written;
 // a FOR EACH STATEMENT trigger counts how many statements the server ran. Needs
 // IDEM_TEST_PG_DSN (scripts/with-postgres.sh sets it).

@@ -120,7 +120,8 @@ class RelayTest : public ::testing::Test {
   }
 
   std::int64_t unpublished() {
-    return Backend::read_scalar(*store_, "SELECT count(*) FROM outbox WHERE published_at IS NULL");
+    return Backend::read_scalar(*store_,
+                                "SELECT count(*) FROM idem_outbox WHERE published_at IS NULL");
   }
 
   void execute(const std::string& sql) {
@@ -132,10 +133,11 @@ class RelayTest : public ::testing::Test {
   /// Moves `column` (created_at or published_at) of the rows matching `where` two hours
   /// into the past. SQLite stores both as Unix milliseconds.
   void two_hours_earlier(const std::string& column, const std::string& where) {
-    execute(Backend::kind == idem::Backend::Postgres
-                ? fmt::format("UPDATE outbox SET {0} = {0} - interval '2 hours' WHERE {1}", column,
-                              where)
-                : fmt::format("UPDATE outbox SET {0} = {0} - 7200000 WHERE {1}", column, where));
+    execute(
+        Backend::kind == idem::Backend::Postgres
+            ? fmt::format("UPDATE idem_outbox SET {0} = {0} - interval '2 hours' WHERE {1}", column,
+                          where)
+            : fmt::format("UPDATE idem_outbox SET {0} = {0} - 7200000 WHERE {1}", column, where));
   }
 
   /// Reads the whole topic and checks every message against `expected`: key = order id,
@@ -234,7 +236,7 @@ TYPED_TEST(RelayTest, RolledBackConfirmationLeavesNoRowAndNoMessage) {
     ASSERT_TRUE(service.confirm(*tx, 100).has_value());
     tx->rollback();  // the business transaction fails after the enqueue
   }
-  EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM outbox"), 3);
+  EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM idem_outbox"), 3);
   Relay relay(this->config());
   ASSERT_TRUE(relay.run_until_empty(60s));
   this->check_topic(kept, /*exactly_once=*/true);  // order 100 would fail "never confirmed"
@@ -333,7 +335,8 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
     ASSERT_TRUE(first.run_until_empty(60s));
   }
   // 50 published rows become two hours old; 10 stay recent.
-  this->two_hours_earlier("published_at", "id IN (SELECT id FROM outbox ORDER BY id LIMIT 50)");
+  this->two_hours_earlier("published_at",
+                          "id IN (SELECT id FROM idem_outbox ORDER BY id LIMIT 50)");
   // 5 orders confirmed two hours ago and not published yet: old, but never deleted.
   const auto waiting = this->confirm_orders(61, 5);
   expected.insert(waiting.begin(), waiting.end());
@@ -351,7 +354,7 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
   Relay relay(c, observer);
   ASSERT_TRUE(relay.run_until_empty(60s));
   EXPECT_EQ(relay.progress().cleaned, 50U);
-  EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM outbox"), 15)
+  EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM idem_outbox"), 15)
       << "the 10 recent published rows and the 5 old unpublished ones stay";
   EXPECT_EQ(this->unpublished(), 0);
   // 50 rows in DELETEs of at most 7: seven full batches and one of 1.

@@ -302,8 +302,8 @@ TEST(RetryTopicsConfig, RejectsIllegalRetryTopicNamesAndDelays) {
   EXPECT_NO_THROW(Consumer(c, open_store(SqliteBackend::fresh_url())));
 }
 
-// The idem.* headers of a retry-topic record, which anyone can write (issue 13, items 7
-// and 8; the consumer-level proofs are tests/fault/retry_headers_test.cpp). Two retry
+// The idem.* headers of a retry-topic record, which anyone can write (the
+// consumer-level proofs are tests/fault/retry_headers_test.cpp). Two retry
 // topics, so attempts 1 and 2 exist there; topic 1's delay is 1 s.
 namespace headers {
 
@@ -383,8 +383,8 @@ TEST(RetryHeaderCheck, ProblemsShowHeaderBytesSafely) {
 
 }  // namespace headers
 
-// Retry-topic records whose idem.* headers idem would never have written (issue 13, items
-// 7 and 8). A retry topic is an ordinary topic: anyone with produce rights can write to
+// Retry-topic records whose idem.* headers idem would never have written. A
+// retry topic is an ordinary topic: anyone with produce rights can write to
 // it, and a bug elsewhere can too. The consumer runs as a REAL child process
 // (tests/children/consumer_child.cpp with --retry-delays-ms, retry topics on with delays 1 s and 1
 // s, so max attempts 3); this test process hosts the broker and is the outside producer that writes
@@ -537,7 +537,7 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite,
   std::string group_;
 };
 
-// Item 7: idem.attempts 4294967295 used to wrap to 0 on the next attempt and index
+// idem.attempts 4294967295 used to wrap to 0 on the next attempt and index
 // delays[-1] (SIGSEGV, then the same again on every restart). An attempt count that is
 // in range but not this retry topic's number is just as impossible for idem to write.
 TEST_P(RetryHeadersAcrossProcesses,
@@ -576,7 +576,7 @@ TEST_P(RetryHeadersAcrossProcesses,
   }
 }
 
-// Item 8: idem.retry.not_before far in the future used to pause the retry partition until
+// idem.retry.not_before far in the future used to pause the retry partition until
 // then (ten years here), and past ~292 years overflowed the steady clock. A retry is never
 // due later than its topic's delay (plus a clock-skew allowance) from now.
 TEST_P(RetryHeadersAcrossProcesses,

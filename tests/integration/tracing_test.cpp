@@ -105,7 +105,7 @@ ConsumerConfig consumer_config(const test::SharedBroker& broker, const std::stri
 /// The traceparent of the only outbox row of `store`.
 std::string outbox_traceparent(Store& store) {
   auto tx = store.begin();
-  for (const auto& row : tx->execute("SELECT headers FROM outbox")) {
+  for (const auto& row : tx->execute("SELECT headers FROM idem_outbox")) {
     for (const auto& [name, value] : outbox_headers_from_json(row.text(0))) {
       if (name == kTraceparentHeader) return value;
     }
@@ -140,7 +140,7 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
   }
   {
     auto tx = store->begin();
-    for (const auto& row : tx->execute("SELECT payload, headers FROM outbox")) {
+    for (const auto& row : tx->execute("SELECT payload, headers FROM idem_outbox")) {
       const std::string id = parse_order_confirmed(row.text(0)).value().event_id.to_string();
       for (const auto& [name, value] : outbox_headers_from_json(row.text(1))) {
         if (name == kTraceparentHeader) enqueued[id] = value;

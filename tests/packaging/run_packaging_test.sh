@@ -25,6 +25,22 @@ for forbidden in httplib prometheus tomlplusplus; do
 done
 echo "link line: no cpp-httplib, prometheus-cpp or toml++"
 
+# Every component is exported with what it needs: a project asking for each of them (and
+# only naming console and sinks, which bring metrics and http) configures, and its
+# targets resolve.
+mkdir -p "$work/components"
+cat >"$work/components/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.23)
+project(idem_outside_components LANGUAGES CXX)
+find_package(idem 0.1 REQUIRED COMPONENTS console sinks reference devtools)
+add_library(every_component INTERFACE)
+target_link_libraries(every_component INTERFACE idem::console idem::sinks idem::reference
+                      idem::devtools idem::metrics idem::http)
+CMAKE
+cmake -S "$work/components" -B "$work/components/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -G "Unix Makefiles" >/dev/null
+echo "components: console, sinks, reference, devtools, metrics and http found"
+
 # The outside program is the exactly-once consumer example, run against a dev broker.
 bash "$(dirname "$0")/../../examples/run_with_dev_broker.sh" "$cli" deposits:2 \
   "$work/build/consumer" deposits "$work/outside.db"

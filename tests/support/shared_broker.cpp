@@ -41,9 +41,10 @@ void SharedBroker::create_topic(std::string_view name, int partitions) {
                                {"partitions", std::to_string(partitions)}};
   const auto res = control.Post("/topics", params);
   if (!res) {
-    throw std::runtime_error(fmt::format("create topic {}: the shared dev broker's control server "
-                                         "on port {} did not answer ({})",
-                                         name, control_port_, httplib::to_string(res.error())));
+    throw std::runtime_error(
+        fmt::format("create topic {}: the shared dev broker's control server "
+                    "on port {} did not answer ({})",
+                    name, control_port_, httplib::to_string(res.error())));
   }
   if (res->status != 200) {
     throw std::runtime_error(fmt::format("create topic {}: {}", name, res->body));

@@ -33,7 +33,7 @@ class SharedBroker {
 
  private:
   std::string bootstrap_;
-  int control_port_ = 0;                 // the fixture's control server
+  int control_port_ = 0;                   // the fixture's control server
   std::unique_ptr<DevBroker> in_process_;  // without the fixture
 };
 

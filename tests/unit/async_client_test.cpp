@@ -81,11 +81,10 @@ CallResult call_once(AsyncClient& client, const std::string& url, const std::str
                      std::vector<std::pair<std::string, std::string>> headers = {}) {
   std::promise<CallResult> answered;
   std::future<CallResult> result = answered.get_future();
-  client.start(Request{.url = url,
-                       .json_body = "{}",
-                       .idempotency_key = key,
-                       .extra_headers = std::move(headers)},
-               [&answered](CallResult r) { answered.set_value(std::move(r)); });
+  client.start(
+      Request{
+          .url = url, .body = "{}", .idempotency_key = key, .extra_headers = std::move(headers)},
+      [&answered](CallResult r) { answered.set_value(std::move(r)); });
   return result.get();
 }
 
@@ -150,7 +149,7 @@ TEST(AsyncClientTest, AThousandConcurrentSlowCallsEachCompleteOnceOverFewConnect
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
       client.start(Request{.url = provider.url(),
-                           .json_body = R"({"amount":"1.00"})",
+                           .body = R"({"amount":"1.00"})",
                            .idempotency_key = SlowProvider::key(i)},
                    results.callback(i));
     }
@@ -188,8 +187,7 @@ TEST(AsyncClientTest, ConnectionLimitHoldsForASmallLimit) {
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
       client.start(
-          Request{
-              .url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
+          Request{.url = provider.url(), .body = "{}", .idempotency_key = SlowProvider::key(i)},
           results.callback(i));
     }
     ASSERT_TRUE(results.wait_for(kCalls));
@@ -219,13 +217,13 @@ TEST(AsyncClientTest, ClosedLoopCallsReuseTheirConnections) {
   {
     AsyncClient client(config);
     start_one = [&](std::size_t call) {
-      client.start(Request{.url = server.url(),
-                           .json_body = "{}",
-                           .idempotency_key = "call-" + std::to_string(call)},
-                   [&, done = results.callback(call)](CallResult r) {
-                     done(std::move(r));
-                     if (const std::size_t n = next.fetch_add(1); n < kCalls) start_one(n);
-                   });
+      client.start(
+          Request{
+              .url = server.url(), .body = "{}", .idempotency_key = "call-" + std::to_string(call)},
+          [&, done = results.callback(call)](CallResult r) {
+            done(std::move(r));
+            if (const std::size_t n = next.fetch_add(1); n < kCalls) start_one(n);
+          });
     };
     for (std::size_t i = 0; i < config.max_host_connections; ++i) start_one(next.fetch_add(1));
     ASSERT_TRUE(results.wait_for(kCalls));
@@ -249,8 +247,7 @@ TEST(AsyncClientTest, WaitingForAConnectionIsNotPartOfTheAttemptsTimeout) {
     AsyncClient client(config);
     for (std::size_t i = 0; i < kCalls; ++i) {
       client.start(
-          Request{
-              .url = provider.url(), .json_body = "{}", .idempotency_key = SlowProvider::key(i)},
+          Request{.url = provider.url(), .body = "{}", .idempotency_key = SlowProvider::key(i)},
           results.callback(i));
     }
     ASSERT_TRUE(results.wait_for(kCalls));
@@ -320,7 +317,7 @@ TEST(AsyncClientTest, HonoursRetryAfterOf429WithATimerNotASleepingThread) {
   AsyncClient client(config);
   std::promise<CallResult> slow;
   std::future<CallResult> slow_result = slow.get_future();
-  client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "k-429"},
+  client.start(Request{.url = server.url(), .body = "{}", .idempotency_key = "k-429"},
                [&slow](CallResult r) { slow.set_value(std::move(r)); });
   // While the first call waits its second, the loop serves another call.
   const CallResult quick = call_once(client, other.url(), "k-other");
@@ -352,7 +349,7 @@ TEST(AsyncClientTest, InvalidRequestsAreRejectedBeforeAnythingIsSent) {
   const auto start = [&](std::string url, std::string key,
                          std::vector<std::pair<std::string, std::string>> headers = {}) {
     client.start(Request{.url = std::move(url),
-                         .json_body = "{}",
+                         .body = "{}",
                          .idempotency_key = std::move(key),
                          .extra_headers = std::move(headers)},
                  [](CallResult) { ADD_FAILURE() << "a rejected call has no callback"; });
@@ -362,9 +359,8 @@ TEST(AsyncClientTest, InvalidRequestsAreRejectedBeforeAnythingIsSent) {
   EXPECT_THROW(start(server.url(), "k", {{"traceparent", "x\ny"}}), Error);
   EXPECT_THROW(start(server.url(), "k", {{"Bad Name", "v"}}), Error);
   EXPECT_THROW(start("gopherx://nowhere/", "k"), Error);
-  EXPECT_THROW(
-      client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "k"}, {}),
-      Error);
+  EXPECT_THROW(client.start(Request{.url = server.url(), .body = "{}", .idempotency_key = "k"}, {}),
+               Error);
   EXPECT_EQ(client.in_flight(), 0u);
   EXPECT_TRUE(call_once(client, server.url(), "k").ok());
   EXPECT_EQ(server.keys(), std::vector<std::string>{"k"});
@@ -377,7 +373,7 @@ TEST(AsyncClientTest, DestructorCancelsCallsInFlightEachCallbackOnce) {
   ScriptedServer refusing{retry_after(503, "3600")};
   ClientConfig config = fast_config();
   config.max_host_connections = 2;
-  config.max_retry_after = std::chrono::hours(1);
+  config.policy.max_retry_after = std::chrono::hours(1);
   std::mutex mutex;
   std::condition_variable changed;
   int retries_scheduled = 0;
@@ -392,14 +388,12 @@ TEST(AsyncClientTest, DestructorCancelsCallsInFlightEachCallbackOnce) {
   auto client = std::make_unique<AsyncClient>(config);
   for (std::size_t i = 0; i < kHanging; ++i) {
     client->start(
-        Request{
-            .url = hanging.url(), .json_body = "{}", .idempotency_key = "h" + std::to_string(i)},
+        Request{.url = hanging.url(), .body = "{}", .idempotency_key = "h" + std::to_string(i)},
         results.callback(i));
   }
   for (std::size_t i = 0; i < kWaiting; ++i) {
     client->start(
-        Request{
-            .url = refusing.url(), .json_body = "{}", .idempotency_key = "w" + std::to_string(i)},
+        Request{.url = refusing.url(), .body = "{}", .idempotency_key = "w" + std::to_string(i)},
         results.callback(kHanging + i));
   }
   ASSERT_TRUE(hanging.wait_for_requests(config.max_host_connections));
@@ -425,11 +419,11 @@ TEST(AsyncClientTest, CallbacksMayStartFurtherCalls) {
   AsyncClient client(fast_config());
   std::promise<CallResult> second;
   std::future<CallResult> second_result = second.get_future();
-  client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "first"},
+  client.start(Request{.url = server.url(), .body = "{}", .idempotency_key = "first"},
                [&](CallResult first) {
                  EXPECT_TRUE(first.ok());
                  client.start(
-                     Request{.url = server.url(), .json_body = "{}", .idempotency_key = "second"},
+                     Request{.url = server.url(), .body = "{}", .idempotency_key = "second"},
                      [&second](CallResult r) { second.set_value(std::move(r)); });
                });
   EXPECT_TRUE(second_result.get().ok());
@@ -439,7 +433,7 @@ TEST(AsyncClientTest, CallbacksMayStartFurtherCalls) {
 TEST(AsyncClientTest, AThrowingCallbackDoesNotStopTheLoop) {
   ScriptedServer server{answer(200)};
   AsyncClient client(fast_config());
-  client.start(Request{.url = server.url(), .json_body = "{}", .idempotency_key = "throws"},
+  client.start(Request{.url = server.url(), .body = "{}", .idempotency_key = "throws"},
                [](CallResult) { throw std::runtime_error("a handler's bug"); });
   EXPECT_TRUE(call_once(client, server.url(), "after").ok());
 }

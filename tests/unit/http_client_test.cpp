@@ -96,7 +96,7 @@ TEST(HttpClientTest, HonoursRetryAfterOf429) {
 TEST(HttpClientTest, RetryAfterIsCapped) {
   ScriptedServer server{retry_after(503, "3600"), answer(200)};
   ClientConfig config = fast_config();
-  config.max_retry_after = 20ms;
+  config.policy.max_retry_after = 20ms;
   std::vector<std::chrono::milliseconds> waits;
   config.on_retry = [&](int, std::chrono::milliseconds wait, std::string_view) {
     waits.push_back(wait);

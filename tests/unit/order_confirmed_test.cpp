@@ -122,7 +122,7 @@ TEST(OrderConfirmed, AcceptsTheLargestInt64Ids) {
 }
 
 // The reference tables hold amounts as numeric(18,2): 16 integer digits, 2 fraction
-// digits. The boundary accepts exactly what they can store (issue 13, item 10).
+// digits. The boundary accepts exactly what they can store.
 TEST(OrderConfirmed, AcceptsTheLargestAmountTheLedgerStores) {
   for (const char* text : {"9999999999999999.99", "9999999999999999", "0009999999999999999.99"}) {
     SCOPED_TRACE(text);
@@ -482,8 +482,10 @@ TEST(OrderConfirmed, ReasonsHaveStableSnakeCaseNames) {
       {R::NotRfc3339, "not_rfc3339"},
       {R::UnknownEventType, "unknown_event_type"},
       {R::TooManyHeaders, "too_many_headers"},
+      {R::NotCloudEvent, "not_cloud_event"},
+      {R::SchemaViolation, "schema_violation"},
   };
-  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::TooManyHeaders) + 1);
+  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::SchemaViolation) + 1);
   for (const auto& [reason, name] : names) EXPECT_EQ(idem::to_string(reason), name);
 }
 

@@ -51,7 +51,8 @@ TEST_F(OutboxTest, EnqueueGeneratesTheIdOnceAndWritesItToPayloadAndRow) {
 
   auto read = store_->begin();
   const Rows rows = read->execute(
-      "SELECT event_id, payload, message_key, shard, headers, published_at IS NULL FROM outbox");
+      "SELECT event_id, payload, message_key, shard, headers, published_at IS NULL FROM "
+      "idem_outbox");
   ASSERT_EQ(rows.size(), 1U);
   EXPECT_EQ(rows[0].uuid(0), id);
   EXPECT_EQ(rows[0].text(1), "{\"event_id\":\"" + id.to_string() + "\"}");
@@ -78,14 +79,14 @@ TEST_F(OutboxTest, RolledBackBusinessTransactionLeavesNoOrderChangeAndNoRow) {
     ASSERT_TRUE(service.confirm(*tx, 1).has_value());
     tx->rollback();
   }
-  EXPECT_EQ(count("SELECT count(*) FROM outbox"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM idem_outbox"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM orders WHERE status = 'created'"), 1);
   const auto c = service.confirm(*store_, 1);
   ASSERT_TRUE(c.has_value());
   EXPECT_FALSE(service.confirm(*store_, 1).has_value()) << "a second confirm is a no-op";
-  EXPECT_EQ(count("SELECT count(*) FROM outbox"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM idem_outbox"), 1);
   auto read = store_->begin();
-  const Rows rows = read->execute("SELECT payload FROM outbox");
+  const Rows rows = read->execute("SELECT payload FROM idem_outbox");
   const auto event = parse_order_confirmed(rows[0].text(0));
   ASSERT_TRUE(event.ok());
   EXPECT_EQ(event.value().event_id, c->event_id);

@@ -125,7 +125,8 @@ TEST_F(RetentionTest, PublishedOutboxRowsGoByPublishedAt) {
     auto tx = store_->begin();
     const auto insert = [&](std::optional<std::int64_t> published_at) {
       tx->execute(
-          "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, topic, message_key, shard, "
+          "INSERT INTO idem_outbox (event_id, aggregate_type, aggregate_id, topic, message_key, "
+          "shard, "
           "payload, published_at) VALUES ($1, 'order', '1', 't', '1', 0, '{}', $2)",
           new_uuid_v7(), published_at);
     };
@@ -137,8 +138,8 @@ TEST_F(RetentionTest, PublishedOutboxRowsGoByPublishedAt) {
   }
   policy_.outbox_retention = 24h;
   EXPECT_EQ(run_maintenance(*store_, policy_).outbox_rows_deleted, 2);
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM outbox"), 2);
-  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM outbox WHERE published_at IS NULL"), 1);
+  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM idem_outbox"), 2);
+  EXPECT_EQ(scalar(*store_, "SELECT count(*) FROM idem_outbox WHERE published_at IS NULL"), 1);
   policy_.outbox_retention = 0ms;  // keep all
   clock_.advance(100h);
   EXPECT_EQ(run_maintenance(*store_, policy_).outbox_rows_deleted, 0);

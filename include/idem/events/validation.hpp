@@ -27,6 +27,8 @@ enum class ValidationReason {
   NotRfc3339,             ///< occurred_at is not an RFC 3339 date-time
   UnknownEventType,       ///< event_type names no known event
   TooManyHeaders,         ///< the record carries more Kafka headers than allowed
+  NotCloudEvent,          ///< a record read as CloudEvents 1.0 is not one (Kafka binding)
+  SchemaViolation,        ///< the event does not satisfy its JSON Schema
 };
 
 [[nodiscard]] std::string_view to_string(ValidationReason reason) noexcept;

@@ -4,11 +4,12 @@
 /// without a thread per call: one event-loop thread drives every transfer through
 /// libcurl's multi interface, reuses connections and keeps at most
 /// ClientConfig::max_host_connections open per host. Each call keeps the rules of
-/// IdempotentClient: the same `Idempotency-Key` on every attempt, transient failures
-/// (connection errors, timeouts, an incomplete answer, 5xx, 409, 429 with Retry-After)
-/// retried with capped exponential backoff and jitter (timers in the loop, never a
-/// sleeping thread), any other 4xx permanent.
+/// IdempotentClient: the same `Idempotency-Key` on every attempt, and ClientConfig::policy
+/// deciding each answer: Retry verdicts (connection errors, timeouts, an incomplete
+/// answer, 5xx, 409, 429 with Retry-After) retried with capped exponential backoff and
+/// jitter (timers in the loop, never a sleeping thread), the others returned at once.
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -21,13 +22,18 @@
 
 namespace idem::http {
 
-/// One POST of a JSON body with an idempotency key. Members have defaults, so a
-/// designated initializer may leave any out (e.g. extra_headers).
+/// One call with an idempotency key. Members have defaults, so a designated initializer
+/// may leave any out (e.g. extra_headers).
 struct Request {
   std::string url{};  ///< http:// or https://
-  std::string json_body{};
+  std::string body{};
   std::string idempotency_key{};  ///< the same on every attempt (validate_idempotency_key)
   std::vector<std::pair<std::string, std::string>> extra_headers{};  ///< e.g. traceparent
+  std::string method{"POST"};  ///< any token; a body is sent whenever it is not empty
+  std::string content_type{"application/json"};       ///< of the body
+  std::string idempotency_header{"Idempotency-Key"};  ///< the key's header name
+  /// The first attempt starts no earlier than this (a rate limit, a paused route's probe).
+  std::chrono::steady_clock::time_point not_before{};
 };
 
 /// Thread-safe: start() may be called from any thread, a callback included. Callbacks

@@ -6,7 +6,8 @@
 ///
 /// Transient failures (connection refused or reset, timeouts, an incomplete answer,
 /// 5xx, 409 "still in flight", 429) are retried with capped exponential backoff and
-/// jitter, honouring `Retry-After`; any other 4xx is permanent and returned at once.
+/// jitter, honouring `Retry-After`; any other 4xx is permanent and returned at once
+/// (ResponsePolicy decides, idem/http/response_policy.hpp).
 /// libcurl is linked privately; this header does not include curl.h (pimpl).
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/http/response_policy.hpp"
 #include "idem/retry.hpp"
 
 namespace idem::http {
@@ -46,8 +48,9 @@ struct ClientConfig {
   /// further calls to that host wait inside libcurl for a free one. Finished connections
   /// stay open for the next call (HTTP keep-alive, TCP keep-alive probes while idle).
   std::size_t max_host_connections = 64;
-  /// Upper bound on a server's Retry-After, so a hostile value cannot stall the caller.
-  std::chrono::milliseconds max_retry_after{30000};
+  /// What each answer means (done, retried, permanent) and the cap on a server's
+  /// Retry-After: ResponsePolicy, the same object callers use for their final answer.
+  ResponsePolicy policy;
   /// TEST ONLY. false sends a fresh random key with every attempt instead of the
   /// caller's key: the design documents' mistake "a new UUID per send attempt", which
   /// is what a client without idempotency keys amounts to. Exists to show the double
@@ -61,14 +64,17 @@ struct ClientConfig {
 /// How a call ended.
 enum class CallStatus {
   Success,           ///< a 2xx answer
-  Permanent,         ///< a 4xx other than 409/429 (or a 3xx): retrying cannot help
+  Permanent,         ///< the policy says DeadLetter or RouteMisconfigured: retrying cannot help
   RetriesExhausted,  ///< every attempt failed transiently; the last failure is in `error`
 };
 
 struct CallResult {
   CallStatus status = CallStatus::RetriesExhausted;
-  long http_status = 0;  ///< of the last answer; 0 when the last attempt got none
-  std::string body;      ///< of the last answer
+  long http_status = 0;     ///< of the last answer; 0 when the last attempt got none
+  std::string body;         ///< of the last answer
+  ResponseHeaders headers;  ///< of the last answer
+  /// What the last answer (or its absence) means, by ClientConfig::policy.
+  Classification classification;
   int attempts = 0;
   std::string error;  ///< the last transient failure (transport error or status)
 

@@ -1,6 +1,6 @@
 #pragma once
 // Deferred INSERTs of one statement text, queued back to back, sent as multi-row INSERTs
-// (issue 16, "fewer statements"). Private to the PostgreSQL store; used by
+// (fewer statements). Private to the PostgreSQL store; used by
 // PostgresTransaction::run_queue().
 //
 // Only a statement whose rows cannot see each other is merged, so the multi-row form

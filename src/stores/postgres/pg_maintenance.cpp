@@ -25,7 +25,8 @@ constexpr std::string_view kDeleteDedupSql =
     "WHERE event_id < $1::uuid LIMIT $2::bigint) d "
     "WHERE p.event_id = d.event_id AND p.consumer_group = d.consumer_group";
 constexpr std::string_view kDeleteOutboxSql =
-    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < $1::timestamptz "
+    "DELETE FROM idem_outbox WHERE id IN (SELECT id FROM idem_outbox WHERE published_at < "
+    "$1::timestamptz "
     "LIMIT $2::bigint)";
 
 // Parses pg_get_expr(relpartbound): "FOR VALUES FROM ('uuid') TO ('uuid')" or "DEFAULT".

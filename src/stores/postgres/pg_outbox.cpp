@@ -17,16 +17,16 @@ constexpr std::string_view kLagSql =
     "SELECT count(*) FILTER (WHERE rejected_at IS NULL), "
     "coalesce((extract(epoch FROM now() - min(created_at) FILTER (WHERE rejected_at IS NULL)) "
     "* 1000)::bigint, -1), count(*) FILTER (WHERE rejected_at IS NOT NULL) "
-    "FROM outbox WHERE published_at IS NULL";
+    "FROM idem_outbox WHERE published_at IS NULL";
 constexpr std::string_view kRejectSql =
-    "UPDATE outbox SET rejected_at = now(), rejected_reason = $2 "
+    "UPDATE idem_outbox SET rejected_at = now(), rejected_reason = $2 "
     "WHERE id = $1 AND published_at IS NULL AND rejected_at IS NULL";
 constexpr std::string_view kListRejectedSql =
     "SELECT id, event_id, topic, message_key, octet_length(payload), rejected_reason, "
     "(extract(epoch FROM rejected_at) * 1000)::bigint "
-    "FROM outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT $1";
+    "FROM idem_outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT $1";
 constexpr std::string_view kDeletePublishedSql =
-    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < now() - "
+    "DELETE FROM idem_outbox WHERE id IN (SELECT id FROM idem_outbox WHERE published_at < now() - "
     "$1::bigint * interval '1 millisecond' LIMIT $2::bigint)";
 
 /// `LISTEN idem_outbox` on a connection of its own; the outbox trigger NOTIFYs it.

@@ -12,10 +12,11 @@ namespace idem::detail::pg {
 // id are then found).
 constexpr std::string_view kClaimOutboxSql =
     "SELECT id, event_id, topic, message_key, payload, headers::text, pg_backend_pid() "
-    "FROM outbox WHERE published_at IS NULL AND rejected_at IS NULL AND id > $1 "
+    "FROM idem_outbox WHERE published_at IS NULL AND rejected_at IS NULL AND id > $1 "
     "AND shard = ANY($2::int[]) "
     "ORDER BY id LIMIT $3";
 constexpr std::string_view kMarkOutboxSql =
-    "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[]) AND published_at IS NULL";
+    "UPDATE idem_outbox SET published_at = now() WHERE id = ANY($1::bigint[]) AND published_at IS "
+    "NULL";
 
 }  // namespace idem::detail::pg

@@ -100,8 +100,8 @@ std::string partitioned_processed_event_ddl(const MigrateOptions& options,
       ") PARTITION BY RANGE (event_id);\n";
   for (const PartitionSpec& spec : plan_partitions(options, now)) ddl += partition_ddl(spec);
   // Ids outside the created range (born long ago, or far in the future, or not
-  // UUIDv7 at all) land here and are still deduplicated. Issue 6 (TTL) makes
-  // too-old and future ids explicit and keeps partitions created ahead of time.
+  // UUIDv7 at all) land here and are still deduplicated. Retention (src/retention/) keeps
+  // partitions created ahead of time and drops expired ones whole.
   ddl += "CREATE TABLE processed_event_default PARTITION OF processed_event DEFAULT;\n";
   // On the parent: PostgreSQL creates the matching index on every partition.
   ddl += "CREATE INDEX ix_processed_event_processed_at ON processed_event (processed_at);\n";

@@ -177,6 +177,8 @@ class PostgresStore final : public Store {
  private:
   Result query(const char* sql, std::span<const char* const> params, const char* what);
   void check_processed_event(const MigrateOptions& options, bool recorded);
+  /// Whether `name` resolves to a table or view on the search path.
+  bool relation_exists(const char* name);
 
   // Kept for connect_again() only (it may hold a password: never logged).
   std::string conninfo_;

@@ -155,7 +155,7 @@ Reply PostgresTransaction::run_queue(const Command* main) {
   return reply;
 }
 
-// Merging (issue 16): an optimistic pass of the consumer queues one INSERT per event, and
+// Merging: an optimistic pass of the consumer queues one INSERT per event, and
 // each was its own Bind/Execute on the server. A run of consecutive deferred statements
 // with one mergeable text (pg_insert_merge.hpp) and the right parameter count goes as
 // multi-row INSERTs instead. Only consecutive ones: moving a statement past another could

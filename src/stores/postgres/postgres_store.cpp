@@ -118,6 +118,12 @@ void PostgresStore::check_processed_event(const MigrateOptions& options, bool re
   }
 }
 
+bool PostgresStore::relation_exists(const char* name) {
+  const char* params[1] = {name};
+  const Result r = query("SELECT to_regclass($1) IS NOT NULL", params, "migrate: look for a table");
+  return std::strcmp(PQgetvalue(r.get(), 0, 0), "t") == 0;
+}
+
 MigrationReport PostgresStore::migrate(const MigrateOptions& options) {
   return apply_migrations(kIdemMigrations, postgres_sql::migrations(), &options);
 }
@@ -217,10 +223,16 @@ MigrationReport PostgresStore::apply_migrations(std::string_view set,
     } else {
       ddl = std::string(m.sql);
     }
-    // Simple-query protocol: a migration file holds several statements; they run
-    // inside this transaction, so a failing one leaves nothing behind.
-    const Result r = conn_.exec_simple(ddl.c_str());
-    if (!ok_status(r.get())) conn_.fail(r.get(), fmt::format("migration {} of '{}'", name, set));
+    // A store created with idem_outbox has no older `outbox` to rename (migration.hpp).
+    const bool nothing_to_rename = options != nullptr &&
+                                   m.version == postgres_sql::kOutboxRenameVersion &&
+                                   relation_exists(kOutboxTable);
+    if (!nothing_to_rename) {
+      // Simple-query protocol: a migration file holds several statements; they run
+      // inside this transaction, so a failing one leaves nothing behind.
+      const Result r = conn_.exec_simple(ddl.c_str());
+      if (!ok_status(r.get())) conn_.fail(r.get(), fmt::format("migration {} of '{}'", name, set));
+    }
     const char* record[3] = {set_name.c_str(), version.c_str(), name.c_str()};
     query(
         "INSERT INTO idem_schema_migrations (migration_set, version, name) "

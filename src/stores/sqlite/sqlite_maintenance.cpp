@@ -21,7 +21,8 @@ constexpr std::string_view kDeleteDedupSql =
     "DELETE FROM processed_event WHERE (event_id, consumer_group) IN "
     "(SELECT event_id, consumer_group FROM processed_event WHERE event_id < $1 LIMIT $2)";
 constexpr std::string_view kDeleteOutboxSql =
-    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < $1 LIMIT $2)";
+    "DELETE FROM idem_outbox WHERE id IN (SELECT id FROM idem_outbox WHERE published_at < $1 LIMIT "
+    "$2)";
 
 class SqliteMaintenance final : public MaintenanceOperations {
  public:

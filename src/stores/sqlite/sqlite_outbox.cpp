@@ -16,16 +16,17 @@ constexpr std::string_view kLagSql =
     "SELECT count(CASE WHEN rejected_at IS NULL THEN 1 END), "
     "coalesce(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - "
     "min(CASE WHEN rejected_at IS NULL THEN created_at END), -1), "
-    "count(rejected_at) FROM outbox WHERE published_at IS NULL";
+    "count(rejected_at) FROM idem_outbox WHERE published_at IS NULL";
 constexpr std::string_view kRejectSql =
-    "UPDATE outbox SET rejected_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), "
+    "UPDATE idem_outbox SET rejected_at = CAST((julianday('now') - 2440587.5) * 86400000 AS "
+    "INTEGER), "
     "rejected_reason = $2 WHERE id = $1 AND published_at IS NULL AND rejected_at IS NULL";
 constexpr std::string_view kListRejectedSql =
     "SELECT id, event_id, topic, message_key, length(CAST(payload AS BLOB)), rejected_reason, "
-    "rejected_at FROM outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL "
+    "rejected_at FROM idem_outbox WHERE rejected_at IS NOT NULL AND published_at IS NULL "
     "ORDER BY id LIMIT $1";
 constexpr std::string_view kDeletePublishedSql =
-    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at < "
+    "DELETE FROM idem_outbox WHERE id IN (SELECT id FROM idem_outbox WHERE published_at < "
     "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - $1 LIMIT $2)";
 
 class SqliteOutboxQueries final : public OutboxQueries {

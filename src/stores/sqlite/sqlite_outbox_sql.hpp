@@ -9,10 +9,11 @@ namespace idem::detail::sqlite {
 // claim does not filter by shard; the last column stands for the session (none here).
 constexpr std::string_view kClaimOutboxSql =
     "SELECT id, event_id, topic, message_key, payload, headers, 0 "
-    "FROM outbox WHERE published_at IS NULL AND rejected_at IS NULL AND id > $1 ORDER BY id "
+    "FROM idem_outbox WHERE published_at IS NULL AND rejected_at IS NULL AND id > $1 ORDER BY id "
     "LIMIT $2";
 constexpr std::string_view kMarkOutboxSql =
-    "UPDATE outbox SET published_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
+    "UPDATE idem_outbox SET published_at = CAST((julianday('now') - 2440587.5) * 86400000 AS "
+    "INTEGER) "
     "WHERE id IN (SELECT value FROM json_each($1)) AND published_at IS NULL";
 
 }  // namespace idem::detail::sqlite

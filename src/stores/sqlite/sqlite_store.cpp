@@ -359,10 +359,15 @@ void SqliteStore::apply_migration(std::string_view set, const SchemaMigration& m
       throw make_error(db_, rc, "cannot read applied migrations");
     applied = rc == SQLITE_DONE;
     if (applied) {
+      // A store created with idem_outbox has no older `outbox` to rename (migration.hpp).
+      const bool nothing_to_rename = set == kIdemMigrations &&
+                                     migration.version == sqlite_sql::kOutboxRenameVersion &&
+                                     has_table(kOutboxTable);
       // The migration's SQL may hold several statements; sqlite3_exec runs them all. It
       // runs without control permission: a BEGIN or COMMIT inside a migration file would
       // split the migration from its bookkeeping row, so it is refused.
-      exec(sql.c_str(), fmt::format("migration {} of '{}' failed", name, set));
+      if (!nothing_to_rename)
+        exec(sql.c_str(), fmt::format("migration {} of '{}' failed", name, set));
       Statement record(db_,
                        "INSERT INTO idem_schema_migrations(migration_set, version, name, "
                        "applied_at) VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",

@@ -1,54 +1,23 @@
-#include "stores/console_queries.hpp"
+#include "console/replay_audit.hpp"
 
 #include "idem/error.hpp"
 #include "stores/store_errors.hpp"
 
-namespace idem::detail {
+namespace idem::console {
 
 namespace {
 
 using Millis = std::chrono::sys_time<std::chrono::milliseconds>;
 
-std::optional<Millis> optional_ms(const RowView& row, std::size_t col) {
-  if (row.is_null(col)) return std::nullopt;
-  return Millis(std::chrono::milliseconds(row.int64(col)));
-}
-
-std::optional<Uuid> optional_uuid(const RowView& row, std::size_t col) {
-  if (row.is_null(col)) return std::nullopt;
-  return row.uuid(col);
-}
-
-/// A replay must not run unrecorded: refuse a store migrated by an idem without the table.
+/// A replay must not run unrecorded: refuse a store without the console's table.
 void require_audit_table(Store& store, Transaction& tx) {
-  require_table(store, tx, "idem_console_replay",
-                "the store has no replay audit table (idem_console_replay: it was migrated by an "
-                "older idem); run `idem migrate` first");
+  detail::require_table(store, tx, "idem_console_replay",
+                        "the store has no replay audit table (idem_console_replay): run `idem "
+                        "migrate` first (a program of your own: "
+                        "store.migrate_set(idem::console_migrations()))");
 }
 
 }  // namespace
-
-std::vector<DedupGroupStats> dedup_group_stats(Store& store) {
-  // PostgreSQL (before 16) has no min/max over uuid; the text form orders like the bytes
-  // (fixed-width lower-case hex), so the text's extremes are the UUIDs' extremes.
-  const char* sql =
-      store.backend() == Backend::Postgres
-          ? "SELECT consumer_group, count(*), min(event_id::text), max(event_id::text), "
-            "(extract(epoch from min(processed_at)) * 1000)::bigint, "
-            "(extract(epoch from max(processed_at)) * 1000)::bigint "
-            "FROM processed_event GROUP BY consumer_group ORDER BY consumer_group"
-          : "SELECT consumer_group, count(*), min(event_id), max(event_id), min(processed_at), "
-            "max(processed_at) FROM processed_event GROUP BY consumer_group ORDER BY "
-            "consumer_group";
-  auto tx = store.begin_read();
-  std::vector<DedupGroupStats> out;
-  for (const RowView row : tx->execute(sql)) {
-    out.push_back({std::string(row.text(0)), row.int64(1), optional_uuid(row, 2),
-                   optional_uuid(row, 3), optional_ms(row, 4), optional_ms(row, 5)});
-  }
-  tx->commit();
-  return out;
-}
 
 std::int64_t insert_replay_audit(Store& store, const ReplayAuditEntry& e) {
   auto tx = store.begin();
@@ -100,4 +69,4 @@ std::vector<ReplayAuditEntry> list_replay_audit(Store& store, std::int64_t limit
   return out;
 }
 
-}  // namespace idem::detail
+}  // namespace idem::console

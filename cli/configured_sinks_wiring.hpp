@@ -1,0 +1,41 @@
+#pragma once
+// `idem consume` and `idem config check` with routes declared in the configuration file
+// (the `routes` table; docs/configured-sinks.md): the CLI's side of idem::sinks.
+#include <memory>
+#include <optional>
+
+#include "idem/config.hpp"
+#include "idem/consumer.hpp"
+#include "idem/sinks/configured_sinks.hpp"
+#include "idem/sinks/sink_config.hpp"
+#include "idem/store.hpp"
+
+namespace idem::cli {
+
+/// The routes of the configuration file, or nullopt when it declares none.
+/// \throws ConfigError with every problem of the `routes` table.
+[[nodiscard]] std::optional<sinks::SinkConfig> configured_routes(const Config& settings);
+
+/// Fits `consumer` to `routes`: the routes' topics when consumer.topics is unset (else
+/// both must name the same topics), a consumer.group required, no consumer.handler.
+/// \throws ConfigError naming what does not fit.
+void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
+                  ConsumerConfig& consumer);
+
+/// Creates idem's own tables in `store` (never the reference system's), compiles the
+/// routes and checks every statement against the store.
+/// \throws ConfigError with every problem; Error when the store cannot be used.
+[[nodiscard]] std::unique_ptr<sinks::ConfiguredSinks> start_configured_sinks(
+    sinks::SinkConfig routes, Store& store);
+
+/// Prints the routes of the configuration file as `# ` lines, secrets redacted (for
+/// `idem config check` and `--print-config`); returns them, nullopt when there are none.
+/// \throws ConfigError with every problem of the `routes` table.
+std::optional<sinks::SinkConfig> print_configured_routes(const Config& settings);
+
+/// `idem config check`: when store.url is set, checks every statement of the routes
+/// against that store (nothing is created or changed in it).
+/// \throws ConfigError with every problem.
+void check_configured_routes(const Config& settings);
+
+}  // namespace idem::cli

@@ -1,0 +1,11 @@
+-- Version 6 of idem's own set created the web console's replay audit table
+-- (idem_console_replay) until the console got a migration set of its own: the table is now
+-- sql/console/sqlite/0001_replay_audit.sql, applied by `idem migrate` and by
+-- `store.migrate_set(idem::console_migrations())`. On a store migrated before, the table
+-- and its rows stay where they are and the console's migration keeps them.
+--
+-- The version stays taken by this statement that changes nothing: a store migrated before
+-- records version 6 as applied, so a later migration numbered 6 would never run there;
+-- and an older idem that migrates a store of this release finds version 6 recorded and
+-- does not create the console's table a second time.
+SELECT 1;

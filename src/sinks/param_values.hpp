@@ -1,0 +1,71 @@
+#pragma once
+// Typed parameter values: a JSON value (or a record attribute's text) checked against its
+// declared type and turned into the Param the store binds. Numeric values stay exact on
+// both backends: decimal text on PostgreSQL (read into numeric), a scaled 64-bit integer
+// on SQLite (which has no exact decimal type: `balance + $amount` on a REAL or on decimal
+// text would round), the scale written in the route.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <simdjson.h>
+
+#include "idem/events/validation.hpp"
+#include "idem/sinks/sink_config.hpp"
+#include "idem/store.hpp"
+
+namespace idem::sinks::detail {
+
+/// An exact decimal within a declared precision and scale.
+struct Decimal {
+  bool negative = false;
+  std::string digits;  ///< integer and fraction digits, `scale` of them after the point
+  int scale = 0;
+
+  /// "-12.30" for scale 2; "7" for scale 0.
+  [[nodiscard]] std::string text() const;
+  /// -1230 for -12.30 at scale 2. Precondition: at most 18 digits.
+  [[nodiscard]] std::int64_t scaled() const noexcept;
+};
+
+/// Reads `text` (an optional `-`, digits, optionally `.` and digits: no exponent, no `+`)
+/// as a decimal of at most `precision` digits with at most `scale` after the point; the
+/// fraction is padded to `scale`. The error names `field`.
+[[nodiscard]] Validated<Decimal> parse_decimal(std::string_view text, int precision, int scale,
+                                               const std::string& field);
+
+/// `text` as a JSON string literal (quotes, backslashes and control characters escaped).
+[[nodiscard]] std::string json_string(std::string_view text);
+
+/// Where a value was found, for messages: the pointer or source as written, and the key.
+struct ValueContext {
+  const ParamSpec& spec;
+  Backend backend;
+  std::string_view field;  ///< e.g. "/amount" or "kafka.header.tenant"
+};
+
+/// A JSON value as `spec` declares it. `raw_number` is the value's literal text when it
+/// is a non-integer number (an exact numeric needs the digits, not a double).
+[[nodiscard]] Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ctx,
+                                          std::string_view raw_number);
+
+/// A text value (a Kafka header, a CloudEvents attribute, the key) as `spec` declares it.
+[[nodiscard]] Validated<Param> text_param(std::string_view text, const ValueContext& ctx);
+
+/// The value of a parameter that is absent (or JSON null): NULL when it is optional, the
+/// error naming the field when it is required.
+[[nodiscard]] Validated<Param> absent_param(const ValueContext& ctx, bool is_null);
+
+/// Where a template inserts a value.
+enum class TemplatePlace { Url, Header, Body };
+
+/// Appends `value` (of parameter `spec`) to `out` as `place` needs it, safe by
+/// construction: percent-encoded in a URL (every byte but RFC 3986's unreserved ones),
+/// as text in a header value (a value with a control character such as CR or LF is
+/// refused: it could start a header of its own), JSON-encoded in a body (strings quoted
+/// and escaped, numbers and booleans as themselves, a json parameter as its JSON, NULL
+/// as null). Returns what is wrong, or nullopt.
+[[nodiscard]] std::optional<std::string> insert_value(std::string& out, const Param& value,
+                                                      const ParamSpec& spec, TemplatePlace place);
+
+}  // namespace idem::sinks::detail

@@ -1,0 +1,136 @@
+#include "sinks/route_call.hpp"
+
+#include <exception>
+#include <span>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "sinks/param_values.hpp"
+
+namespace idem::sinks::detail {
+
+namespace {
+
+// The answer's values of `response:` parameters, or why one required is missing. Runs on
+// the HTTP client's loop thread: one parser for that thread, reused.
+Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Backend backend,
+                                  const std::string& body) {
+  CallAnswer answer;
+  if (event.from_answer.empty()) return answer;
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const bool parsed = parser.parse(body).get(doc) == simdjson::SUCCESS;
+  for (const auto& [position, index] : event.from_answer) {
+    const ParamSpec& spec = route.params[index];
+    const ValueContext ctx{spec, backend, "response:" + spec.source.name};
+    simdjson::dom::element found;
+    Validated<Param> value =
+        parsed && doc.at_pointer(spec.source.name).get(found) == simdjson::SUCCESS
+            ? json_param(found, ctx, simdjson::minify(found))
+            : absent_param(ctx, false);
+    if (!value.ok()) return value.error();
+    answer.values.emplace_back(position, std::move(value).value());
+  }
+  return answer;
+}
+
+}  // namespace
+
+RouteCalls::RouteCalls(const Route& route, Backend backend,
+                       std::function<void(std::string_view)> log)
+    : route_(route), backend_(backend), log_(std::move(log)) {}
+
+std::chrono::steady_clock::time_point RouteCalls::next_slot() {
+  const double rate = route_.http->rate_limit;
+  if (rate <= 0) return {};
+  const auto now = std::chrono::steady_clock::now();
+  if (next_slot_ < now) next_slot_ = now;
+  const auto at = next_slot_;
+  next_slot_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(1.0 / rate));
+  return at;
+}
+
+void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
+                       CallCompletion<CallAnswer> done) {
+  http::Request request = *event.request;
+  request.not_before = next_slot();
+  const std::uint64_t successes_then = successes_.load(std::memory_order_acquire);
+  try {
+    // The callback runs on the client's loop thread and only completes `done` (never
+    // blocks). `event` outlives the call: the consumer keeps it until the call completed.
+    client.start(std::move(request), [this, &event, successes_then, done](http::CallResult r) {
+      finish(r, event, successes_then, done);
+    });
+  } catch (const std::exception& e) {  // a header value the client refuses
+    done.dead_letter(
+        fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
+  }
+}
+
+void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
+                        std::uint64_t successes_then, const CallCompletion<CallAnswer>& done) {
+  const http::Classification& c = result.classification;
+  switch (result.status) {
+    case http::CallStatus::Success: {
+      successes_.fetch_add(1, std::memory_order_acq_rel);
+      {
+        std::lock_guard lock(mutex_);
+        if (!paused_.empty() && log_)
+          log_(fmt::format("route {} resumed: a call succeeded", route_.name));
+        paused_.clear();
+      }
+      Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);
+      if (!answer.ok())
+        return done.dead_letter(fmt::format("the answer (HTTP {}) lacks what routes.{} records: {}",
+                                            result.http_status, route_.name,
+                                            answer.error().message));
+      return done.done(std::move(answer).value());
+    }
+    case http::CallStatus::Permanent:
+      if (c.verdict == http::Verdict::RouteMisconfigured) {
+        // Every call failing alike is the route's fault (credentials, URL): pause, do not
+        // dead-letter the stream. A call failing while others succeed is this request's.
+        if (successes_.load(std::memory_order_acquire) == successes_then) {
+          pause(c.reason);
+          return done.retry(fmt::format("route {} paused: {}", route_.name, c.reason));
+        }
+      }
+      return done.dead_letter(c.reason.empty() ? result.error : c.reason);
+    case http::CallStatus::RetriesExhausted:
+      return done.retry(c.reason.empty() ? result.error : c.reason);
+  }
+}
+
+void RouteCalls::pause(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (paused_.empty() && log_)
+    log_(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
+                     route_.name, reason));
+  paused_ = reason;
+}
+
+std::string RouteCalls::paused_reason() const {
+  std::lock_guard lock(mutex_);
+  return paused_;
+}
+
+Outcome apply_statements(const SinkEvent& event, const CallAnswer* answer, Transaction& tx) {
+  if (event.route == nullptr) return Outcome::Done;
+  std::vector<Param> patched;
+  std::span<const Param> values(event.values);
+  if (answer != nullptr && !answer->values.empty()) {
+    patched = event.values;
+    for (const auto& [position, value] : answer->values) patched[position] = value;
+    values = patched;
+  }
+  std::size_t next = 0;
+  for (const SqlStatement& st : event.route->config->sql) {
+    tx.execute_deferred_params(st.sql, values.subspan(next, st.params.size()));
+    next += st.params.size();
+  }
+  return Outcome::Done;
+}
+
+}  // namespace idem::sinks::detail

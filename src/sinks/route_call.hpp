@@ -1,0 +1,59 @@
+#pragma once
+// The HTTP call of a configured route as an effect handler (Consumer::on_effect): the call
+// phase sends the request rendered at the boundary and reads the answer with
+// http::ResponsePolicy; the apply phase runs the route's statements with the values the
+// answer gave. One RouteCalls per route holds what its calls share: the rate limit and
+// whether the route is paused.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/consumer.hpp"
+#include "idem/http/async_client.hpp"
+#include "sinks/sink_event.hpp"
+
+namespace idem::sinks::detail {
+
+/// What a successful call gave the apply phase: values of `response:` parameters, at
+/// their positions in SinkEvent::values.
+struct CallAnswer {
+  std::vector<std::pair<std::size_t, Param>> values;
+};
+
+class RouteCalls {
+ public:
+  RouteCalls(const Route& route, Backend backend, std::function<void(std::string_view)> log);
+
+  /// Starts the call of `event` on `client` (not before the rate limit allows) and
+  /// completes `done` from the answer. Runs on the consumer's run() thread.
+  void start(http::AsyncClient& client, const SinkEvent& event, CallCompletion<CallAnswer> done);
+
+  /// Why the route is paused, or empty. Thread-safe.
+  [[nodiscard]] std::string paused_reason() const;
+
+ private:
+  void finish(const http::CallResult& result, const SinkEvent& event, std::uint64_t successes_then,
+              const CallCompletion<CallAnswer>& done);
+  void pause(const std::string& reason);
+  [[nodiscard]] std::chrono::steady_clock::time_point next_slot();
+
+  const Route& route_;
+  Backend backend_;
+  std::function<void(std::string_view)> log_;
+  std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
+  std::atomic<std::uint64_t> successes_{0};
+  mutable std::mutex mutex_;
+  std::string paused_;  // guarded by mutex_
+};
+
+/// The apply phase: the route's statements with the answer's values in place.
+Outcome apply_statements(const SinkEvent& event, const CallAnswer* answer, Transaction& tx);
+
+}  // namespace idem::sinks::detail
