@@ -6,12 +6,15 @@
 # and the corpus size of every target.
 #
 #   scripts/fuzz.sh [SECONDS]
+#   scripts/fuzz.sh --build-only     only build the targets (scripts/test.sh, beside the tests)
 #
 # The seeds in fuzz/corpus/<name>/ are never written to: each target runs on a working
 # corpus in <build>/corpus/<name>/ that starts from them and keeps growing across runs.
 # IDEM_FUZZ_BUILD_DIR overrides the build directory (default: <repo>/build-fuzz).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 seconds="${1:-60}"
 build="${IDEM_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 jobs="${IDEM_JOBS:-2}"
@@ -27,6 +30,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
   -DIDEM_BUILD_FUZZ=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_CLI=OFF -DIDEM_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$build" -j"$jobs" --target "${targets[@]/%/_fuzz}"
+[ "$build_only" = 1 ] && exit 0
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

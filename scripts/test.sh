@@ -1,20 +1,56 @@
 #!/usr/bin/env bash
 # Builds idem with warnings as errors and runs every test (unit, integration,
 # fault, packaging) against a throwaway PostgreSQL on 127.0.0.1 and the
-# embedded Kafka-protocol broker. Used by .ci/run.
+# embedded Kafka-protocol broker, then the fuzz targets briefly. Used by .ci/run.
+# Prints the time each step took. Extra arguments go to ctest (e.g. -L fault).
+#
+# IDEM_JOBS: build jobs (default 2). IDEM_TEST_JOBS: tests run at once (default 16): most
+# tests wait on the mock cluster's group timing, a database or a child process rather
+# than on the CPU, so many share two cores (docs/testing.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${IDEM_BUILD_DIR:-$root/build-test}"
 jobs="${IDEM_JOBS:-2}"
+test_jobs="${IDEM_TEST_JOBS:-16}"
+
+started=$SECONDS
+step_started=$SECONDS
+step_done() {
+  echo "test.sh: $1 took $((SECONDS - step_started)) s ($((SECONDS - started)) s in all)"
+  step_started=$SECONDS
+}
 
 "$root/scripts/check-style.sh" --format-only  # clang-format drift fails before anything is built
 "$root/scripts/check-size.sh"  # no source file over 600 lines, no class over 300 (tests exempt)
+step_done "format and size checks"
 # IDEM_BUILD_BENCH: the benchmark programs are compiled (never run here), so a change to
 # an API they use fails the test command instead of rotting until the next measurement.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
   -DIDEM_BUILD_BENCH=ON
 cmake --build "$build" -j"$jobs"
+step_done "build"
 "$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
+step_done "clang-tidy"
+
+# The fuzz targets (clang, a build directory of their own) compile while the tests run, at
+# the lowest priority: the tests keep the CPU they ask for, and the compile takes what they
+# leave, which is most of it in the run's last minute (a few long fault scenarios waiting).
+fuzz_log="$build/fuzz-build.log"
+setsid nice -n 19 "$root/scripts/fuzz.sh" --build-only >"$fuzz_log" 2>&1 &
+fuzz_build=$!  # a process group of its own: stopped with its compilers if we end early
+trap 'kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
+tests=0
 "$root/scripts/with-postgres.sh" \
-  ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs" "$@"
-"$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute (clang, own build dir)
+  ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$test_jobs" "$@" || tests=$?
+step_done "tests (ctest -j$test_jobs)"
+fuzz_built=0
+wait "$fuzz_build" || fuzz_built=$?
+trap - EXIT
+if [ "$fuzz_built" -ne 0 ]; then
+  echo "test.sh: the fuzz build failed; its log ($fuzz_log):" >&2
+  tail -n 60 "$fuzz_log" >&2
+  exit 1
+fi
+[ "$tests" -eq 0 ] || exit "$tests"
+"$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute
+step_done "fuzzing (the rest of its build, then 20 s per target)"

@@ -106,6 +106,11 @@ struct ConsumerConfig {
   /// At start, read each topic's retention.ms from the broker (where it answers) and log a
   /// warning when the topic keeps records longer than the dedup rows are kept.
   bool check_topic_retention = true;
+  /// How long that check waits for the broker's answer (DescribeConfigs) before it logs that
+  /// it could not read the retention; a broker that does not implement DescribeConfigs
+  /// (the dev broker) never answers. The check runs beside consuming, which never waits for
+  /// it. At least 1 ms.
+  std::chrono::milliseconds topic_retention_timeout{5000};
   /// The clock of the horizon guard; must outlive the Consumer.
   const Clock* clock = &SystemClock::instance();
   /// Effect handlers (Consumer::on_effect): events whose call phase may be running at once,

@@ -1,5 +1,6 @@
 #include "consumer/topic_retention_check.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <string_view>
@@ -12,7 +13,6 @@ namespace idem::detail {
 
 namespace {
 
-constexpr std::chrono::milliseconds kDeadline{5000};
 constexpr int kPollSliceMs = 200;
 
 struct AdminOptionsDeleter {
@@ -39,6 +39,8 @@ void TopicRetentionCheck::run() noexcept {
   const std::int64_t dedup_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(config_.dedup_horizon.retention)
           .count();
+  const std::chrono::milliseconds timeout =
+      std::max(config_.topic_retention_timeout, std::chrono::milliseconds(1));
   try {
     // A consumer-type handle accepts the same pass-through properties as the consumer
     // (TLS, SASL, ...); it never subscribes, so it joins no group.
@@ -52,7 +54,7 @@ void TopicRetentionCheck::run() noexcept {
     std::unique_ptr<rd_kafka_AdminOptions_t, AdminOptionsDeleter> options(
         rd_kafka_AdminOptions_new(rk.get(), RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS));
     char errstr[256];
-    rd_kafka_AdminOptions_set_request_timeout(options.get(), static_cast<int>(kDeadline.count()),
+    rd_kafka_AdminOptions_set_request_timeout(options.get(), static_cast<int>(timeout.count()),
                                               errstr, sizeof errstr);
     std::vector<rd_kafka_ConfigResource_t*> resources;
     for (const auto& topic : config_.topics) {
@@ -63,7 +65,7 @@ void TopicRetentionCheck::run() noexcept {
     for (auto* r : resources) rd_kafka_ConfigResource_destroy(r);
 
     std::unique_ptr<rd_kafka_event_t, EventDeleter> event;
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!event && !stop_.load() && std::chrono::steady_clock::now() < deadline) {
       event.reset(rd_kafka_queue_poll(queue.get(), kPollSliceMs));
     }

@@ -20,6 +20,7 @@
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/mock_group.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
@@ -67,9 +68,9 @@ Outcome run_billing_through_resets(bool idempotency_key) {
 
   test::ProviderProcess provider(IDEM_CLI_PATH, test::fresh_sqlite_url(),
                                  {"--reset-after-commit", "0.5", "--seed", "11"});
-  std::vector<std::string> args{
-      "consume", "--brokers",      broker.bootstrap(), "--db",    db, "--handler",
-      "billing", "--provider-url", provider.url(),     "--batch", "5"};
+  std::vector<std::string> args =
+      test::with_mock_group({"consume", "--brokers", broker.bootstrap(), "--db", db, "--handler",
+                             "billing", "--provider-url", provider.url(), "--batch", "5"});
   if (!idempotency_key) args.emplace_back("--no-idempotency-key");
   auto consumer = test::ChildProcess::spawn(IDEM_CLI_PATH, args);
 

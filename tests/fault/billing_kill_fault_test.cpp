@@ -41,6 +41,7 @@
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -75,29 +76,11 @@ class BillingKillFault : public ::testing::Test {
   }
 
   ChildProcess start_consumer(const std::string& provider_url) {
-    ChildProcess child = ChildProcess::spawn(IDEM_CLI_PATH, {"consume",
-                                                             "--brokers",
-                                                             broker_->bootstrap(),
-                                                             "--topic",
-                                                             topic_,
-                                                             "--group",
-                                                             group_,
-                                                             "--db",
-                                                             billing_db_,
-                                                             "--handler",
-                                                             "billing",
-                                                             "--provider-url",
-                                                             provider_url,
-                                                             "--max-in-flight",
-                                                             "512",
-                                                             "--batch",
-                                                             "500",
-                                                             "--kafka",
-                                                             "session.timeout.ms=6000",
-                                                             "--kafka",
-                                                             "heartbeat.interval.ms=1000",
-                                                             "--kafka",
-                                                             "log_level=3"});
+    ChildProcess child = ChildProcess::spawn(
+        IDEM_CLI_PATH,
+        with_mock_group({"consume", "--brokers", broker_->bootstrap(), "--topic", topic_, "--group",
+                         group_, "--db", billing_db_, "--handler", "billing", "--provider-url",
+                         provider_url, "--max-in-flight", "512", "--batch", "500"}));
     if (!read_line_starting_with(child, "consuming ", 30s))
       ADD_FAILURE() << "idem consume did not say it is consuming";
     return child;

@@ -7,7 +7,8 @@
 // each restart costs a group join, the test's main cost), then restarted. Each mode
 // must end with every balance equal to the sum of its distinct events, exact to the cent,
 // one movement row per event, and the malformed records in the DLQ, the same as the
-// others: the three formats give the same results.
+// others: the three formats give the same results. On the dev broker the tests share,
+// with a topic and a group per mode.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -18,10 +19,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/store.hpp"
+#include "support/mock_group.hpp"
 #include "support/outside_python.hpp"
 #include "support/process.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
@@ -45,7 +47,7 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
     test::skip_or_fail("no python3 with confluent_kafka (apt-get install python3-confluent-kafka)");
     return;
   }
-  DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   std::map<std::string, std::map<std::string, std::int64_t>> results;  // mode -> balances
   for (const std::string mode : {"json", "binary", "structured"}) {
     SCOPED_TRACE(mode);
@@ -80,11 +82,11 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
     const auto config = test::scratch_dir() / (topic + ".toml");
     std::ofstream(config) << fmt::format(
         // Static membership: a consumer restarted after a SIGKILL gets its partitions back
-        // at once instead of after the dead member's session timeout.
+        // at once instead of after the dead member's session timeout (the mock group
+        // timing's, given as flags).
         "store.url = \"{}\"\nconsumer.group = \"{}\"\nconsumer.batch_size = 20\n"
         "consumer.instance_id = \"sink-1\"\n"
         "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n"
-        "\"session.timeout.ms\" = \"6000\"\n\"log_level\" = \"3\"\n"
         "[routes]\nformat = \"{}\"\n"
         "[routes.balance]\ntopic = \"{}\"\ntype = \"payment.received.v1\"\n"
         "sql = [\"UPDATE account SET balance = balance + $amount WHERE id = $account\",\n"
@@ -99,8 +101,8 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
     // The first consumer dies by SIGKILL mid-stream (after some effects committed, before
     // all); the second runs to the end.
     for (int life = 0; life < 2; ++life) {
-      test::ChildProcess cli =
-          test::ChildProcess::spawn(IDEM_CLI_PATH, {"consume", "--config", config.string()});
+      test::ChildProcess cli = test::ChildProcess::spawn(
+          IDEM_CLI_PATH, test::with_mock_group({"consume", "--config", config.string()}));
       if (life == 0) {
         const std::int64_t before = movements();
         ASSERT_TRUE(

@@ -39,6 +39,7 @@
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
@@ -410,10 +411,10 @@ TEST_P(ConsumerScenario, OffsetResetToEarliestAppliesNoEffectTwice) {
   const std::string fresh_group = unique_name("audit");
   {
     ChildProcess cli = ChildProcess::spawn(
-        IDEM_CLI_PATH, {"consume", "--brokers", bootstrap(), "--topic", topic_, "--group",
-                        fresh_group, "--db", db_url_, "--batch", std::to_string(kBatch),
-                        "--auto-offset-reset", "earliest", "--kafka", "session.timeout.ms=6000",
-                        "--kafka", "heartbeat.interval.ms=1000", "--kafka", "log_level=3"});
+        IDEM_CLI_PATH,
+        idem::test::with_mock_group({"consume", "--brokers", bootstrap(), "--topic", topic_,
+                                     "--group", fresh_group, "--db", db_url_, "--batch",
+                                     std::to_string(kBatch), "--auto-offset-reset", "earliest"}));
     std::vector<std::string> seen;
     ASSERT_TRUE(idem::test::expect_line(cli, fmt::format("consuming {} as {}", topic_, fresh_group),
                                         30s, &seen));

@@ -19,6 +19,7 @@
 #include "idem/store.hpp"
 #include "support/cli_run.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
@@ -44,8 +45,8 @@ DevBroker start_dev_broker(const std::string& topic) {
 
 std::vector<std::string> consume_args(const std::string& db, const std::string& bootstrap,
                                       const std::string& topic, const std::string& group) {
-  return {"consume", "--db", db,          "--brokers", bootstrap, "--topic", topic,
-          "--group", group,  "--handler", "count",     "--batch", "10"};
+  return test::with_mock_group({"consume", "--db", db, "--brokers", bootstrap, "--topic", topic,
+                                "--group", group, "--handler", "count", "--batch", "10"});
 }
 
 std::string read_file(const std::string& path) {
@@ -97,9 +98,10 @@ TEST(ConsumerLifecycle, SigtermWithTheBrokerGoneEndsWithinTheStopTimeoutAndSaysW
 
 // A consumer SIGKILLed and started again with the same consumer.instance_id
 // (group.instance.id). With dynamic membership the new process waits for the dead
-// member's session timeout (45 s by default) before it gets the partition. The figure is
-// printed; librdkafka 2.0.2's mock cluster is what serves the group here, so it shows
-// what that broker does with a static member (see docs/consumer.md).
+// member's session timeout (45 s by default, the tests' mock_group_flags() here) before
+// it gets the partition. The figure is printed; librdkafka 2.0.2's mock cluster is what
+// serves the group here, so it shows what that broker does with a static member (see
+// docs/consumer.md).
 TEST(ConsumerLifecycle, RestartWithTheSameInstanceIdProcessesAgain) {
   IDEM_REQUIRE_CLI();
   const std::string topic = test::unique_name("static-topic");

@@ -26,6 +26,7 @@
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
+#include "support/mock_group.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
@@ -88,11 +89,11 @@ class DedupRetentionAgreementTest : public ::testing::Test {
   std::string consume_until_committed(std::int64_t offsets) {
     const std::string log =
         (test::scratch_dir() / (test::unique_name("consume") + ".log")).string();
-    auto consumer =
-        test::ChildProcess::spawn(IDEM_CLI_PATH,
-                                  {"consume", "--brokers", broker_->bootstrap(), "--topic", topic_,
-                                   "--group", group_, "--db", db_, "--batch", "10"},
-                                  {}, log);
+    auto consumer = test::ChildProcess::spawn(
+        IDEM_CLI_PATH,
+        test::with_mock_group({"consume", "--brokers", broker_->bootstrap(), "--topic", topic_,
+                               "--group", group_, "--db", db_, "--batch", "10"}),
+        {}, log);
     const bool done = test::eventually(
         [&] {
           try {

@@ -36,6 +36,7 @@
 #include "support/cli_run.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -86,29 +87,12 @@ class ProviderKeyRetention : public ::testing::Test {
 
   ChildProcess start_consumer(const std::string& config, const std::string& provider_url,
                               const std::string& stderr_path) {
-    ChildProcess child = ChildProcess::spawn(IDEM_CLI_PATH,
-                                             {"consume",
-                                              "--config",
-                                              config,
-                                              "--brokers",
-                                              broker_->bootstrap(),
-                                              "--topic",
-                                              topic_,
-                                              "--group",
-                                              group_,
-                                              "--db",
-                                              billing_db_,
-                                              "--provider-url",
-                                              provider_url,
-                                              "--batch",
-                                              "1",
-                                              "--kafka",
-                                              "session.timeout.ms=6000",
-                                              "--kafka",
-                                              "heartbeat.interval.ms=1000",
-                                              "--kafka",
-                                              "log_level=3"},
-                                             {}, stderr_path);
+    ChildProcess child = ChildProcess::spawn(
+        IDEM_CLI_PATH,
+        with_mock_group({"consume", "--config", config, "--brokers", broker_->bootstrap(),
+                         "--topic", topic_, "--group", group_, "--db", billing_db_,
+                         "--provider-url", provider_url, "--batch", "1"}),
+        {}, stderr_path);
     if (!read_line_starting_with(child, "consuming ", 30s))
       ADD_FAILURE() << "idem consume did not say it is consuming: " << read_file(stderr_path);
     return child;

@@ -30,6 +30,7 @@
 #include "support/cli_run.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
@@ -271,8 +272,9 @@ TEST(ConsumerLifecycle, SigtermWithTheDatabaseFrozenEndsWithinTheStopTimeoutAndS
   const std::string stderr_path = scratch_file("consume-stderr");
   auto consumer = test::ChildProcess::spawn(
       IDEM_CLI_PATH,
-      {"consume", "--db", pg.url(), "--brokers", broker.bootstrap(), "--topic", topic, "--group",
-       group, "--handler", "count", "--batch", "10", "--stop-timeout", std::string(kStopTimeout)},
+      test::with_mock_group({"consume", "--db", pg.url(), "--brokers", broker.bootstrap(),
+                             "--topic", topic, "--group", group, "--handler", "count", "--batch",
+                             "10", "--stop-timeout", std::string(kStopTimeout)}),
       {}, stderr_path);
   ASSERT_TRUE(test::read_line_starting_with(consumer, "consuming ", 30s));
   ASSERT_TRUE(

@@ -32,7 +32,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
@@ -40,7 +39,9 @@
 #include "support/cli_run.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -55,9 +56,8 @@ using test::eventually;
 // does; one that stops takes a backoff or two.
 constexpr auto kExitDeadline = 60s;
 
-DevBroker& broker() {
-  static DevBroker b;
-  return b;
+test::SharedBroker& broker() {
+  return test::shared_broker();
 }
 
 std::string read_file(const std::string& path) {
@@ -114,8 +114,9 @@ class StoreRefusal : public ::testing::Test {
   ChildProcess start_consume(const std::string& log, const std::string& url) {
     return ChildProcess::spawn(
         IDEM_CLI_PATH,
-        {"consume", "--brokers", broker().bootstrap_servers(), "--topic", topic_, "--group", group_,
-         "--db", url, "--batch", "10", "--kafka", "log_level=2"},
+        test::with_mock_group({"consume", "--brokers", broker().bootstrap_servers(), "--topic",
+                               topic_, "--group", group_, "--db", url, "--batch", "10", "--kafka",
+                               "log_level=2"}),
         {}, log);
   }
 

@@ -3,9 +3,13 @@
 // analytics consumers on the same input (the same records, the same provider), on both
 // backends. Each side has a store of its own; the provider deduplicates on the event id,
 // so the second side's charges are replays and carry the same payment ids.
+//
+// On the dev broker the tests share: each test reads a topic of its own (the examples'
+// routes are moved to it) with groups of its own.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,7 +17,6 @@
 #include <fmt/format.h>
 
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/order_confirmed.hpp"
@@ -22,6 +25,7 @@
 #include "idem/sinks/configured_sinks.hpp"
 #include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -45,7 +49,7 @@ std::string example(const std::string& name) {
 }
 
 template <class B>
-class ConfiguredExamplesTest : public ::testing::Test {
+class ConfiguredExamplesTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
     for (auto* url : {&compiled_url_, &configured_url_}) {
@@ -53,9 +57,10 @@ class ConfiguredExamplesTest : public ::testing::Test {
       if (url->empty()) return;
       migrate_reference_system(*open_store(*url));
     }
-    broker_.create_topic(std::string(kOrderConfirmedTopic), 3);
-    broker_.create_topic(std::string(kOrderConfirmedTopic) + ".dlq", 1);
-    test::KafkaTestProducer producer(broker_.bootstrap_servers());
+    topic_ = test::unique_name("order-confirmed");
+    broker_->create_topic(topic_, 3);
+    broker_->create_topic(topic_ + ".dlq", 1);
+    test::KafkaTestProducer producer(broker_->bootstrap_servers());
     for (int i = 1; i <= kOrders; ++i) {
       OrderConfirmed e;
       e.event_id = new_uuid_v7();
@@ -73,23 +78,24 @@ class ConfiguredExamplesTest : public ::testing::Test {
             e.order_id, e.customer_id, e.total_amount);
         tx->commit();
       }
-      producer.send({std::string(kOrderConfirmedTopic), std::to_string(i), to_json(e), {}});
-      if (i % 10 == 0)
-        producer.send({std::string(kOrderConfirmedTopic), std::to_string(i), to_json(e), {}});
+      producer.send({topic_, std::to_string(i), to_json(e), {}});
+      if (i % 10 == 0) producer.send({topic_, std::to_string(i), to_json(e), {}});
     }
     producer.flush();
   }
 
   /// Runs `install` on a consumer of `url` until `done` holds. Each side is a group of its
-  /// own (`group` plus the store's name), so each reads the topic from the start.
+  /// own (`group`, the store's side and a unique suffix), so each reads the topic from the
+  /// start.
   template <class Install, class Done>
   void consume(const std::string& url, const std::string& group, Install install, Done done) {
-    ConsumerConfig c;
-    c.bootstrap_servers = broker_.bootstrap_servers();
-    c.group_id = fmt::format("{}-{}", group, url == compiled_url_ ? "compiled" : "configured");
-    c.topics = {std::string(kOrderConfirmedTopic)};
+    ConsumerConfig c = test::mock_consumer_config(
+        broker_->bootstrap_servers(),
+        test::unique_name(
+            fmt::format("{}-{}", group, url == compiled_url_ ? "compiled" : "configured")),
+        {topic_});
     c.batch_size = 25;
-    c.kafka = {{"auto.offset.reset", "earliest"}, {"log_level", "3"}};
+    c.kafka.emplace_back("auto.offset.reset", "earliest");
     Consumer consumer(c, open_store(url));
     install(consumer);
     std::thread runner([&] { consumer.run(); });
@@ -99,11 +105,17 @@ class ConfiguredExamplesTest : public ::testing::Test {
     ASSERT_TRUE(finished);
   }
 
+  /// The example `name` as written, its routes moved to this test's topic.
   std::unique_ptr<sinks::ConfiguredSinks> configured(
       const std::string& name, const std::vector<std::pair<std::string, std::string>>& env) {
     auto store = open_store(configured_url_);
-    auto sinks = std::make_unique<sinks::ConfiguredSinks>(
-        *sinks::load_sink_config(example(name), env), store->backend());
+    sinks::SinkConfig config = *sinks::load_sink_config(example(name), env);
+    EXPECT_EQ(config.topic_names(), std::vector<std::string>{std::string(kOrderConfirmedTopic)});
+    for (auto& route : config.routes) route.topic = topic_;
+    std::map<std::string, sinks::TopicFormat> formats;
+    for (const auto& [topic, format] : config.topics) formats[topic_] = format;
+    config.topics = std::move(formats);
+    auto sinks = std::make_unique<sinks::ConfiguredSinks>(std::move(config), store->backend());
     sinks->check(*store);
     return sinks;
   }
@@ -123,7 +135,7 @@ class ConfiguredExamplesTest : public ::testing::Test {
     return B::read_scalar(*store, "SELECT count(*) FROM " + table);
   }
 
-  DevBroker broker_;
+  std::string topic_;
   std::string compiled_url_;
   std::string configured_url_;
 };
@@ -142,9 +154,7 @@ TYPED_TEST(ConfiguredExamplesTest, AnalyticsAsConfigurationGivesTheCompiledTotal
   };
   this->consume(
       this->compiled_url_, group,
-      [](Consumer& c) {
-        c.on<OrderConfirmed>(std::string(kOrderConfirmedTopic), analytics_handler());
-      },
+      [this](Consumer& c) { c.on<OrderConfirmed>(this->topic_, analytics_handler()); },
       summed(this->compiled_url_));
   auto sinks = this->configured("analytics.toml", {});
   this->consume(
@@ -167,7 +177,7 @@ TYPED_TEST(ConfiguredExamplesTest, BillingAsConfigurationGivesTheCompiledLedger)
   billing.provider_url = provider.url();
   this->consume(
       this->compiled_url_, group,
-      [&](Consumer& c) { c.on_effect(std::string(kOrderConfirmedTopic), billing_effect(billing)); },
+      [&](Consumer& c) { c.on_effect(this->topic_, billing_effect(billing)); },
       ledger_full(this->compiled_url_));
   auto sinks = this->configured("billing.toml", {{"PROVIDER_URL", provider.url()}});
   this->consume(

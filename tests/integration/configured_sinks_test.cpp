@@ -2,7 +2,8 @@
 // on both backends: an account-balance sink whose balances end exact to the cent with
 // duplicates and malformed records in the stream; bad configurations refused before
 // anything is consumed; a table that disappears while running stops the consumer
-// instead of dead-lettering the stream.
+// instead of dead-lettering the stream. On the dev broker the tests share, with a topic
+// and a group of each test's own; every `idem consume` has the mock group timing.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -14,11 +15,12 @@
 
 #include <fmt/format.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/cli_run.hpp"
+#include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -59,7 +61,7 @@ amount = {{ from = "/amount", type = "numeric", precision = 18, scale = 2 }}
 )toml";
 
 template <class B>
-class ConfiguredSinksTest : public ::testing::Test {
+class ConfiguredSinksTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
     IDEM_REQUIRE_CLI();
@@ -77,8 +79,8 @@ class ConfiguredSinksTest : public ::testing::Test {
       tx->execute("INSERT INTO account (id, balance) VALUES ($1, 0)", fmt::format("acct-{}", a));
     tx->commit();
     topic_ = test::unique_name("payments");
-    broker_.create_topic(topic_, 3);
-    broker_.create_topic(topic_ + ".dlq", 1);
+    broker_->create_topic(topic_, 3);
+    broker_->create_topic(topic_ + ".dlq", 1);
     group_ = test::unique_name("balance");
   }
 
@@ -87,9 +89,8 @@ class ConfiguredSinksTest : public ::testing::Test {
     const auto path = test::scratch_dir() / (test::unique_name("sink") + ".toml");
     std::ofstream(path) << fmt::format(
         "store.url = \"{}\"\nconsumer.group = \"{}\"\nconsumer.batch_size = 50\n"
-        "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n"
-        "\"log_level\" = \"3\"\n{}",
-        url_, group_, broker_.bootstrap_servers(), routes);
+        "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n{}",
+        url_, group_, broker_->bootstrap_servers(), routes);
     return path.string();
   }
   [[nodiscard]] std::string routes() const {
@@ -101,7 +102,7 @@ class ConfiguredSinksTest : public ::testing::Test {
   /// expected balance of each account in cents.
   std::map<std::string, std::int64_t> produce() {
     std::map<std::string, std::int64_t> expected;
-    test::KafkaTestProducer producer(broker_.bootstrap_servers());
+    test::KafkaTestProducer producer(broker_->bootstrap_servers());
     for (int i = 0; i < kEvents; ++i) {
       const std::string account = fmt::format("acct-{}", i % kAccounts);
       const std::int64_t cents = 1 + (i * 37) % 1000;
@@ -136,7 +137,12 @@ class ConfiguredSinksTest : public ::testing::Test {
             : fmt::format("SELECT (balance * 100)::bigint FROM account WHERE id = '{}'", account));
   }
 
-  DevBroker broker_;
+  /// `idem consume --config FILE` with the mock group timing.
+  test::ChildProcess consume(const std::string& file) {
+    return test::ChildProcess::spawn(IDEM_CLI_PATH,
+                                     test::with_mock_group({"consume", "--config", file}));
+  }
+
   std::string url_;
   std::unique_ptr<Store> store_;
   std::string topic_;
@@ -148,8 +154,7 @@ TYPED_TEST_SUITE(ConfiguredSinksTest, test::AllBackends, test::BackendName);
 TYPED_TEST(ConfiguredSinksTest, BalancesEndExactWithDuplicatesAndMalformedRecords) {
   if (this->url_.empty()) return;
   const auto expected = this->produce();
-  test::ChildProcess cli = test::ChildProcess::spawn(
-      IDEM_CLI_PATH, {"consume", "--config", this->write_config(this->routes())});
+  test::ChildProcess cli = this->consume(this->write_config(this->routes()));
   ASSERT_TRUE(test::eventually(
       [&] { return this->scalar("SELECT count(*) FROM movement") == kEvents; }, 60s));
   cli.kill(SIGTERM);
@@ -202,8 +207,7 @@ TYPED_TEST(ConfiguredSinksTest, BadConfigurationsFailBeforeAnythingIsConsumed) {
 TYPED_TEST(ConfiguredSinksTest, ATableThatDisappearsStopsTheConsumerInsteadOfDeadLettering) {
   if (this->url_.empty()) return;
   (void)this->produce();
-  test::ChildProcess cli = test::ChildProcess::spawn(
-      IDEM_CLI_PATH, {"consume", "--config", this->write_config(this->routes())});
+  test::ChildProcess cli = this->consume(this->write_config(this->routes()));
   ASSERT_TRUE(test::eventually(
       [&] { return this->scalar("SELECT count(*) FROM movement") == kEvents; }, 60s));
   {
@@ -211,7 +215,7 @@ TYPED_TEST(ConfiguredSinksTest, ATableThatDisappearsStopsTheConsumerInsteadOfDea
     tx->execute("DROP TABLE movement");
     tx->commit();
   }
-  test::KafkaTestProducer producer(this->broker_.bootstrap_servers());
+  test::KafkaTestProducer producer(this->broker_->bootstrap_servers());
   producer.send({this->topic_,
                  "acct-1",
                  fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1",)"
@@ -244,7 +248,7 @@ TYPED_TEST(ConfiguredSinksTest, HttpSinkChargesOnceInKeyOrderWithProviderFaults)
       {"--reset-after-commit", "0.1", "--unavailable", "0.1", "--latency-ms", "5"});
   constexpr int kOrders = 60;
   {
-    test::KafkaTestProducer producer(this->broker_.bootstrap_servers());
+    test::KafkaTestProducer producer(this->broker_->bootstrap_servers());
     for (int i = 1; i <= kOrders; ++i) {
       const std::string payload = fmt::format(
           R"({{"event_id":"{}","event_type":"order.confirmed.v1","order_id":{},"total_amount":"{}.{:02}"}})",
@@ -272,8 +276,7 @@ headers = {{ X-Order = "{{order_id}}" }}
 )toml",
                   this->topic_, amount_type,
                   amount_type == "numeric" ? ", precision = 18, scale = 2" : "", provider.url());
-  test::ChildProcess cli =
-      test::ChildProcess::spawn(IDEM_CLI_PATH, {"consume", "--config", this->write_config(routes)});
+  test::ChildProcess cli = this->consume(this->write_config(routes));
   ASSERT_TRUE(test::eventually(
       [&] { return this->scalar("SELECT count(*) FROM charge_log") == kOrders; }, 90s));
   cli.kill(SIGTERM);

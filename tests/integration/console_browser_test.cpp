@@ -19,6 +19,7 @@
 #include "support/cli_run.hpp"
 #include "support/dead_letters.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
@@ -112,9 +113,9 @@ TEST_F(ConsoleBrowserTest, LagReachesZeroADeadLetterIsShownAsTextAndReplayedExac
   const std::string logs = (shots_ / "processes.log").string();
   auto consumer = ChildProcess::spawn(
       IDEM_CLI_PATH,
-      {"consume", "--brokers", bootstrap, "--db", db, "--group", group, "--topic", topic, "--set",
-       "admin.listen=127.0.0.1:0", "--set", "admin.console=true", "--kafka",
-       "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000"},
+      test::with_mock_group({"consume", "--brokers", bootstrap, "--db", db, "--group", group,
+                             "--topic", topic, "--set", "admin.listen=127.0.0.1:0", "--set",
+                             "admin.console=true"}),
       {}, logs);
   const std::string admin_port =
       after_prefix(test::read_line_starting_with(consumer, "admin server on port ", 30s),

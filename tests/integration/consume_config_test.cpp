@@ -10,13 +10,14 @@
 
 #include <fmt/format.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
@@ -28,7 +29,7 @@ using namespace std::chrono_literals;
 
 TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
   IDEM_REQUIRE_CLI();
-  DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   const std::string topic = test::unique_name("configured");
   broker.create_topic(topic, 1);
   broker.create_topic(topic + ".dlq", 1);
@@ -53,9 +54,9 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
       "[store]\nurl = \"{}\"\n"
       "[consumer]\ngroup = \"{}\"\ntopics = [\"{}\"]\nbatch_size = 2\n"
       "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n"
-      "\"session.timeout.ms\" = \"6000\"\n\"log_level\" = \"3\"\n"
+      "\"session.timeout.ms\" = \"{}\"\n\"log_level\" = \"3\"\n"
       "[admin]\nlisten = \"127.0.0.1:0\"\n",
-      db, group, topic, broker.bootstrap_servers());
+      db, group, topic, broker.bootstrap_servers(), test::kMockSessionTimeoutMs);
 
   test::ChildProcess cli =
       test::ChildProcess::spawn(IDEM_CLI_PATH, {"consume", "--config", config_path.string()});

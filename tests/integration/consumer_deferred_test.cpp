@@ -43,14 +43,11 @@ class ConsumerDeferredTest : public OrderEventsSuite<Backend> {
 
   /// Runs a consumer with `handler` until `done` holds (30 s deadline), then stops it.
   void consume(Handler<OrderConfirmed> handler, const std::function<bool(const Consumer&)>& done) {
-    ConsumerConfig c;
-    c.bootstrap_servers = this->broker_->bootstrap_servers();
-    c.group_id = this->group_;
-    c.topics = {this->topic_};
+    ConsumerConfig c = test::mock_consumer_config(this->broker_->bootstrap_servers(), this->group_,
+                                                  {this->topic_});
     c.batch_size = 1000;
     c.batch_window = 1s;  // the whole topic in one batch
-    c.kafka = {
-        {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+    c.retry = RetryPolicy{};
     std::unique_ptr<Consumer> consumer = std::make_unique<Consumer>(c, open_store(this->url_));
     consumer->on<OrderConfirmed>(this->topic_, std::move(handler));
     const Consumer& observed = *consumer;

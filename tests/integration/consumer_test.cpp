@@ -1,4 +1,4 @@
-// idem::Consumer against the in-process mock cluster (DevBroker) and a SQLite file store:
+// idem::Consumer against the shared dev broker (the mock cluster) and a SQLite file store:
 // exactly one effect per valid event, dead letters with their reasons, offsets only
 // after the DB commit, savepoint isolation, per-partition retry, graceful stop, groups.
 // Synchronisation is always "wait for a condition with a deadline", never a sleep.
@@ -22,7 +22,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
@@ -31,6 +30,7 @@
 #include "retry/backoff.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -67,11 +67,7 @@ TestRecord record_of(const std::string& topic, const OrderConfirmed& e,
 
 class ConsumerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
+  static void SetUpTestSuite() { broker_ = &test::shared_broker(); }
 
   void SetUp() override {
     db_url_ = test::fresh_sqlite_url();
@@ -88,16 +84,9 @@ class ConsumerTest : public ::testing::Test {
   }
 
   ConsumerConfig config_for(const std::string& topic, const std::string& group) const {
-    ConsumerConfig c;
-    c.bootstrap_servers = broker_->bootstrap_servers();
-    c.group_id = group;
-    c.topics = {topic};
-    c.batch_size = 100;
-    c.batch_window = 20ms;
+    ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), group, {topic});
     c.retry.initial_backoff = 20ms;
     c.retry.max_backoff = 200ms;
-    c.kafka = {
-        {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
     return c;
   }
 
@@ -114,12 +103,12 @@ class ConsumerTest : public ::testing::Test {
     producer.flush();
   }
 
-  static DevBroker* broker_;
+  static test::SharedBroker* broker_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
 };
 
-DevBroker* ConsumerTest::broker_ = nullptr;
+test::SharedBroker* ConsumerTest::broker_ = nullptr;
 
 std::unique_ptr<Consumer> counting_consumer(const ConsumerConfig& config, const std::string& db_url,
                                             ConsumerHooks hooks = {}) {

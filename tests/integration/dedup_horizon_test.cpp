@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
     topic_ = test::unique_name("horizon");
+    group_ = test::unique_name("billing");
     broker_->create_topic(topic_, 1);
     broker_->create_topic(topic_ + ".dlq", 1);
     db_url_ = test::fresh_sqlite_url();
@@ -67,12 +69,15 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
   }
 
   /// Runs a counting consumer until `done` holds; returns its final stats.
-  ConsumerStats consume_until(StaleEventPolicy policy,
-                              const std::function<bool(const ConsumerStats&)>& done,
-                              std::vector<std::string>* log_lines = nullptr,
-                              std::mutex* log_mutex = nullptr) {
-    ConsumerConfig c =
-        test::mock_consumer_config(broker_->bootstrap_servers(), "billing", {topic_});
+  /// Runs a counting consumer until `done` holds; returns its final stats. The start-up
+  /// check of the topic retention runs only when `retention_check_timeout` is given.
+  ConsumerStats consume_until(
+      StaleEventPolicy policy, const std::function<bool(const ConsumerStats&)>& done,
+      std::vector<std::string>* log_lines = nullptr, std::mutex* log_mutex = nullptr,
+      std::optional<std::chrono::milliseconds> retention_check_timeout = std::nullopt) {
+    ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
+    c.check_topic_retention = retention_check_timeout.has_value();
+    c.topic_retention_timeout = retention_check_timeout.value_or(c.topic_retention_timeout);
     c.dedup_horizon = DedupHorizon{7 * 24h, 1h};
     c.stale_events = policy;
     c.clock = &clock_;
@@ -106,6 +111,7 @@ class DedupHorizonGuardTest : public test::DevBrokerSuite {
 
   test::ManualClock clock_{std::chrono::system_clock::now()};
   std::string topic_;
+  std::string group_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
 };
@@ -144,7 +150,7 @@ TEST_F(DedupHorizonGuardTest, SkipPolicyNeitherExecutesNorDeadLetters) {
   });
   EXPECT_EQ(effects_of(stale.event_id), 0);
   EXPECT_EQ(stats.dead_lettered, 0u);
-  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), "billing", topic_, 1),
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group_, topic_, 1),
             std::vector<std::int64_t>{2});
 }
 
@@ -162,8 +168,9 @@ TEST_F(DedupHorizonGuardTest, ProcessPolicyExecutesStaleEventsOnceAndCountsThem)
 TEST_F(DedupHorizonGuardTest, StartUpCheckReportsTheTopicRetentionItCannotRead) {
   // librdkafka 2.0.2's mock cluster does not answer DescribeConfigs, so this shows the
   // "cannot tell" path: a warning naming the topic and the dedup retention, after the
-  // check's own deadline, while consuming goes on meanwhile (a real broker answers with
-  // retention.ms, compared in topic_retention_check.cpp).
+  // check's own deadline (half a second here, 5 s by default), while consuming goes on
+  // meanwhile (a real broker answers with retention.ms, compared in
+  // topic_retention_check.cpp).
   std::vector<std::string> log;
   std::mutex mutex;
   const auto reported = [&] {
@@ -177,20 +184,22 @@ TEST_F(DedupHorizonGuardTest, StartUpCheckReportsTheTopicRetentionItCannotRead) 
   produce({event_born_at(1, clock_.now())});
   const ConsumerStats stats = consume_until(
       StaleEventPolicy::Quarantine,
-      [&](const ConsumerStats& s) { return s.processed == 1 && reported(); }, &log, &mutex);
+      [&](const ConsumerStats& s) { return s.processed == 1 && reported(); }, &log, &mutex, 500ms);
   EXPECT_EQ(stats.processed, 1u);
 }
 
 TEST_F(DedupHorizonGuardTest, StartUpCheckDelaysNeitherTheFirstRecordNorTheStop) {
-  // The check waits up to 5 s for an answer the mock cluster never gives. It runs beside
-  // the consumer (a restarted consumer must start at once): the first record
-  // is processed, and a stop returns, while the check is still waiting (it has not
-  // warned yet). Were it on the path to the first poll, the record would come after the
-  // warning; were the stop to wait for it, the stop would take the rest of its 5 s.
+  // The check waits for an answer the mock cluster never gives (here up to a minute, far
+  // longer than the test). It runs beside the consumer (a restarted consumer must start at
+  // once): the first record is processed, and a stop returns, while the check is still
+  // waiting (it has not warned yet). Were it on the path to the first poll, the record
+  // would come after the warning; were the stop to wait for it, the stop would take the
+  // rest of its minute.
   std::mutex mutex;
   bool warned = false;
-  ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), "billing", {topic_});
-  ASSERT_TRUE(c.check_topic_retention);
+  ConsumerConfig c = test::mock_consumer_config(broker_->bootstrap_servers(), group_, {topic_});
+  c.check_topic_retention = true;
+  c.topic_retention_timeout = 60s;
   c.clock = &clock_;
   ConsumerHooks hooks;
   hooks.log = [&](std::string_view line) {

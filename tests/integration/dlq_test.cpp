@@ -1,4 +1,4 @@
-// idem dlq (idem/dlq.hpp) against the in-process mock cluster and a real Consumer on a
+// idem dlq (idem/dlq.hpp) against the shared dev broker and a real Consumer on a
 // SQLite file store: dead letters are read back with their idem.* headers decoded and
 // filtered; a replay after the cause was fixed applies each event exactly once, and
 // replaying again applies nothing new; a replay also reaching another group is a
@@ -58,25 +58,28 @@ TestRecord record_of(const std::string& topic, const OrderConfirmed& e) {
 
 class DlqTest : public test::DevBrokerSuite {
  protected:
-  void SetUp() override {
+  void SetUp() override { set_up(*broker_); }
+
+  /// A store, and a topic with its DLQ on `broker`.
+  template <class Broker>
+  void set_up(Broker& broker) {
+    bootstrap_ = broker.bootstrap_servers();
     db_url_ = test::fresh_sqlite_url();
     idem::migrate_reference_system(*open_store(db_url_));
     observer_ = open_store(db_url_);
     topic_ = unique_name("orders");
-    broker_->create_topic(topic_, 2);
-    broker_->create_topic(topic_ + ".dlq", 1);
+    broker.create_topic(topic_, 2);
+    broker.create_topic(topic_ + ".dlq", 1);
   }
 
-  [[nodiscard]] DlqConnection connection() const {
-    return DlqConnection{broker_->bootstrap_servers(), {}, 20s};
-  }
+  [[nodiscard]] DlqConnection connection() const { return DlqConnection{bootstrap_, {}, 20s}; }
 
   ConsumerConfig config_for(const std::string& group) const {
-    return test::mock_consumer_config(broker_->bootstrap_servers(), group, {topic_});
+    return test::mock_consumer_config(bootstrap_, group, {topic_});
   }
 
   void produce(const std::vector<TestRecord>& records) {
-    KafkaTestProducer producer(broker_->bootstrap_servers());
+    KafkaTestProducer producer(bootstrap_);
     for (const auto& r : records) producer.send(r);
     producer.flush();
   }
@@ -89,9 +92,18 @@ class DlqTest : public test::DevBrokerSuite {
         .int64(0);
   }
 
+  std::string bootstrap_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
   std::string topic_;
+};
+
+/// On a broker of its own: the test refuses Produce requests, which would reach every
+/// client of the shared broker.
+class DlqRefusalTest : public DlqTest {
+ protected:
+  void SetUp() override { set_up(private_broker_); }
+  DevBroker private_broker_;
 };
 
 // A 2 MiB record with valid fields at offset 0 used to block its
@@ -143,7 +155,7 @@ TEST_F(DlqTest, OversizedRecordReachesTheDlqTruncatedOnceAndDoesNotBlockItsParti
 // permanent instead of spinning silently, and the other partitions go on. Once the broker
 // accepts the letter, it goes. (Metadata errors for the topic, `topic-error`, make
 // librdkafka hold the letter until dlq_ack_timeout instead: a timeout, transient.)
-TEST_F(DlqTest, ADeadLetterRefusedForGoodIsCountedAndRetriedUntilTheDlqIsFixed) {
+TEST_F(DlqRefusalTest, ADeadLetterRefusedForGoodIsCountedAndRetriedUntilTheDlqIsFixed) {
   constexpr int kTopicAuthorizationFailed = 29;
   constexpr int kProduce = 0;
   const std::array<int, 3> refusals = {kTopicAuthorizationFailed, kTopicAuthorizationFailed,
@@ -156,7 +168,7 @@ TEST_F(DlqTest, ADeadLetterRefusedForGoodIsCountedAndRetriedUntilTheDlqIsFixed) 
     records.back().partition = 1;
   }
   produce(records);
-  broker_->push_request_errors(kProduce, refusals);  // after the test's own produce
+  private_broker_.push_request_errors(kProduce, refusals);  // after the test's own produce
 
   const std::string group = unique_name("billing");
   ConsumerConfig config = config_for(group);
@@ -257,12 +269,12 @@ TEST_F(DlqTest, ReplayAfterTheFixAppliesEachEventOnceAndAgainAppliesNothing) {
   EXPECT_TRUE(read_dead_letters(connection(), topic_ + ".dlq", other_reason).empty());
 
   // Dry run: nothing is sent.
-  const auto end_before = test::end_offsets(broker_->bootstrap_servers(), topic_, 2);
+  const auto end_before = test::end_offsets(bootstrap_, topic_, 2);
   ReplayOptions dry;
   dry.dry_run = true;
   const ReplayReport planned = replay_dead_letters(connection(), topic_ + ".dlq", dry);
   EXPECT_EQ(planned.replayed, 4u);
-  EXPECT_EQ(test::end_offsets(broker_->bootstrap_servers(), topic_, 2), end_before);
+  EXPECT_EQ(test::end_offsets(bootstrap_, topic_, 2), end_before);
 
   // Fix the cause, replay: each dead-lettered event gets exactly one effect.
   fixed.store(true);
@@ -325,7 +337,7 @@ TEST_F(DlqTest, EventsPastTheDedupHorizonAreRefusedUnlessForced) {
   ASSERT_EQ(report.items.size(), 2u);
   EXPECT_EQ(report.items[0].action, ReplayAction::RefusedStale);
   EXPECT_EQ(report.items[0].record.event_id, old_event.event_id);
-  auto on_topic = test::read_topic(broker_->bootstrap_servers(), topic_, 2, 1, 20s);
+  auto on_topic = test::read_topic(bootstrap_, topic_, 2, 1, 20s);
   ASSERT_EQ(on_topic.size(), 1u);
   EXPECT_EQ(on_topic[0].payload, to_json(fresh_event));  // same bytes: same event_id
   EXPECT_EQ(on_topic[0].header("event_id"), fresh_event.event_id.to_string());
@@ -344,7 +356,7 @@ TEST_F(DlqTest, EventsPastTheDedupHorizonAreRefusedUnlessForced) {
   options.force = true;
   options.filter.event_id = old_event.event_id;
   EXPECT_EQ(replay_dead_letters(connection(), topic_ + ".dlq", options).replayed, 1u);
-  on_topic = test::read_topic(broker_->bootstrap_servers(), topic_, 2, 2, 20s);
+  on_topic = test::read_topic(bootstrap_, topic_, 2, 2, 20s);
   EXPECT_EQ(on_topic.size(), 2u);
 }
 
@@ -361,7 +373,7 @@ TEST_F(DlqTest, ReplayToAnotherTopicAndBadInputAreReported) {
   ReplayOptions to_other;
   to_other.to_topic = other;
   EXPECT_EQ(replay_dead_letters(connection(), topic_ + ".dlq", to_other).replayed, 1u);
-  const auto copied = test::read_topic(broker_->bootstrap_servers(), other, 1, 1, 20s);
+  const auto copied = test::read_topic(bootstrap_, other, 1, 1, 20s);
   ASSERT_EQ(copied.size(), 1u);
   EXPECT_EQ(copied[0].key, "5");
 
@@ -383,8 +395,8 @@ TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
 
   // `idem dlq replay --brokers B --topic T.dlq [--to T] [--reason R] [--dry-run]`
   const auto run = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        "dlq", "replay", "--brokers", broker_->bootstrap_servers(), "--topic", topic_ + ".dlq"};
+    std::vector<std::string> args = {"dlq",      "replay",  "--brokers",
+                                     bootstrap_, "--topic", topic_ + ".dlq"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto child = test::ChildProcess::spawn(cli, args);
     std::string out;
@@ -402,7 +414,7 @@ TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
   const auto [rc, out] = run({"--to", topic_});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("selected=1 replayed=1"), std::string::npos) << out;
-  const auto copied = test::read_topic(broker_->bootstrap_servers(), topic_, 2, 1, 20s);
+  const auto copied = test::read_topic(bootstrap_, topic_, 2, 1, 20s);
   ASSERT_EQ(copied.size(), 1u);
   EXPECT_EQ(copied[0].payload, to_json(e));
 }

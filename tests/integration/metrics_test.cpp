@@ -16,13 +16,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/dev_broker_suite.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -87,7 +88,7 @@ class Gate {
 };
 
 TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
-  DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   const std::string topic = fmt::format("metrics-{:08x}", std::random_device{}());
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
@@ -101,14 +102,9 @@ TEST(AdminServer, MetricsMatchTheRunAndLagFallsToZero) {
   gate.records[0].partition = 0;
   test::produce(broker.bootstrap_servers(), gate, 0, 1);
 
-  ConsumerConfig config;
-  config.bootstrap_servers = broker.bootstrap_servers();
-  config.group_id = group;
-  config.topics = {topic};
+  ConsumerConfig config = test::mock_consumer_config(broker.bootstrap_servers(), group, {topic});
   config.batch_size = 50;
-  config.batch_window = 20ms;
-  config.kafka = {
-      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  config.retry = RetryPolicy{};
 
   Metrics metrics;
   Consumer consumer(config, open_store(db), metrics.instrument(group));

@@ -1,4 +1,4 @@
-// idem::Producer against the in-process mock cluster: key, event_id and traceparent
+// idem::Producer against the shared dev broker (the mock cluster): key, event_id and traceparent
 // headers; delivery reports; a fatal idempotence error rebuilds the handle and resends
 // what was not acknowledged with the same event ids.
 #include "idem/producer.hpp"
@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"
 #include "idem/uuid.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/shared_broker.hpp"
 
 namespace idem {
 namespace {
@@ -28,9 +28,8 @@ std::string unique_topic(std::string_view prefix) {
   return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
 }
 
-DevBroker& broker() {
-  static DevBroker b;  // one cluster for the suite: stopping one takes about a second
-  return b;
+test::SharedBroker& broker() {
+  return test::shared_broker();
 }
 
 ProducerConfig config_for_tests() {

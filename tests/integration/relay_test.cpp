@@ -1,4 +1,4 @@
-// The outbox relay end to end, on SQLite and PostgreSQL, with the in-process dev broker:
+// The outbox relay end to end, on SQLite and PostgreSQL, with the shared dev broker:
 // every confirmed order on the topic exactly once (keyed by order_id, with its event_id
 // in payload and header); a rolled-back confirmation publishes nothing; per-key order
 // with many events per key; a broker that goes down and comes back; produce requests
@@ -31,6 +31,7 @@
 #include "idem/store.hpp"
 #include "stores/postgres/pg_conninfo.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -47,15 +48,10 @@ std::string unique_topic(std::string_view prefix) {
   return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
 }
 
-DevBroker& broker() {
-  static DevBroker b;
-  return b;
-}
-
-RelayConfig relay_config(const std::string& url) {
+RelayConfig relay_config(const std::string& url, const std::string& bootstrap) {
   RelayConfig c;
   c.store_url = url;
-  c.producer.bootstrap_servers = broker().bootstrap_servers();
+  c.producer.bootstrap_servers = bootstrap;
   c.producer.kafka = {{"log_level", "2"}, {"reconnect.backoff.max.ms", "500"}};
   c.batch_size = 100;
   c.rebalance_interval = 200ms;
@@ -64,23 +60,24 @@ RelayConfig relay_config(const std::string& url) {
   return c;
 }
 
-/// Takes broker 1 of the shared dev broker down for a scope, so that a failing assertion
-/// cannot leave it down for the tests that follow.
+/// Takes broker 1 of `broker` down for a scope, so that a failing assertion cannot leave
+/// it down for the rest of the test.
 struct BrokerDownScope {
-  BrokerDownScope() { broker().set_broker_down(1); }
+  explicit BrokerDownScope(DevBroker& broker) : broker_(broker) { broker_.set_broker_down(1); }
   ~BrokerDownScope() { up(); }
   BrokerDownScope(const BrokerDownScope&) = delete;
   BrokerDownScope& operator=(const BrokerDownScope&) = delete;
   void up() {
-    if (down_) broker().set_broker_up(1);
+    if (down_) broker_.set_broker_up(1);
     down_ = false;
   }
+  DevBroker& broker_;
   bool down_ = true;
 };
 
-std::size_t topic_size(const std::string& topic, int partitions) {
+std::size_t topic_size(const std::string& bootstrap, const std::string& topic, int partitions) {
   std::size_t n = 0;
-  for (const auto o : test::end_offsets(broker().bootstrap_servers(), topic, partitions)) {
+  for (const auto o : test::end_offsets(bootstrap, topic, partitions)) {
     n += static_cast<std::size_t>(o);
   }
   return n;
@@ -89,14 +86,21 @@ std::size_t topic_size(const std::string& topic, int partitions) {
 template <class Backend>
 class RelayTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { set_up(test::shared_broker()); }
+
+  /// A store, and a topic on `broker`.
+  template <class Broker>
+  void set_up(Broker& broker) {
+    bootstrap_ = broker.bootstrap_servers();
     url_ = Backend::fresh_url();
     if (url_.empty()) return;  // skipped (or failed under CI)
     store_ = open_store(url_);
     idem::migrate_reference_system(*store_);
     topic_ = unique_topic("relay-orders");
-    broker().create_topic(topic_, 3);
+    broker.create_topic(topic_, 3);
   }
+
+  [[nodiscard]] RelayConfig config() const { return relay_config(url_, bootstrap_); }
 
   /// Creates and confirms `n` orders; returns order id -> event id.
   std::map<std::int64_t, Uuid> confirm_orders(std::int64_t first, std::int64_t n) {
@@ -142,11 +146,11 @@ class RelayTest : public ::testing::Test {
   /// event_id header = payload event_id = the outbox row's id. Returns first occurrences
   /// per order id, and counts all messages per order in `copies`.
   void check_topic(const std::map<std::int64_t, Uuid>& expected, bool exactly_once) {
-    const std::size_t total = topic_size(topic_, 3);
+    const std::size_t total = topic_size(bootstrap_, topic_, 3);
     if (exactly_once) {
       EXPECT_EQ(total, expected.size()) << "exactly one message per confirmed order";
     }
-    const auto records = test::read_topic(broker().bootstrap_servers(), topic_, 3, total, 30s);
+    const auto records = test::read_topic(this->bootstrap_, topic_, 3, total, 30s);
     ASSERT_EQ(records.size(), total);
     std::map<std::int64_t, int> copies;
     for (const auto& r : records) {
@@ -165,6 +169,7 @@ class RelayTest : public ::testing::Test {
     }
   }
 
+  std::string bootstrap_;
   std::string url_;
   std::string topic_;
   std::unique_ptr<Store> store_;
@@ -173,10 +178,21 @@ class RelayTest : public ::testing::Test {
 
 TYPED_TEST_SUITE(RelayTest, test::AllBackends, test::BackendName);
 
+/// On a broker of its own: these tests take it down or make it refuse produce requests,
+/// which every other client of the shared broker would see.
+template <class Backend>
+class RelayBrokerFaultTest : public RelayTest<Backend> {
+ protected:
+  void SetUp() override { this->set_up(private_broker_); }
+  DevBroker private_broker_;
+};
+
+TYPED_TEST_SUITE(RelayBrokerFaultTest, test::AllBackends, test::BackendName);
+
 TYPED_TEST(RelayTest, PublishesEveryConfirmedOrderExactlyOnceKeyedByOrderId) {
   if (this->url_.empty()) return;
   const auto expected = this->confirm_orders(1, 500);
-  Relay relay(relay_config(this->url_));
+  Relay relay(this->config());
   ASSERT_TRUE(relay.run_until_empty(60s));
   EXPECT_EQ(this->unpublished(), 0);
   EXPECT_EQ(relay.progress().published, 500U);
@@ -193,7 +209,7 @@ TYPED_TEST(RelayTest, MarksEveryRowOnceWithMarksInlineOrOnSeveralConnections) {
     SCOPED_TRACE(fmt::format("mark_connections = {}", connections));
     expected.merge(this->confirm_orders(first, 300));
     first += 300;
-    RelayConfig c = relay_config(this->url_);
+    RelayConfig c = this->config();
     c.batch_size = 10;
     c.max_batches_in_flight = 16;
     c.mark_connections = connections;
@@ -223,7 +239,7 @@ TYPED_TEST(RelayTest, RolledBackConfirmationLeavesNoRowAndNoMessage) {
     tx->rollback();  // the business transaction fails after the enqueue
   }
   EXPECT_EQ(TypeParam::read_scalar(*this->store_, "SELECT count(*) FROM idem_outbox"), 3);
-  Relay relay(relay_config(this->url_));
+  Relay relay(this->config());
   ASSERT_TRUE(relay.run_until_empty(60s));
   this->check_topic(kept, /*exactly_once=*/true);  // order 100 would fail "never confirmed"
 }
@@ -243,12 +259,11 @@ TYPED_TEST(RelayTest, KeepsOrderPerKeyAcrossBatches) {
     }
     tx->commit();
   }
-  RelayConfig c = relay_config(this->url_);
+  RelayConfig c = this->config();
   c.batch_size = 37;  // batches cut keys at odd places
   Relay relay(c);
   ASSERT_TRUE(relay.run_until_empty(60s));
-  const auto records =
-      test::read_topic(broker().bootstrap_servers(), this->topic_, 3, kKeys * kPerKey, 30s);
+  const auto records = test::read_topic(this->bootstrap_, this->topic_, 3, kKeys * kPerKey, 30s);
   ASSERT_EQ(records.size(), static_cast<std::size_t>(kKeys * kPerKey));
   std::map<std::string, int> next;
   for (const auto& r : records) {
@@ -258,7 +273,7 @@ TYPED_TEST(RelayTest, KeepsOrderPerKeyAcrossBatches) {
   }
 }
 
-TYPED_TEST(RelayTest, CatchesUpAfterTheBrokerWasDown) {
+TYPED_TEST(RelayBrokerFaultTest, CatchesUpAfterTheBrokerWasDown) {
   if (this->url_.empty()) return;
   auto expected = this->confirm_orders(1, 100);
   std::atomic<int> produced{0};
@@ -266,18 +281,18 @@ TYPED_TEST(RelayTest, CatchesUpAfterTheBrokerWasDown) {
   observer.on_step = [&](RelayStep step, std::size_t) {
     if (step == RelayStep::Produced) ++produced;
   };
-  Relay relay(relay_config(this->url_), observer);
+  Relay relay(this->config(), observer);
   std::thread runner([&] { relay.run(); });
   ASSERT_TRUE(eventually([&] { return this->unpublished() == 0; }, 60s));
 
-  broker().set_broker_down(1);
+  this->private_broker_.set_broker_down(1);
   const int before = produced.load();
   const auto more = this->confirm_orders(101, 200);
   expected.insert(more.begin(), more.end());
   // The relay claims and sends while the broker is down; nothing can be acknowledged.
   EXPECT_TRUE(eventually([&] { return produced.load() > before; }, 30s));
   EXPECT_GT(this->unpublished(), 0);
-  broker().set_broker_up(1);
+  this->private_broker_.set_broker_up(1);
   EXPECT_TRUE(eventually([&] { return this->unpublished() == 0; }, 90s))
       << "the relay did not catch up after the broker came back";
   relay.request_stop();
@@ -285,7 +300,7 @@ TYPED_TEST(RelayTest, CatchesUpAfterTheBrokerWasDown) {
   this->check_topic(expected, /*exactly_once=*/false);
 }
 
-TYPED_TEST(RelayTest, RetriesProduceRequestsTheBrokerRefuses) {
+TYPED_TEST(RelayBrokerFaultTest, RetriesProduceRequestsTheBrokerRefuses) {
   if (this->url_.empty()) return;
   const auto expected = this->confirm_orders(1, 100);
   // The next produce requests fail: first with a retriable error (librdkafka retries),
@@ -297,9 +312,9 @@ TYPED_TEST(RelayTest, RetriesProduceRequestsTheBrokerRefuses) {
   constexpr int kProduce = 0;
   const std::array<int, 4> errors = {kNotEnoughReplicas, kNotEnoughReplicas, kNotEnoughReplicas,
                                      kTopicAuthorizationFailed};
-  broker().push_request_errors(kProduce, errors);
+  this->private_broker_.push_request_errors(kProduce, errors);
   {
-    Relay relay(relay_config(this->url_));
+    Relay relay(this->config());
     ASSERT_TRUE(relay.run_until_empty(90s));
   }
   const std::vector<RejectedOutboxRow> rejected = list_rejected_outbox_rows(*this->store_);
@@ -308,7 +323,7 @@ TYPED_TEST(RelayTest, RetriesProduceRequestsTheBrokerRefuses) {
     EXPECT_NE(row.reason.find("TOPIC_AUTHORIZATION_FAILED"), std::string::npos) << row.reason;
     EXPECT_TRUE(requeue_rejected_outbox_row(*this->store_, row.id));
   }
-  Relay relay(relay_config(this->url_));
+  Relay relay(this->config());
   ASSERT_TRUE(relay.run_until_empty(90s));
   EXPECT_EQ(this->unpublished(), 0);
   this->check_topic(expected, /*exactly_once=*/false);
@@ -318,7 +333,7 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
   if (this->url_.empty()) return;
   auto expected = this->confirm_orders(1, 60);
   {
-    Relay first(relay_config(this->url_));
+    Relay first(this->config());
     ASSERT_TRUE(first.run_until_empty(60s));
   }
   // 50 published rows become two hours old; 10 stay recent.
@@ -329,7 +344,7 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
   expected.insert(waiting.begin(), waiting.end());
   this->two_hours_earlier("created_at", "published_at IS NULL");
 
-  RelayConfig c = relay_config(this->url_);
+  RelayConfig c = this->config();
   c.retention = std::chrono::hours(1);
   c.cleanup_batch = 7;
   c.cleanup_interval = std::chrono::hours(1);  // one round, when the relay starts
@@ -360,12 +375,12 @@ TYPED_TEST(RelayTest, RetentionDeletesOnlyOldPublishedRowsInBoundedBatches) {
   this->check_topic(expected, /*exactly_once=*/true);
 }
 
-TYPED_TEST(RelayTest, ReportsTheLagWhileRowsWaitAndNoneOnceDrained) {
+TYPED_TEST(RelayBrokerFaultTest, ReportsTheLagWhileRowsWaitAndNoneOnceDrained) {
   if (this->url_.empty()) return;
   const auto expected = this->confirm_orders(1, 20);
   this->two_hours_earlier("created_at", "true");
-  BrokerDownScope down;  // nothing can be acknowledged: the rows wait
-  RelayConfig c = relay_config(this->url_);
+  BrokerDownScope down(this->private_broker_);  // nothing can be acknowledged: the rows wait
+  RelayConfig c = this->config();
   c.progress_interval = 20ms;
   std::mutex mu;
   std::vector<RelayProgress> reports;
@@ -403,7 +418,7 @@ TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
   if (url_.empty()) return;
   constexpr int kKeys = 50;  // they fall in 46 distinct shards: more than either half
   constexpr int kPerKey = 40;
-  RelayConfig c = relay_config(url_);
+  RelayConfig c = config();
   c.batch_size = 50;
   c.progress_interval = 20ms;  // the reports say how many shards each relay owns
   std::atomic<int> owned_by_a{0};
@@ -446,8 +461,8 @@ TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
   tb.join();
   EXPECT_GT(a.progress().published, 0U) << "both relays should have taken shards";
   EXPECT_GT(b.progress().published, 0U) << "both relays should have taken shards";
-  const std::size_t total = topic_size(topic_, 3);
-  const auto records = test::read_topic(broker().bootstrap_servers(), topic_, 3, total, 30s);
+  const std::size_t total = topic_size(bootstrap_, topic_, 3);
+  const auto records = test::read_topic(this->bootstrap_, topic_, 3, total, 30s);
   ASSERT_EQ(records.size(), total);
   std::map<std::string, int> next;  // next expected first occurrence per key
   std::set<std::string> payloads;
@@ -462,7 +477,7 @@ TEST_F(RelayPostgres, TwoRelaysAtOnceLoseNothingAndKeepPerKeyOrder) {
 
 TEST_F(RelayPostgres, NotifyWakesARelayThatWouldNotPollForAnHour) {
   if (url_.empty()) return;
-  RelayConfig c = relay_config(url_);
+  RelayConfig c = config();
   c.poll_interval = std::chrono::hours(1);
   c.rebalance_interval = std::chrono::hours(1);  // no other reason to wake up either
   std::atomic<bool> owns{false};

@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
@@ -28,6 +27,7 @@
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
 #include "support/postgres_test_db.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -247,8 +247,10 @@ OrderConfirmed make_event(std::int64_t order_id) {
 }
 
 void delete_while_consuming(const std::string& url) {
-  static DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   const std::string topic = test::unique_name("ttl");
+  const std::string group =
+      test::unique_name("billing");  // on the shared broker: a group of its own
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
   auto observer = open_store(url);
@@ -262,7 +264,7 @@ void delete_while_consuming(const std::string& url) {
     for (int i = 0; i < 1000; ++i)
       ids.push_back(uuid_v7_born_at(now - 8 * 24h - (chunk * 1000 + i) * 5s));
     auto tx = observer->begin();
-    static_cast<void>(tx->mark_processed_batch(ids, kGroup));
+    static_cast<void>(tx->mark_processed_batch(ids, group));
     tx->commit();
   }
 
@@ -284,7 +286,7 @@ void delete_while_consuming(const std::string& url) {
   };
   produce(first_half);
 
-  ConsumerConfig config = test::mock_consumer_config(broker.bootstrap_servers(), kGroup, {topic});
+  ConsumerConfig config = test::mock_consumer_config(broker.bootstrap_servers(), group, {topic});
   config.batch_size = 20;  // many small transactions, interleaving with the cleanup's
   auto c = std::make_unique<Consumer>(config, open_store(url));
   c->on<OrderConfirmed>(topic, count_handler<OrderConfirmed>());
@@ -323,7 +325,7 @@ void delete_while_consuming(const std::string& url) {
   const bool caught_up = test::eventually(
       [&] {
         try {  // the observer's transaction competes for SQLite's write lock: busy is no answer
-          return count_effects(*observer, kGroup) >= 400 && consumer->stats().duplicates >= 80;
+          return count_effects(*observer, group) >= 400 && consumer->stats().duplicates >= 80;
         } catch (const Error& e) {
           if (!e.transient()) throw;
           return false;
@@ -341,10 +343,10 @@ void delete_while_consuming(const std::string& url) {
   // Exactly the expired rows went; every consumed event is still marked, once; one effect each.
   EXPECT_EQ(deleted.load(), kExpired);
   EXPECT_EQ(
-      int_of(*observer, "SELECT count(*) FROM processed_event WHERE consumer_group = $1", kGroup),
+      int_of(*observer, "SELECT count(*) FROM processed_event WHERE consumer_group = $1", group),
       400);
-  EXPECT_EQ(count_effects(*observer, kGroup), 400);
-  EXPECT_EQ(max_effects_per_event(*observer, kGroup), 1);
+  EXPECT_EQ(count_effects(*observer, group), 400);
+  EXPECT_EQ(max_effects_per_event(*observer, group), 1);
 }
 
 TEST(RetentionWhileConsuming, SqliteBatchedDeleteKeepsEffectsExactlyOnce) {

@@ -41,6 +41,7 @@
 #include "support/delayed_calls.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
+#include "support/mock_group.hpp"
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
@@ -464,11 +465,8 @@ class RetryHeadersAcrossProcesses : public DevBrokerSuite,
       argv.emplace_back("--always-retry");
       argv.push_back(std::to_string(id));
     }
-    for (const char* kv : {"session.timeout.ms=6000", "heartbeat.interval.ms=1000", "log_level=3",
-                           "reconnect.backoff.max.ms=1000"}) {
-      argv.emplace_back("--kafka");
-      argv.emplace_back(kv);
-    }
+    argv = with_mock_group(std::move(argv));
+    argv.insert(argv.end(), {"--kafka", "reconnect.backoff.max.ms=1000"});
     ChildProcess child = ChildProcess::spawn(child_program("consumer_child"), argv);
     std::vector<std::string> seen;
     if (!expect_line(child, "ready", 30s, &seen)) {

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/outbox.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/order_confirmed.hpp"
@@ -22,6 +21,8 @@
 #include "idem/store.hpp"
 #include "idem/tracing.hpp"
 #include "support/consumer_scenario.hpp"
+#include "support/mock_group.hpp"
+#include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
@@ -79,7 +80,7 @@ OrderConfirmed order_event(const Uuid& id, std::int64_t order_id) {
 }
 
 /// Publishes every outbox row of `db` to the broker.
-void relay_everything(const std::string& db, const DevBroker& broker) {
+void relay_everything(const std::string& db, const test::SharedBroker& broker) {
   RelayConfig relay_config;
   relay_config.store_url = db;
   relay_config.producer.bootstrap_servers = broker.bootstrap_servers();
@@ -89,15 +90,15 @@ void relay_everything(const std::string& db, const DevBroker& broker) {
   ASSERT_TRUE(relay.run_until_empty(60s));
 }
 
-ConsumerConfig consumer_config(const DevBroker& broker, const std::string& topic,
+ConsumerConfig consumer_config(const test::SharedBroker& broker, const std::string& topic,
                                const std::string& group) {
   ConsumerConfig config;
   config.bootstrap_servers = broker.bootstrap_servers();
   config.group_id = group;
   config.topics = {topic};
   config.batch_window = 20ms;
-  config.kafka = {
-      {"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  config.kafka = test::mock_group_properties();
+  config.check_topic_retention = false;  // the mock cluster never answers it
   return config;
 }
 
@@ -113,7 +114,7 @@ std::string outbox_traceparent(Store& store) {
 }
 
 TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
-  DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   const std::string topic = fmt::format("traced-{:08x}", std::random_device{}());
   broker.create_topic(topic, 3);
   broker.create_topic(topic + ".dlq", 1);
@@ -180,7 +181,7 @@ TEST(Tracing, TraceparentTravelsFromOutboxThroughKafkaToTheHandler) {
 // outbox row -> relay -> Kafka header -> billing handler -> HTTP call -> the provider's
 // stored charge: one trace id all the way; the HTTP call is a span of its own.
 TEST(Tracing, BillingForwardsTheOutboxTraceToThePaymentProvider) {
-  DevBroker broker;
+  test::SharedBroker& broker = test::shared_broker();
   const std::string topic = fmt::format("billed-{:08x}", std::random_device{}());
   broker.create_topic(topic, 1);
   broker.create_topic(topic + ".dlq", 1);

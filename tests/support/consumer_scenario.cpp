@@ -1,4 +1,5 @@
 #include "support/consumer_scenario.hpp"
+#include "support/mock_group.hpp"
 
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
@@ -239,11 +240,8 @@ ChildProcess start_consumer(const std::string& program, const ConsumerArgs& a) {
                                    std::to_string(a.seed),
                                    "--handler",
                                    a.handler};
-  for (const char* kv : {"session.timeout.ms=6000", "heartbeat.interval.ms=1000", "log_level=3",
-                         "reconnect.backoff.max.ms=1000"}) {
-    argv.emplace_back("--kafka");
-    argv.emplace_back(kv);
-  }
+  argv = with_mock_group(std::move(argv));
+  argv.insert(argv.end(), {"--kafka", "reconnect.backoff.max.ms=1000"});
   for (const auto& kv : a.kafka) {
     argv.emplace_back("--kafka");
     argv.push_back(kv);
@@ -293,7 +291,9 @@ bool group_caught_up(const std::string& bootstrap, const std::string& group,
 
 std::string rewind_group(const std::string& bootstrap, const std::string& group,
                          const std::string& topic, int partitions) {
-  idem::rewind_group(bootstrap, group, topic, partitions, 60s);
+  // The members' session timeout: the mock cluster can leave the next member's join
+  // unanswered when the rewinding member's differs.
+  idem::rewind_group(bootstrap, group, topic, partitions, 60s, mock_group_properties());
   return "committed-zero";
 }
 

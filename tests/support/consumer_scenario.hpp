@@ -105,8 +105,8 @@ struct ConsumerArgs {
 };
 
 /// Starts consumer_child (path `program`) and waits for its "ready" line (30 s). The
-/// child gets session.timeout.ms=6000, heartbeat.interval.ms=1000, log_level=3 and
-/// reconnect.backoff.max.ms=1000 before `args.kafka`.
+/// child gets mock_group_flags() (support/mock_group.hpp) and reconnect.backoff.max.ms=1000
+/// before `args.kafka`.
 [[nodiscard]] ChildProcess start_consumer(const std::string& program, const ConsumerArgs& args);
 
 /// Parses a child's "stats k=v ..." line into a map; empty if `line` is not one.

@@ -1,7 +1,7 @@
 #pragma once
-// A GoogleTest fixture base whose suite shares one in-process DevBroker (starting one
-// costs about a second), plus unique topic names so tests in a suite never collide,
-// and a Consumer running on a thread of its own.
+// A GoogleTest fixture base on the dev broker that tests share (one per ctest run; starting
+// one costs about a second), plus unique topic names so tests never collide, and a
+// Consumer running on a thread of its own.
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -16,19 +16,20 @@
 #include <gtest/gtest.h>
 
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"  // unique_name, produce_order_events
+#include "support/mock_group.hpp"
+#include "support/shared_broker.hpp"
 #include "support/wait.hpp"
 
 namespace idem::test {
 
-/// A consumer configuration for the mock cluster: its first group join waits a fixed 3 s,
-/// so session.timeout.ms must be above that (docs/dev-broker.md); short batch windows
-/// and backoffs keep tests quick.
+/// A consumer configuration for the mock cluster: its group timing (mock_group.hpp), short
+/// batch windows and backoffs keep tests quick. The start-up check of the topic retention is off:
+/// the mock cluster never answers it, and the tests about it turn it on.
 inline ConsumerConfig mock_consumer_config(const std::string& bootstrap, const std::string& group,
                                            std::vector<std::string> topics) {
   ConsumerConfig c;
@@ -39,18 +40,17 @@ inline ConsumerConfig mock_consumer_config(const std::string& bootstrap, const s
   c.batch_window = std::chrono::milliseconds(20);
   c.retry.initial_backoff = std::chrono::milliseconds(10);
   c.retry.max_backoff = std::chrono::milliseconds(100);
-  c.kafka = {{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}, {"log_level", "3"}};
+  c.kafka = mock_group_properties();
+  c.check_topic_retention = false;
   return c;
 }
 
+/// A suite on the shared dev broker (support/shared_broker.hpp): tests create their own
+/// topics and groups, and inject no errors into it.
 class DevBrokerSuite : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { broker_ = new DevBroker(); }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-  static inline DevBroker* broker_ = nullptr;
+  static void SetUpTestSuite() { broker_ = &shared_broker(); }
+  static inline SharedBroker* broker_ = nullptr;
 };
 
 /// A suite whose tests consume order.confirmed events: each test gets a fresh migrated
