@@ -37,9 +37,8 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
 
 }  // namespace
 
-RouteCalls::RouteCalls(const Route& route, Backend backend,
-                       std::function<void(std::string_view)> log)
-    : route_(route), backend_(backend), log_(std::move(log)) {}
+RouteCalls::RouteCalls(const Route& route, Backend backend, const SinkObservers& observers)
+    : route_(route), backend_(backend), observers_(observers) {}
 
 std::chrono::steady_clock::time_point RouteCalls::next_slot() {
   const double rate = route_.http->rate_limit;
@@ -57,12 +56,16 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
   http::Request request = *event.request;
   request.not_before = next_slot();
   const std::uint64_t successes_then = successes_.load(std::memory_order_acquire);
+  const auto started = std::chrono::steady_clock::now();
   try {
     // The callback runs on the client's loop thread and only completes `done` (never
     // blocks). `event` outlives the call: the consumer keeps it until the call completed.
-    client.start(std::move(request), [this, &event, successes_then, done](http::CallResult r) {
-      finish(r, event, successes_then, done);
-    });
+    client.start(std::move(request),
+                 [this, &event, successes_then, started, done](http::CallResult r) {
+                   if (observers_.on_call)
+                     observers_.on_call(route_.name, std::chrono::steady_clock::now() - started);
+                   finish(r, event, successes_then, done);
+                 });
   } catch (const std::exception& e) {  // a header value the client refuses
     done.dead_letter(
         fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
@@ -75,12 +78,7 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
   switch (result.status) {
     case http::CallStatus::Success: {
       successes_.fetch_add(1, std::memory_order_acq_rel);
-      {
-        std::lock_guard lock(mutex_);
-        if (!paused_.empty() && log_)
-          log_(fmt::format("route {} resumed: a call succeeded", route_.name));
-        paused_.clear();
-      }
+      resume();
       Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);
       if (!answer.ok())
         return done.dead_letter(fmt::format("the answer (HTTP {}) lacks what routes.{} records: {}",
@@ -105,10 +103,22 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
 
 void RouteCalls::pause(const std::string& reason) {
   std::lock_guard lock(mutex_);
-  if (paused_.empty() && log_)
-    log_(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
-                     route_.name, reason));
+  if (paused_.empty()) {
+    if (observers_.log)
+      observers_.log(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
+                                 route_.name, reason));
+    if (observers_.on_pause) observers_.on_pause(route_.name, true);
+  }
   paused_ = reason;
+}
+
+void RouteCalls::resume() {
+  std::lock_guard lock(mutex_);
+  if (paused_.empty()) return;
+  paused_.clear();
+  if (observers_.log)
+    observers_.log(fmt::format("route {} resumed: a call succeeded", route_.name));
+  if (observers_.on_pause) observers_.on_pause(route_.name, false);
 }
 
 std::string RouteCalls::paused_reason() const {
