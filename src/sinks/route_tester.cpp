@@ -80,7 +80,8 @@ std::string path_of(const std::string& url) {
 
 bool same_text_ci(std::string_view a, std::string_view b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
   });
 }
 
@@ -126,7 +127,7 @@ struct RouteTester::Impl {
   int port = 0;
   std::thread serving;
 
-  std::mutex mutex;  // guards what the stub's thread reads and writes
+  std::mutex mutex;        // guards what the stub's thread reads and writes
   StubAnswer stub_answer;  // what the stub answers the next call
   std::vector<ReceivedCall> received;
 
@@ -201,7 +202,8 @@ Decided RouteTester::Impl::call(SinkEvent& event, detail::RouteCalls& calls,
     case Outcome::Retry:
       return {calls.paused_reason().empty() ? TestOutcome::Retry : TestOutcome::Paused,
               "handler.retry", waiter->reason()};
-    case Outcome::DeadLetter: return {TestOutcome::DeadLetter, "handler.dead_letter", waiter->reason()};
+    case Outcome::DeadLetter:
+      return {TestOutcome::DeadLetter, "handler.dead_letter", waiter->reason()};
   }
   return {};
 }
@@ -299,9 +301,8 @@ RouteTestReport RouteTester::run(const RouteTest& test) {
     std::string actual(to_string(got.outcome));
     if (!got.reason.empty()) actual += " (" + got.reason + ")";
     if (!got.message.empty()) actual += ": " + got.message;
-    report.failures.push_back(
-        fmt::format("{} ({}): expected {}, got {}", sample.where.key, sample.where.origin.where,
-                    expected, actual));
+    report.failures.push_back(fmt::format("{} ({}): expected {}, got {}", sample.where.key,
+                                          sample.where.origin.where, expected, actual));
   }
   for (const ExpectedRows& rows : test.expect_rows) {
     std::vector<std::vector<std::string>> got;
@@ -314,8 +315,8 @@ RouteTestReport RouteTester::run(const RouteTest& test) {
         for (std::size_t c = 0; c < result.columns(); ++c) {
           const auto& cell = result.cell(r, c);
           row.push_back(cell ? *cell : "NULL");
-          if (same && (rows.rows[r].size() != result.columns() ||
-                       !same_cell(rows.rows[r][c], cell)))
+          if (same &&
+              (rows.rows[r].size() != result.columns() || !same_cell(rows.rows[r][c], cell)))
             same = false;
         }
         got.push_back(std::move(row));

@@ -159,8 +159,7 @@ TEST(ConfigTestCommand, EveryOutcomeOfARouteIsWhatItsTestExpects) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("test a payment raises the balance once ... passed"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("test the provider's answers ... passed"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("test the provider's answers ... passed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("test a wrong token pauses the route ... passed"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("3 test(s): 3 passed, 0 failed"), std::string::npos) << r.output;
@@ -251,22 +250,20 @@ rows = [["{}"]]
 )toml",
       url, fmt::format(fmt::runtime(std::string(kRoutes))),
       payment(new_uuid_v7().to_string(), "acct-1", "12.30"), sqlite ? "1230" : "12.30");
-  const auto r =
-      test::run_to_completion(IDEM_CLI_PATH, {"config", "test", "--config", write_file(tests)},
-                              {}, 60s);
+  const auto r = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "test", "--config", write_file(tests)}, {}, 60s);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("1 test(s): 1 passed"), std::string::npos) << r.output;
   EXPECT_EQ(TypeParam::read_scalar(*store, "SELECT count(*) FROM movement"), 0);
-  EXPECT_EQ(TypeParam::read_scalar(
-                *store, sqlite ? "SELECT balance FROM account" : "SELECT balance::bigint FROM account"),
+  EXPECT_EQ(TypeParam::read_scalar(*store, sqlite ? "SELECT balance FROM account"
+                                                  : "SELECT balance::bigint FROM account"),
             0);
 
   // A statement the store cannot prepare is refused before any test runs.
   std::string broken = tests;
   broken.replace(broken.find("UPDATE account"), 14, "UPDATE acount");
-  const auto refused =
-      test::run_to_completion(IDEM_CLI_PATH, {"config", "test", "--config", write_file(broken)},
-                              {}, 60s);
+  const auto refused = test::run_to_completion(
+      IDEM_CLI_PATH, {"config", "test", "--config", write_file(broken)}, {}, 60s);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("routes.balance.sql[0]"), std::string::npos) << refused.output;
   EXPECT_EQ(refused.output.find("test on the store"), std::string::npos) << refused.output;
