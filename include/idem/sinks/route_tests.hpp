@@ -11,8 +11,7 @@
 ///     name = "a payment raises the balance"
 ///     setup = ["INSERT INTO account (id, balance) VALUES ('acct-1', 0)"]
 ///     [[tests.events]]
-///     json = { event_id = "0190b5d2-...", event_type = "payment.received.v1",
-///              account = "acct-1", amount = "12.30" }
+///     json = { event_id = "0190b5d2-...", account = "acct-1", amount = "12.30", ... }
 ///     [[tests.expect_rows]]
 ///     query = "SELECT balance FROM account WHERE id = 'acct-1'"
 ///     rows = [["12.30"]]
