@@ -22,8 +22,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -72,18 +74,27 @@ void consume_through_a_sigkill(const std::filesystem::path& config, Rows rows, s
   EXPECT_EQ(cli.wait(30s), 0);
 }
 
+// The Python interpreter with confluent_kafka and tests/fault/sink_producer.py; nullopt
+// (the test skipped, or failed under CI) without them.
+std::optional<std::pair<std::string, std::filesystem::path>> sink_producer() {
+  const auto python = test::find_python_with_confluent_kafka();
+  const auto script = test::fault_test_script("sink_producer.py", "IDEM_TEST_SINK_PRODUCER");
+  if (!python || !script) {
+    test::skip_or_fail("no python3 with confluent_kafka (apt-get install python3-confluent-kafka)");
+    return std::nullopt;
+  }
+  return std::pair(*python, *script);
+}
+
 template <class B>
 class ConfiguredSinksFault : public ::testing::Test {};
 TYPED_TEST_SUITE(ConfiguredSinksFault, test::AllBackends, test::BackendName);
 
 TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
   IDEM_REQUIRE_CLI();
-  const auto python = test::find_python_with_confluent_kafka();
-  const auto script = test::fault_test_script("sink_producer.py", "IDEM_TEST_SINK_PRODUCER");
-  if (!python || !script) {
-    test::skip_or_fail("no python3 with confluent_kafka (apt-get install python3-confluent-kafka)");
-    return;
-  }
+  const auto producer = sink_producer();
+  if (!producer) return;
+  const auto& [python, script] = *producer;
   DevBroker broker;
   std::map<std::string, std::map<std::string, std::int64_t>> results;  // mode -> balances
   for (const std::string mode : {"json", "binary", "structured"}) {
@@ -109,8 +120,8 @@ TYPED_TEST(ConfiguredSinksFault, BalancesEndExactInEveryFormatThroughSigkills) {
     broker.create_topic(topic, 3);
     broker.create_topic(topic + ".dlq", 1);
     const auto sent = test::run_to_completion(
-        *python,
-        {script->string(), "--bootstrap", broker.bootstrap_servers(), "--topic", topic, "--mode",
+        python,
+        {script.string(), "--bootstrap", broker.bootstrap_servers(), "--topic", topic, "--mode",
          mode, "--events", std::to_string(kEvents)},
         {}, 120s);
     ASSERT_EQ(sent.status, 0) << sent.output;
@@ -175,12 +186,9 @@ body = '{{"order_id": {{order_id}}, "amount": {{amount}}}}'
 
 TYPED_TEST(ConfiguredSinksFault, HttpSinkChargesOncePerEventThroughProviderFaultsAndSigkills) {
   IDEM_REQUIRE_CLI();
-  const auto python = test::find_python_with_confluent_kafka();
-  const auto script = test::fault_test_script("sink_producer.py", "IDEM_TEST_SINK_PRODUCER");
-  if (!python || !script) {
-    test::skip_or_fail("no python3 with confluent_kafka (apt-get install python3-confluent-kafka)");
-    return;
-  }
+  const auto producer = sink_producer();
+  if (!producer) return;
+  const auto& [python, script] = *producer;
   DevBroker broker;
   for (const std::string format : {"json", "cloudevents"}) {
     SCOPED_TRACE(format);
@@ -204,8 +212,8 @@ TYPED_TEST(ConfiguredSinksFault, HttpSinkChargesOncePerEventThroughProviderFault
     broker.create_topic(topic, 3);
     broker.create_topic(topic + ".dlq", 1);
     const auto sent = test::run_to_completion(
-        *python,
-        {script->string(), "--bootstrap", broker.bootstrap_servers(), "--topic", topic, "--mode",
+        python,
+        {script.string(), "--bootstrap", broker.bootstrap_servers(), "--topic", topic, "--mode",
          format, "--kind", "orders", "--events", std::to_string(kOrders)},
         {}, 120s);
     ASSERT_EQ(sent.status, 0) << sent.output;
