@@ -65,7 +65,9 @@ std::optional<double RouteCounters::*> route_counter(std::string_view name) {
 // latency since the sample before (`before` null: the first sample, totals only).
 nlohmann::json route_rates(const GroupCounters& now, const GroupCounters* before, double dt) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [name, r] : now.routes) {
+  for (const auto& entry : now.routes) {
+    const std::string& name = entry.first;
+    const RouteCounters& r = entry.second;  // not a structured binding: the lambda uses it
     const RouteCounters* b = nullptr;
     if (before != nullptr) {
       const auto it = before->routes.find(name);
