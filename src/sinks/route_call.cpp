@@ -23,7 +23,9 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
   const bool parsed = parser.parse(body).get(doc) == simdjson::SUCCESS;
   for (const auto& [position, index] : event.from_answer) {
     const ParamSpec& spec = route.params[index];
-    const ValueContext ctx{spec, backend, "response:" + spec.source.name};
+    // The field's name outlives ctx, which only views it.
+    const std::string field = "response:" + spec.source.name;
+    const ValueContext ctx{spec, backend, field};
     simdjson::dom::element found;
     Validated<Param> value =
         parsed && doc.at_pointer(spec.source.name).get(found) == simdjson::SUCCESS
@@ -52,7 +54,7 @@ std::chrono::steady_clock::time_point RouteCalls::next_slot() {
 }
 
 void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
-                       CallCompletion<CallAnswer> done) {
+                       const CallCompletion<CallAnswer>& done) {
   http::Request request = *event.request;
   request.not_before = next_slot();
   const std::uint64_t successes_then = successes_.load(std::memory_order_acquire);
@@ -61,7 +63,7 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
     // The callback runs on the client's loop thread and only completes `done` (never
     // blocks). `event` outlives the call: the consumer keeps it until the call completed.
     client.start(std::move(request),
-                 [this, &event, successes_then, started, done](http::CallResult r) {
+                 [this, &event, successes_then, started, done](const http::CallResult& r) {
                    if (observers_.on_call)
                      observers_.on_call(route_.name, std::chrono::steady_clock::now() - started);
                    finish(r, event, successes_then, done);

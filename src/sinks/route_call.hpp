@@ -34,7 +34,8 @@ class RouteCalls {
 
   /// Starts the call of `event` on `client` (not before the rate limit allows) and
   /// completes `done` from the answer. Runs on the consumer's run() thread.
-  void start(http::AsyncClient& client, const SinkEvent& event, CallCompletion<CallAnswer> done);
+  void start(http::AsyncClient& client, const SinkEvent& event,
+             const CallCompletion<CallAnswer>& done);
 
   /// Why the route is paused, or empty. Thread-safe.
   [[nodiscard]] std::string paused_reason() const;

@@ -103,6 +103,7 @@ bool same_cell(const std::string& expected, const std::optional<std::string>& go
 
 std::string shown_rows(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::string> out;
+  out.reserve(rows.size());
   for (const auto& row : rows) out.push_back(fmt::format("[{}]", fmt::join(row, ", ")));
   return fmt::format("[{}]", fmt::join(out, ", "));
 }
@@ -353,7 +354,9 @@ RouteTestReport RouteTester::run(const RouteTest& test) {
       fail(fmt::format("method: expected {}, got {}", want.method, got.method));
     if (!want.path.empty() && want.path != got.path)
       fail(fmt::format("path: expected {}, got {}", want.path, got.path));
-    for (const auto& [name, value] : want.headers) {
+    for (const auto& header : want.headers) {
+      const std::string& name = header.first;  // not a structured binding: the lambda uses it
+      const std::string& value = header.second;
       const auto h = std::find_if(got.headers.begin(), got.headers.end(),
                                   [&](const auto& kv) { return same_text_ci(kv.first, name); });
       if (h == got.headers.end()) {
