@@ -7,6 +7,9 @@
 // Per backend (SQLite synchronous=FULL, the store's default; PostgreSQL with the server's
 // fsync on) and per provider latency (ProviderFaults::latency: 0, 10, 100 ms), in one run:
 //   effect M     billing_effect with max_in_flight M = 1, 64, 256, 1024
+//   configured M the same billing declared in a file (examples/configured/billing.toml:
+//                idem::sinks, what `idem consume --config` runs), same M; its check
+//                column gives its rate as a share of `effect M` in the same run
 //   sequential   the old billing_handler (the charge inside the batch transaction, one
 //                order at a time), batch 100
 //   ideal        M / latency
@@ -22,7 +25,9 @@
 // RSS (VmRSS) at the start and the end of the whole run.
 //
 //   idem_bench_billing [--quick] [--orders N] [--paced-s S] [--latencies 0,10,100]
-//                      [--in-flight 1,64,256,1024] [--soak N]
+//                      [--in-flight 1,64,256,1024] [--soak N] [--rounds R]
+// --rounds R: `effect M` and `configured M` R times each, alternating, best of each shown
+// (a loaded machine slows one pass or another; alternating keeps the ratio fair).
 // --soak N: instead of the matrix, N passes of one configuration (SQLite, latency 10 ms,
 // M 256, one provider for all of them), with RSS after each pass, as is and after
 // malloc_trim(0) (what the allocator holds free is then given back): a leak grows both
@@ -42,7 +47,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -57,6 +64,8 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/reference/schema.hpp"
+#include "idem/sinks/configured_sinks.hpp"
+#include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
 #include "postgres_durable.hpp"
 #include "support/consumer_scenario.hpp"
@@ -79,6 +88,7 @@ struct Options {
   std::vector<int> latencies{0, 10, 100};
   std::vector<std::size_t> in_flight{1, 64, 256, 1024};
   int soak = 0;
+  int rounds = 1;
   std::vector<std::string> backends{"sqlite", "postgres"};
 };
 
@@ -115,6 +125,8 @@ Options parse(int argc, char** argv) {
       o.backends.clear();
       std::stringstream in(value());
       for (std::string b; std::getline(in, b, ',');) o.backends.push_back(b);
+    } else if (flag == "--rounds") {
+      o.rounds = std::max(1, std::stoi(value()));
     } else if (flag == "--soak") {
       o.soak = std::stoi(value());
     } else if (flag == "--in-flight") {
@@ -220,6 +232,25 @@ idem::EffectHandler<idem::OrderConfirmed, idem::BillingCharge> no_call_effect() 
                       const idem::BillingCharge& c,
                       idem::Transaction& tx) { return idem::apply_charge(e, c, tx); },
           .ordering_key = {}};
+}
+
+/// The billing consumer as configuration (examples/configured/billing.toml) on `topic`,
+/// charging `provider_url`: what `idem consume --config` runs.
+std::unique_ptr<idem::sinks::ConfiguredSinks> configured_billing(const std::string& topic,
+                                                                 const std::string& provider_url,
+                                                                 idem::Backend backend) {
+  std::ifstream in(std::string(IDEM_EXAMPLES_DIR) + "/configured/billing.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string example_topic = "order-service.order.confirmed";
+  const std::size_t at = text.find(example_topic);
+  if (at == std::string::npos) throw std::runtime_error("billing.toml: no topic to replace");
+  text.replace(at, example_topic.size(), topic);
+  const auto path = std::filesystem::temp_directory_path() /
+                    fmt::format("{}.toml", idem::test::unique_name("billing-sink"));
+  std::ofstream(path) << text;
+  auto config = idem::sinks::load_sink_config(path.string(), {{"PROVIDER_URL", provider_url}});
+  std::filesystem::remove(path);
+  return std::make_unique<idem::sinks::ConfiguredSinks>(std::move(*config), backend);
 }
 
 struct Latency {
@@ -424,10 +455,26 @@ int main(int argc, char** argv) {
         // As `idem consume` does: a connection per charge in flight (BillingConfig).
         idem::BillingConfig per_m = bc;
         per_m.client.max_host_connections = std::max(per_m.client.max_host_connections, m);
-        const Pass p = pass(broker, backend, capped(ideal), kBatch, m,
-                            [&](idem::Consumer& c, const std::string& t) {
-                              c.on_effect(t, idem::billing_effect(per_m));
-                            });
+        Pass p;
+        Pass configured;
+        for (int round = 0; round < opts.rounds; ++round) {
+          const Pass e = pass(broker, backend, capped(ideal), kBatch, m,
+                              [&](idem::Consumer& c, const std::string& t) {
+                                c.on_effect(t, idem::billing_effect(per_m));
+                              });
+          std::unique_ptr<idem::sinks::ConfiguredSinks> sinks;  // outlives the pass's run()
+          const Pass f =
+              pass(broker, backend, capped(ideal), kBatch, m,
+                   [&](idem::Consumer& c, const std::string& t) {
+                     sinks = configured_billing(t, provider.base_url(),
+                                                backend.name == "sqlite" ? idem::Backend::Sqlite
+                                                                         : idem::Backend::Postgres);
+                     sinks->install(c, m);
+                   });
+          charged += e.orders + f.orders;
+          if (e.per_s > p.per_s) p = e;
+          if (f.per_s > configured.per_s) configured = f;
+        }
         if (latency_ms == 0) without_latency[m] = p.per_s;
         double ceiling = limit.per_s;
         if (latency_ms != 0) ceiling = std::min(ceiling, ideal);
@@ -438,7 +485,13 @@ int main(int argc, char** argv) {
                     latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
                     latency_ms == 0 ? "-" : fmt::format("{:.2f}", p.per_s / ideal).c_str(),
                     p.per_s / ceiling, p.per_s / seq.per_s, p.check.c_str());
-        charged += p.orders;
+        std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9.2f %9.2f  %s; %.0f%% of effect %zu\n",
+                    latency_ms, fmt::format("configured {}", m).c_str(),
+                    static_cast<long long>(configured.orders), configured.per_s,
+                    latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
+                    latency_ms == 0 ? "-" : fmt::format("{:.2f}", configured.per_s / ideal).c_str(),
+                    configured.per_s / ceiling, configured.per_s / seq.per_s,
+                    configured.check.c_str(), 100.0 * configured.per_s / p.per_s, m);
         std::fflush(stdout);
       }
       if ((latency_ms == 10 || latency_ms == 100) && opts.paced_s > 0) {

@@ -3,6 +3,7 @@
 // came from (file, env, flag, default), secrets redacted. Exits 1 with every problem
 // listed when the configuration is invalid. `idem <command> ... --print-config` prints
 // the same for one command's own flags.
+// `idem config test`: runs the tests the file carries for its routes (route_tests.hpp).
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,23 @@ void register_config(CLI::App& app, ExitCode& exit_code) {
     print_config(config);
     check_configured_routes(config);
     exit_code.value = 0;
+  });
+
+  CLI::App* test = group->add_subcommand(
+      "test",
+      "Run the tests written in the configuration file ([[tests]]): sample events through "
+      "the routes, in a transaction rolled back on the store (a throwaway SQLite one without "
+      "store.url), calls answered by a stub endpoint; exit 1 when one fails");
+  auto test_opts = std::make_shared<Options>();
+  auto test_cfg = std::make_shared<ConfigOptions>(test);
+  test_cfg->bind(test->add_option("--db", test_opts->db,
+                                  "Store the tests run on, rolled back (store.url; default: a "
+                                  "throwaway in-memory SQLite store)"),
+                 "store.url");
+  test_cfg->bind(test->add_option("--group", test_opts->group, "$consumer_group's value"),
+                 "consumer.group");
+  test->callback([test_opts, test_cfg, &exit_code] {
+    exit_code.value = run_configured_route_tests(test_cfg->load()) ? 0 : 1;
   });
 }
 

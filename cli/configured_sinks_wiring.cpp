@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "idem/sinks/route_tests.hpp"
 
 namespace idem::cli {
 
@@ -74,6 +79,36 @@ std::optional<sinks::SinkConfig> print_configured_routes(const Config& settings)
   return routes;
 }
 
+sinks::SinkObservers route_observers(const sinks::SinkConfig& routes, Metrics* metrics,
+                                     const std::string& group,
+                                     std::function<void(std::string_view)> log) {
+  sinks::SinkObservers observers;
+  observers.log = std::move(log);
+  if (metrics == nullptr) return observers;
+  // Made now, on this thread: the observers run on the HTTP client's and only read this.
+  auto recorders = std::make_shared<std::map<std::string, DurationRecorder, std::less<>>>();
+  for (const sinks::Route& route : routes.routes) {
+    if (!route.http) continue;
+    recorders->emplace(route.name, metrics->call_recorder(group, route.name));
+    metrics->set_route_paused(group, route.name, false);
+  }
+  observers.on_call = [recorders](const std::string& route, std::chrono::nanoseconds took) {
+    if (const auto it = recorders->find(route); it != recorders->end()) it->second.record(took);
+  };
+  observers.on_pause = [metrics, group](const std::string& route, bool paused) {
+    metrics->set_route_paused(group, route, paused);
+  };
+  return observers;
+}
+
+ReadinessCheck routes_readiness(const sinks::ConfiguredSinks& configured) {
+  return {"routes", [&configured]() -> std::optional<std::string> {
+            const std::vector<std::string> paused = configured.paused_routes();
+            if (paused.empty()) return std::nullopt;
+            return fmt::format("paused: {}", fmt::join(paused, "; "));
+          }};
+}
+
 void check_configured_routes(const Config& settings) {
   auto routes = configured_routes(settings);
   if (!routes) return;
@@ -86,6 +121,45 @@ void check_configured_routes(const Config& settings) {
   configured.check(*store);
   std::cout << "# every statement prepared against " << redact_store_url(settings.store_url)
             << "\n";
+}
+
+bool run_configured_route_tests(const Config& settings) {
+  auto routes = configured_routes(settings);
+  if (!routes)
+    throw ConfigError({{"routes",
+                        {ConfigLayer::File, settings.file},
+                        "the configuration declares no routes ([routes.NAME]): nothing to test"}});
+  // Without a store, a throwaway one: the tests' `setup` creates what the routes need.
+  const std::string url = settings.store_url.empty() ? "sqlite://:memory:" : settings.store_url;
+  const auto store = open_store(url, settings.store_options);
+  const std::string file = routes->file;
+  const std::vector<sinks::RouteTest> tests = sinks::load_route_tests(file, *routes);
+  sinks::ConfiguredSinks configured(std::move(*routes), store->backend());
+  // On the configured store every statement must prepare first, as `idem consume` checks
+  // them; a throwaway store has the routes' tables only once a test's setup ran.
+  if (!settings.store_url.empty()) configured.check(*store);
+  if (tests.empty())
+    throw ConfigError({{"tests",
+                        {ConfigLayer::File, file},
+                        "the configuration declares no tests ([[tests]] with [[tests.events]])"}});
+  sinks::RouteTester tester(configured, *store,
+                            settings.consumer.group_id.empty() ? std::string("idem-config-test")
+                                                               : settings.consumer.group_id);
+  std::cout << fmt::format(
+      "Running {} test(s) of {} on {} (rolled back), calls to a stub at {}\n", tests.size(), file,
+      settings.store_url.empty() ? std::string("a throwaway SQLite store") : redact_store_url(url),
+      tester.stub_url());
+  std::size_t failed = 0;
+  for (const sinks::RouteTest& test : tests) {
+    const sinks::RouteTestReport report = tester.run(test);
+    std::cout << fmt::format("test {} ... {}\n", report.name,
+                             report.passed() ? "passed" : "FAILED");
+    for (const std::string& failure : report.failures) std::cout << "  " << failure << "\n";
+    if (!report.passed()) ++failed;
+  }
+  std::cout << fmt::format("{} test(s): {} passed, {} failed\n", tests.size(),
+                           tests.size() - failed, failed);
+  return failed == 0;
 }
 
 }  // namespace idem::cli

@@ -1,11 +1,15 @@
 #pragma once
 // `idem consume` and `idem config check` with routes declared in the configuration file
 // (the `routes` table; docs/configured-sinks.md): the CLI's side of idem::sinks.
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "idem/config.hpp"
 #include "idem/consumer.hpp"
+#include "idem/metrics/metrics.hpp"
 #include "idem/sinks/configured_sinks.hpp"
 #include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
@@ -33,9 +37,25 @@ void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
 /// \throws ConfigError with every problem of the `routes` table.
 std::optional<sinks::SinkConfig> print_configured_routes(const Config& settings);
 
+/// What the running routes report: pause and resume lines to `log`; with `metrics`, each
+/// route's call latency and whether it is paused (`idem_route_*` of `group`). `metrics`
+/// must outlive the consumer's run().
+[[nodiscard]] sinks::SinkObservers route_observers(const sinks::SinkConfig& routes,
+                                                   Metrics* metrics, const std::string& group,
+                                                   std::function<void(std::string_view)> log);
+
+/// /readyz: not ready while a route is paused, naming each with why.
+[[nodiscard]] ReadinessCheck routes_readiness(const sinks::ConfiguredSinks& configured);
+
 /// `idem config check`: when store.url is set, checks every statement of the routes
 /// against that store (nothing is created or changed in it).
 /// \throws ConfigError with every problem.
 void check_configured_routes(const Config& settings);
+
+/// `idem config test`: runs the `[[tests]]` of the configuration file on store.url (or a
+/// throwaway in-memory SQLite store), each rolled back, and prints one line per test and
+/// each failure. Returns true when every test passed.
+/// \throws ConfigError when the file has no routes or no tests, or a test is malformed.
+[[nodiscard]] bool run_configured_route_tests(const Config& settings);
 
 }  // namespace idem::cli

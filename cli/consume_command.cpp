@@ -260,7 +260,9 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
     if (configured) {
-      configured->install(consumer, config.max_in_flight, logger.lines("sinks"));
+      configured->install(consumer, config.max_in_flight,
+                          route_observers(configured->config(), admin_enabled ? &metrics : nullptr,
+                                          config.group_id, logger.lines("sinks")));
     } else if (handler_kind == HandlerKind::Billing) {
       const auto billing = billing_effect(billing_config(
           settings.get<BillingSettings>(), config.max_in_flight, opts->no_idempotency_key));
@@ -275,10 +277,11 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     AdminEndpoints admin;
     if (admin_enabled) {
       metrics.watch(consumer, config.group_id);
-      admin = start_admin_endpoints(settings, metrics,
-                                    {consumer_readiness(consumer, admin_settings.stuck_after),
-                                     store_readiness(settings.store_url, settings.store_options)},
-                                    {config.group_id});
+      std::vector<ReadinessCheck> checks = {
+          consumer_readiness(consumer, admin_settings.stuck_after),
+          store_readiness(settings.store_url, settings.store_options)};
+      if (configured) checks.push_back(routes_readiness(*configured));
+      admin = start_admin_endpoints(settings, metrics, std::move(checks), {config.group_id});
       std::cout << fmt::format("admin server on port {}", admin.port()) << std::endl;
     }
     const OnStopSignal stop_on_signal(signals, [&consumer, &watchdog] {

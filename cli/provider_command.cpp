@@ -35,6 +35,7 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
     std::string key_retention;
     std::string reset_after_commit;
     std::string unavailable;
+    std::string in_progress;
     std::string latency_ms;
     std::string decline;
     std::string seed;
@@ -63,6 +64,10 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(cmd->add_option("--unavailable", opts->unavailable,
                             "Share of charge requests answered 503 (provider.unavailable)"),
             "provider.unavailable");
+  cfg->bind(cmd->add_option("--in-progress", opts->in_progress,
+                            "Share of charge requests answered 409 as if a request with the same "
+                            "key were in flight (provider.in_progress)"),
+            "provider.in_progress");
   cfg->bind(
       cmd->add_option("--latency-ms", opts->latency_ms,
                       "Added to every new charge, as a timer: thousands of requests may wait at "

@@ -185,6 +185,14 @@ struct PartitionLag {
   std::int64_t lag = -1;
 };
 
+/// Counters of the records filed under one route (RecordInfo::count_as).
+struct RouteStats {
+  std::uint64_t applied = 0;        ///< effects committed (Outcome::Done)
+  std::uint64_t duplicates = 0;     ///< records skipped because their event was already marked
+  std::uint64_t dead_lettered = 0;  ///< records the broker acknowledged on a DLQ topic
+  std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
+};
+
 /// Counters since construction. A snapshot; consistent per batch.
 struct ConsumerStats {
   std::uint64_t delivered = 0;      ///< records received from Kafka (redeliveries included)
@@ -211,6 +219,9 @@ struct ConsumerStats {
   /// When the poll loop last turned (steady clock); readiness uses it to detect a
   /// consumer stuck in a handler or a database call. Epoch until run() starts.
   std::chrono::steady_clock::time_point last_loop{};
+  /// The same counts per route, for the records a parser filed (RecordInfo::count_as);
+  /// empty when no parser files any.
+  std::map<std::string, RouteStats, std::less<>> routes;
 };
 
 // --- Effects with external I/O (IDEM-4): a call phase outside any transaction, run

@@ -54,6 +54,20 @@ struct RecordInfo {
     if (dead_letter_reason_sink != nullptr) *dead_letter_reason_sink = std::move(reason);
   }
 
+  /// Where the consumer collects the name a parser files the record under; null when
+  /// nobody collects it. Use count_as().
+  std::string_view* route_sink = nullptr;
+
+  /// Files this record under `route` in the consumer's counts per route
+  /// (ConsumerStats::routes: applied, duplicates, dead letters by reason), for parsers
+  /// that tell several kinds of events apart on one topic (sinks declared in a file name
+  /// the route of the event's type). Called by a RecordParser, also for a record it
+  /// refuses once it knows the route. `route` must outlive the consumer's run(); records
+  /// never filed are counted only in the consumer's totals.
+  void count_as(std::string_view route) const noexcept {
+    if (route_sink != nullptr) *route_sink = route;
+  }
+
   /// The value of the first header named `name`, or nullopt.
   [[nodiscard]] std::optional<std::string_view> header(std::string_view name) const noexcept {
     for (const auto& h : headers) {

@@ -48,6 +48,51 @@ nlohmann::json optional_number(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// The RouteCounters field a line of `idem_route_*` adds to; a null field for the paused
+// gauge; nullopt for any other metric.
+std::optional<double RouteCounters::*> route_counter(std::string_view name) {
+  const std::string call(metric::kRouteCallSeconds);
+  if (name == metric::kRouteApplied) return &RouteCounters::applied;
+  if (name == metric::kRouteDuplicates) return &RouteCounters::duplicates;
+  if (name == metric::kRouteDeadLettered) return &RouteCounters::dead_lettered;
+  if (name == call + "_sum") return &RouteCounters::call_seconds;
+  if (name == call + "_count") return &RouteCounters::calls;
+  if (name == metric::kRoutePaused) return nullptr;
+  return std::nullopt;
+}
+
+// Per route: events applied, skipped and dead-lettered per second and the mean call
+// latency since the sample before (`before` null: the first sample, totals only).
+nlohmann::json route_rates(const GroupCounters& now, const GroupCounters* before, double dt) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& entry : now.routes) {
+    const std::string& name = entry.first;
+    const RouteCounters& r = entry.second;  // not a structured binding: the lambda uses it
+    const RouteCounters* b = nullptr;
+    if (before != nullptr) {
+      const auto it = before->routes.find(name);
+      if (it != before->routes.end()) b = &it->second;
+    }
+    // A restarted consumer starts its counters at 0 again: no negative rates.
+    const auto rate = [&](double RouteCounters::*f) -> nlohmann::json {
+      if (b == nullptr || dt <= 0) return nullptr;
+      return std::max(0.0, (r.*f - b->*f) / dt);
+    };
+    nlohmann::json latency = nullptr;
+    if (b != nullptr && r.calls > b->calls)
+      latency = (r.call_seconds - b->call_seconds) / (r.calls - b->calls) * 1000.0;
+    out.push_back({{"route", name},
+                   {"applied_rate", rate(&RouteCounters::applied)},
+                   {"duplicate_rate", rate(&RouteCounters::duplicates)},
+                   {"dead_letter_rate", rate(&RouteCounters::dead_lettered)},
+                   {"call_latency_ms", latency},
+                   {"applied", r.applied},
+                   {"dead_lettered", r.dead_lettered},
+                   {"paused", r.paused}});
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_counters(std::string_view text, std::map<std::string, GroupCounters>& out) {
@@ -67,8 +112,10 @@ void add_counters(std::string_view text, std::map<std::string, GroupCounters>& o
     if (name == metric::kEventsProcessed) field = &GroupCounters::processed;
     if (name == metric::kDuplicatesSkipped) field = &GroupCounters::duplicates;
     if (name == metric::kDeadLettered) field = &GroupCounters::dead_lettered;
-    if (field == nullptr) continue;
-    const auto group = label_value(line.substr(brace + 1, close - brace - 1), "group");
+    const auto route_field = route_counter(name);
+    if (field == nullptr && !route_field) continue;
+    const std::string_view labels = line.substr(brace + 1, close - brace - 1);
+    const auto group = label_value(labels, "group");
     if (!group) continue;
     std::string_view rest = line.substr(close + 1);
     rest.remove_prefix(std::min(rest.find_first_not_of(' '), rest.size()));
@@ -76,7 +123,18 @@ void add_counters(std::string_view text, std::map<std::string, GroupCounters>& o
     char* parsed_end = nullptr;
     const double value = std::strtod(number.c_str(), &parsed_end);
     if (parsed_end == number.c_str()) continue;
-    out[*group].*field += value;
+    if (field != nullptr) {
+      out[*group].*field += value;
+      continue;
+    }
+    const auto route = label_value(labels, "route");
+    if (!route) continue;
+    RouteCounters& r = out[*group].routes[*route];
+    if (*route_field == nullptr) {
+      r.paused = r.paused || value > 0;
+    } else {
+      r.** route_field += value;
+    }
   }
 }
 
@@ -195,8 +253,9 @@ void Sampler::sample_once() {
     }
     const auto c = counters.find(group);
     if (c != counters.end()) {
+      const double dt = std::chrono::duration<double>(now - h.last_at).count();
+      h.routes = route_rates(c->second, h.last_counters ? &*h.last_counters : nullptr, dt);
       if (h.last_counters) {
-        const double dt = std::chrono::duration<double>(now - h.last_at).count();
         if (dt > 0) {
           // A restarted consumer starts its counters at 0 again: no negative rates.
           const auto rate = [&](double a, double b) { return std::max(0.0, (a - b) / dt); };
@@ -231,6 +290,7 @@ void Sampler::sample_once() {
                           {"oldest_unprocessed_age_ms",
                            oldest_ms ? nlohmann::json(*oldest_ms) : nlohmann::json(nullptr)},
                           {"counters", std::move(totals)},
+                          {"routes", h.routes},
                           {"history", std::move(history)},
                           {"error", lag.error}});
   }

@@ -31,14 +31,26 @@ struct SamplerOptions {
   std::function<std::string()> local_metrics;
 };
 
+/// Counters of one route of a configured sink (`idem_route_*`), summed over every source.
+struct RouteCounters {
+  double applied = 0;
+  double duplicates = 0;
+  double dead_lettered = 0;
+  double call_seconds = 0;  ///< the call-latency histogram's sum
+  double calls = 0;         ///< and its count
+  bool paused = false;      ///< any source says so
+};
+
 /// Counters of one group, summed over every metrics source.
 struct GroupCounters {
   double processed = 0;
   double duplicates = 0;
   double dead_lettered = 0;
+  std::map<std::string, RouteCounters> routes;  ///< by `route` label
 };
 
-/// Sums the three consumer counters per `group` label in Prometheus text.
+/// Sums the three consumer counters per `group` label in Prometheus text, and the route
+/// counters per `group` and `route`.
 void add_counters(std::string_view prometheus_text, std::map<std::string, GroupCounters>& out);
 
 class Sampler {
@@ -60,6 +72,7 @@ class Sampler {
   };
   struct History {
     std::deque<Point> points;
+    nlohmann::json routes = nlohmann::json::array();  ///< the last sample's per-route rates
     std::optional<GroupCounters> last_counters;
     std::chrono::steady_clock::time_point last_at{};
   };

@@ -79,6 +79,7 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     item.slot = i;
     item.fresh = false;
     item.skip = false;
+    item.filed_as = {};
     item.error_class.clear();
     item.error_message.clear();
     if (item.route == nullptr) {
@@ -100,7 +101,9 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
       item.error_message = std::move(*problem);
       continue;
     }
-    Validated<Uuid> parsed = item.route->parse(i, record_info(m), config_.limits);
+    RecordInfo info = record_info(m);
+    info.route_sink = &item.filed_as;
+    Validated<Uuid> parsed = item.route->parse(i, info, config_.limits);
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
@@ -173,15 +176,40 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
   for (const auto& item : items_) {
     if (item.valid) ids_.push_back(item.event_id);
   }
-  if (run_pass(Pass::Optimistic, result, schedule)) return;
-  result.dead_letters.clear();
-  result.processed = 0;
-  result.duplicates = 0;
-  for (auto& p : result.partitions) {
-    p.decided_end = p.first_offset;
-    p.retry_at.reset();
+  if (!run_pass(Pass::Optimistic, result, schedule)) {
+    result.dead_letters.clear();
+    result.processed = 0;
+    result.duplicates = 0;
+    for (auto& p : result.partitions) {
+      p.decided_end = p.first_offset;
+      p.retry_at.reset();
+    }
+    (void)run_pass(Pass::Isolated, result, schedule);
   }
-  (void)run_pass(Pass::Isolated, result, schedule);
+  if (result.failure.empty()) tally_routes(result);
+}
+
+void BatchProcessor::tally_routes(BatchResult& result) const {
+  for (const Item& item : items_) {
+    if (item.filed_as.empty() || item.fate == Item::Fate::Open) continue;
+    auto tally = std::find_if(result.routes.begin(), result.routes.end(),
+                              [&](const RouteTally& t) { return t.route == item.filed_as; });
+    if (tally == result.routes.end()) {
+      result.routes.push_back({item.filed_as});
+      tally = result.routes.end() - 1;
+    }
+    ++(item.fate == Item::Fate::Applied ? tally->applied : tally->duplicates);
+  }
+}
+
+void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
+  for (const RouteTally& t : result.routes) {
+    auto it = delta.routes.find(t.route);
+    if (it == delta.routes.end())
+      it = delta.routes.emplace(std::string(t.route), RouteStats{}).first;
+    it->second.applied += t.applied;
+    it->second.duplicates += t.duplicates;
+  }
 }
 
 bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule) {
@@ -232,6 +260,7 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   // pauses and retries from its first record.
   result.failure = e.what();
   result.dead_letters.clear();
+  result.routes.clear();
   result.processed = 0;
   result.duplicates = 0;
   for (auto& p : result.partitions) {
@@ -246,6 +275,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
   bool blocked = false;
   for (std::size_t i = g.begin; i < g.end; ++i) {
     Item& item = items_[i];
+    item.fate = Item::Fate::Open;
     const std::int64_t offset = item.msg->offset;
     if (blocked) {
       // The partition never skips ahead of an unprocessed event: later records wait
@@ -254,13 +284,18 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       continue;
     }
     if (!item.valid) {
-      if (!item.skip)
-        result.dead_letters.push_back({item.msg, item.error_class, item.error_message, 1});
+      if (!item.skip) {
+        result.dead_letters.push_back({.original = item.msg,
+                                       .error_class = item.error_class,
+                                       .message = item.error_message,
+                                       .route = item.filed_as});
+      }
       out.decided_end = offset + 1;
       continue;
     }
     if (!item.fresh) {
       ++result.duplicates;
+      item.fate = Item::Fate::Duplicate;
       out.decided_end = offset + 1;
       continue;
     }
@@ -274,6 +309,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       }
       if (outcome != Outcome::Done) return false;
       ++result.processed;
+      item.fate = Item::Fate::Applied;
       out.decided_end = offset + 1;
       call_hook(context_.hooks, HookPoint::AfterHandler);
       continue;
@@ -322,14 +358,19 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       case Outcome::Done:
         sp.release();
         ++result.processed;
+        item.fate = Item::Fate::Applied;
         out.decided_end = offset + 1;
         break;
       case Outcome::DeadLetter:
         sp.rollback();
         unmark(*tx, item.event_id);
-        result.dead_letters.push_back({item.msg, std::move(error_class), std::move(error_message),
-                                       context_.retry_topics.previous_attempts(*item.msg) +
-                                           schedule.attempts(g.tp, offset) + 1});
+        result.dead_letters.push_back(
+            {.original = item.msg,
+             .error_class = std::move(error_class),
+             .message = std::move(error_message),
+             .attempts = context_.retry_topics.previous_attempts(*item.msg) +
+                         schedule.attempts(g.tp, offset) + 1,
+             .route = item.filed_as});
         out.decided_end = offset + 1;
         break;
       case Outcome::Retry:
@@ -347,6 +388,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
                                   .count();
           result.dead_letters.push_back(context_.retry_topics.retry_letter(
               *item.msg, std::move(error_class), std::move(error_message), now_ms));
+          result.dead_letters.back().route = item.filed_as;
           out.decided_end = offset + 1;
           break;
         }

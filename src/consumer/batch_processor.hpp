@@ -47,14 +47,26 @@ struct HookAbort {
 /// Calls hooks.at(point); wraps anything it throws in HookAbort.
 void call_hook(const ConsumerHooks& hooks, HookPoint point);
 
+/// The records of one route (RecordInfo::count_as) a batch applied or skipped.
+struct RouteTally {
+  std::string_view route;
+  std::uint64_t applied = 0;
+  std::uint64_t duplicates = 0;
+};
+
 struct BatchResult {
   std::vector<PartitionOutcome> partitions;
   std::vector<DeadLetter> dead_letters;  ///< in partition order; includes retry-topic sends
   std::uint64_t processed = 0;           ///< effects committed
   std::uint64_t duplicates = 0;
-  bool committed = false;  ///< a transaction committed
-  std::string failure;     ///< why the whole transaction failed (empty if not)
+  bool committed = false;          ///< a transaction committed
+  std::string failure;             ///< why the whole transaction failed (empty if not)
+  std::vector<RouteTally> routes;  ///< per route, when records were filed under one
 };
+
+/// Adds what `result` applied and skipped to `delta` (its totals stay the caller's), per
+/// route; dead letters count per route once acknowledged (DeadLetter::route).
+void add_route_counts(const BatchResult& result, ConsumerStats& delta);
 
 class BatchProcessor {
  public:
@@ -103,6 +115,8 @@ class BatchProcessor {
     bool valid = false;
     bool fresh = false;  // first time this event is marked for the group
     bool skip = false;   // invalid, but neither executed nor dead-lettered (stale, Skip)
+    enum class Fate { Open, Applied, Duplicate } fate = Fate::Open;  // in the last pass
+    std::string_view filed_as;  // the route the parser filed the record under, or empty
     Uuid event_id;
     std::string error_class;
     std::string error_message;
@@ -130,6 +144,8 @@ class BatchProcessor {
   bool process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,
                      const RetrySchedule& schedule, PartitionOutcome& out);
   void unmark(Transaction& tx, const Uuid& event_id);
+  /// result.routes from the items' fates (only when some record was filed under a route).
+  void tally_routes(BatchResult& result) const;
   RecordInfo record_info(const rd_kafka_message_t& m);
 
   const ConsumerContext& context_;

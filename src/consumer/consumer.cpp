@@ -396,6 +396,14 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
   stats.offset_commits += delta.offset_commits;
   stats.calls += delta.calls;
   stats.call_retries += delta.call_retries;
+  for (const auto& [route, d] : delta.routes) {
+    RouteStats& r = stats.routes[route];
+    r.applied += d.applied;
+    r.duplicates += d.duplicates;
+    r.dead_lettered += d.dead_lettered;
+    for (const auto& [reason, n] : d.dead_lettered_by_reason)
+      r.dead_lettered_by_reason[reason] += n;
+  }
 }
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
@@ -413,6 +421,13 @@ std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::Bat
     if (acked) {
       ++delta.dead_lettered;
       ++delta.dead_lettered_by_reason[letter.error_class];
+      if (!letter.route.empty()) {
+        auto route = delta.routes.find(letter.route);
+        if (route == delta.routes.end())
+          route = delta.routes.emplace(std::string(letter.route), RouteStats{}).first;
+        ++route->second.dead_lettered;
+        ++route->second.dead_lettered_by_reason[letter.error_class];
+      }
       log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
                       record_location(*letter.original), letter.error_class, letter.attempts));
       continue;
@@ -446,6 +461,7 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   }
   delta.processed = r.processed;
   delta.duplicates = r.duplicates;
+  detail::add_route_counts(r, delta);
   delta.transactions = r.committed ? 1 : 0;
   const std::vector<PartitionOffset> refused = send_dead_letters(r, delta);
 

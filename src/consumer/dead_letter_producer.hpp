@@ -38,6 +38,7 @@ struct DeadLetter {
   /// > 0: not a dead letter but a retry, to retry topic `retry_level` of the source topic.
   std::uint32_t retry_level = 0;
   std::int64_t not_before_ms = 0;  ///< for a retry: idem.retry.not_before (ms since the epoch)
+  std::string_view route{};        ///< what the parser filed the record under (count_as)
 };
 
 class RetryTopicMap;

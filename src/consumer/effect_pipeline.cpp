@@ -332,6 +332,7 @@ void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint n
     deps_.context.hooks.on_batch({a.tickets.size(), r.committed, a.committed - a.started});
   delta.processed += r.processed;
   delta.duplicates += r.duplicates;
+  add_route_counts(r, delta);
   if (r.committed) ++delta.transactions;
   if (!r.failure.empty()) {
     // The transaction failed as a whole (the store is down): every result waits, and no

@@ -193,7 +193,10 @@ std::optional<std::int64_t> RetryTopicMap::not_before_ms(const rd_kafka_message_
 
 DeadLetter RetryTopicMap::retry_letter(const rd_kafka_message_t& m, std::string error_class,
                                        std::string message, std::int64_t now_ms) const {
-  DeadLetter letter{&m, std::move(error_class), std::move(message), previous_attempts(m) + 1};
+  DeadLetter letter{.original = &m,
+                    .error_class = std::move(error_class),
+                    .message = std::move(message),
+                    .attempts = previous_attempts(m) + 1};
   if (letter.attempts < config_.retry_topics.max_attempts()) {
     letter.retry_level = letter.attempts;
     letter.not_before_ms = now_ms + config_.retry_topics.delays[letter.attempts - 1].count();

@@ -30,6 +30,10 @@ const prometheus::Histogram::BucketBoundaries kTransactionBuckets = {
 const prometheus::Histogram::BucketBoundaries kHandlerBuckets = {
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
     0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   1};
+// Calls to a remote endpoint: from a few milliseconds on loopback to retries that take
+// seconds (the HTTP client's backoff, Retry-After).
+const prometheus::Histogram::BucketBoundaries kCallBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 const prometheus::Histogram::BucketBoundaries kBatchBuckets = {1,   10,   50,   100,  250,
                                                                500, 1000, 2500, 5000, 10000};
 
@@ -92,6 +96,18 @@ class ConsumerCollector final : public prometheus::Collectable {
                      {}};
     MetricFamily assigned{
         std::string(metric::kAssignedPartitions), "Partitions assigned", MetricType::Gauge, {}};
+    MetricFamily route_applied{std::string(metric::kRouteApplied),
+                               "Effects committed, per route of a configured sink",
+                               MetricType::Counter,
+                               {}};
+    MetricFamily route_duplicates{std::string(metric::kRouteDuplicates),
+                                  "Records skipped as already processed, per route",
+                                  MetricType::Counter,
+                                  {}};
+    MetricFamily route_dlq{std::string(metric::kRouteDeadLettered),
+                           "Records acknowledged on a DLQ topic, per route and reason",
+                           MetricType::Counter,
+                           {}};
     std::lock_guard lock(mutex_);
     for (const auto& [consumer, group] : watched_) {
       const ConsumerStats s = consumer->stats();
@@ -112,7 +128,22 @@ class ConsumerCollector final : public prometheus::Collectable {
       }
       assigned.metric.push_back(
           sample({{"group", group}}, static_cast<double>(partitions.size()), MetricType::Gauge));
+      for (const auto& [route, r] : s.routes) {
+        const std::vector<ClientMetric::Label> labels = {{"group", group}, {"route", route}};
+        route_applied.metric.push_back(
+            sample(labels, static_cast<double>(r.applied), MetricType::Counter));
+        route_duplicates.metric.push_back(
+            sample(labels, static_cast<double>(r.duplicates), MetricType::Counter));
+        for (const auto& [reason, n] : r.dead_lettered_by_reason) {
+          route_dlq.metric.push_back(
+              sample({{"group", group}, {"route", route}, {"reason", reason}},
+                     static_cast<double>(n), MetricType::Counter));
+        }
+      }
     }
+    out.push_back(std::move(route_applied));
+    out.push_back(std::move(route_duplicates));
+    out.push_back(std::move(route_dlq));
     out.push_back(std::move(dlq));
     out.push_back(std::move(lag));
     out.push_back(std::move(assigned));
@@ -151,6 +182,18 @@ struct Metrics::Impl {
       prometheus::BuildHistogram()
           .Name(std::string(metric::kHandlerSeconds))
           .Help("Handler calls, inside the batch transaction")
+          .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& call_seconds =
+      prometheus::BuildHistogram()
+          .Name(std::string(metric::kRouteCallSeconds))
+          .Help("HTTP calls of a route, from the first attempt to the final answer")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& route_paused =
+      prometheus::BuildGauge()
+          .Name(std::string(metric::kRoutePaused))
+          .Help(
+              "1 while every call of the route fails for a reason of the route's own "
+              "(401, 403, 404): its calls wait and retry, nothing is dead-lettered")
           .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_published =
       prometheus::BuildCounter()
@@ -258,6 +301,15 @@ ConsumerHooks Metrics::instrument(std::string group, ConsumerHooks hooks) {
 DurationRecorder Metrics::handler_recorder(const std::string& group, const std::string& topic) {
   return DurationRecorder(
       &impl_->handler_seconds.Add({{"group", group}, {"topic", topic}}, kHandlerBuckets));
+}
+
+DurationRecorder Metrics::call_recorder(const std::string& group, const std::string& route) {
+  return DurationRecorder(
+      &impl_->call_seconds.Add({{"group", group}, {"route", route}}, kCallBuckets));
+}
+
+void Metrics::set_route_paused(const std::string& group, const std::string& route, bool paused) {
+  impl_->route_paused.Add({{"group", group}, {"route", route}}).Set(paused ? 1 : 0);
 }
 
 RelayObserver Metrics::instrument(RelayObserver observer) {

@@ -167,6 +167,7 @@ struct PaymentProvider::Impl {
   std::atomic<std::int64_t> conflicts{0};
   std::atomic<std::int64_t> resets{0};
   std::atomic<std::int64_t> unavailable{0};
+  std::atomic<std::int64_t> in_progress_answers{0};  // 409s of the in_progress fault
   std::atomic<std::int64_t> declines{0};
   std::atomic<std::int64_t> in_progress{0};  // requests waiting for the ledger or a timer
   std::atomic<std::int64_t> peak_in_progress{0};
@@ -269,6 +270,11 @@ void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
   if (draw(now_faults.unavailable)) {
     ++unavailable;
     return reply.send(error_response(503, "unavailable", "injected fault: provider unavailable"));
+  }
+  if (draw(now_faults.in_progress)) {
+    ++in_progress_answers;
+    return reply.send(error_response(409, "request_in_progress",
+                                     "injected fault: a request with this key is in progress"));
   }
 
   // Without latency or a hook between claim and charge, both commit in one transaction.
@@ -428,6 +434,7 @@ void PaymentProvider::Impl::handle_summary(Reply reply) {
       s.conflicts = conflicts.load();
       s.resets_after_commit = resets.load();
       s.unavailable = unavailable.load();
+      s.in_progress = in_progress_answers.load();
       s.declined = declines.load();
       res = response(200, detail::summary_to_json(s).dump());
     } catch (const std::exception& e) {
@@ -504,6 +511,7 @@ ProviderSummary PaymentProvider::summary() const {
   s.conflicts = impl_->conflicts.load();
   s.resets_after_commit = impl_->resets.load();
   s.unavailable = impl_->unavailable.load();
+  s.in_progress = impl_->in_progress_answers.load();
   s.declined = impl_->declines.load();
   return s;
 }

@@ -63,6 +63,7 @@ std::optional<ChargeRequest> parse_charge(std::string_view body, std::string& wh
 void validate_faults(const ProviderFaults& faults) {
   check_probability(faults.reset_after_commit, "reset_after_commit");
   check_probability(faults.unavailable, "unavailable");
+  check_probability(faults.in_progress, "in_progress");
   check_probability(faults.decline, "decline");
   if (faults.latency.count() < 0) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
@@ -90,6 +91,8 @@ std::optional<ProviderFaults> apply_fault_changes(const ProviderFaults& faults,
       next.reset_after_commit = value.get<double>();
     else if (name == "unavailable" && number)
       next.unavailable = value.get<double>();
+    else if (name == "in_progress" && number)
+      next.in_progress = value.get<double>();
     else if (name == "decline" && number)
       next.decline = value.get<double>();
     else if (name == "latency_ms" && value.is_number_integer())
@@ -97,7 +100,7 @@ std::optional<ProviderFaults> apply_fault_changes(const ProviderFaults& faults,
     else {
       why = fmt::format(
           "unknown fault or wrong type: '{}' (expected reset_after_commit, "
-          "unavailable, decline: numbers; latency_ms: integer)",
+          "unavailable, in_progress, decline: numbers; latency_ms: integer)",
           name);
       return std::nullopt;
     }
@@ -114,6 +117,7 @@ std::optional<ProviderFaults> apply_fault_changes(const ProviderFaults& faults,
 json faults_to_json(const ProviderFaults& faults) {
   return json{{"reset_after_commit", faults.reset_after_commit},
               {"unavailable", faults.unavailable},
+              {"in_progress", faults.in_progress},
               {"latency_ms", faults.latency.count()},
               {"decline", faults.decline}};
 }
@@ -132,6 +136,7 @@ json summary_to_json(const ProviderSummary& s) {
               {"conflicts", s.conflicts},
               {"resets_after_commit", s.resets_after_commit},
               {"unavailable", s.unavailable},
+              {"in_progress", s.in_progress},
               {"declined", s.declined}};
 }
 

@@ -26,6 +26,8 @@ void declare_provider_keys(SectionKeys<ProviderSettings>& keys) {
           [](ProviderSettings & p) -> auto& { return p.provider.key_retention; },
           "how long an Idempotency-Key is remembered; covers the 7 d dedup retention plus a day", 0,
           3650 * kConfigDay)
+      .number("provider.in_progress", faults(&ProviderFaults::in_progress),
+              "share of charge requests answered 409 (a request with this key in progress)", 0, 1)
       .duration("provider.latency", faults(&ProviderFaults::latency), "added to every new charge",
                 0, 600 * kConfigSecond)
       .listen("provider.listen", &ProviderSettings::listen,

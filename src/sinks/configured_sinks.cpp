@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "sinks/configured_sinks_impl.hpp"
 #include "sinks/event_reader.hpp"
 #include "sinks/route_call.hpp"
 #include "sinks/sink_event.hpp"
@@ -19,15 +20,6 @@ using detail::CallAnswer;
 using detail::CompiledRoute;
 using detail::EventReader;
 using detail::SinkEvent;
-
-struct ConfiguredSinks::Impl {
-  SinkConfig config;
-  Backend backend;
-  std::vector<std::unique_ptr<CompiledRoute>> routes;  // parallel to config.routes
-  std::map<std::string, std::unique_ptr<EventReader>> readers;
-  std::map<const CompiledRoute*, std::unique_ptr<detail::RouteCalls>> calls;
-  std::unique_ptr<http::AsyncClient> client;  // one event loop for every route's calls
-};
 
 ConfiguredSinks::ConfiguredSinks(SinkConfig config, Backend backend)
     : impl_(std::make_unique<Impl>()) {
@@ -85,7 +77,8 @@ void ConfiguredSinks::check(Store& store) const {
 }
 
 void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
-                              std::function<void(std::string_view)> log) {
+                              SinkObservers observers) {
+  impl_->observers = std::move(observers);
   for (auto& [topic, reader] : impl_->readers) {
     EventReader* r = reader.get();
     RecordParser<SinkEvent> parser = [r](const RecordInfo& record, const ParseLimits& limits) {
@@ -97,8 +90,8 @@ void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
       if (route->config->topic != topic || !route->config->http) continue;
       calls = true;
       ordered = ordered || !route->config->http->ordering_key.empty();
-      impl_->calls.emplace(
-          route.get(), std::make_unique<detail::RouteCalls>(*route->config, impl_->backend, log));
+      impl_->calls.emplace(route.get(), std::make_unique<detail::RouteCalls>(
+                                            *route->config, impl_->backend, impl_->observers));
     }
     if (!calls) {
       consumer.on<SinkEvent>(topic, std::move(parser),

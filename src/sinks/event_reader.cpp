@@ -150,6 +150,7 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
                                shown(parsed.type), topic_, known));
   }
   event.route = *route;
+  record.count_as(event.route->config->name);
   if (event.route->schema) {
     if (auto broken = event.route->schema->violation(parsed.data_text)) {
       return invalid(ValidationReason::SchemaViolation, {},

@@ -23,7 +23,9 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
   const bool parsed = parser.parse(body).get(doc) == simdjson::SUCCESS;
   for (const auto& [position, index] : event.from_answer) {
     const ParamSpec& spec = route.params[index];
-    const ValueContext ctx{spec, backend, "response:" + spec.source.name};
+    // The field's name outlives ctx, which only views it.
+    const std::string field = "response:" + spec.source.name;
+    const ValueContext ctx{spec, backend, field};
     simdjson::dom::element found;
     Validated<Param> value =
         parsed && doc.at_pointer(spec.source.name).get(found) == simdjson::SUCCESS
@@ -37,9 +39,8 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
 
 }  // namespace
 
-RouteCalls::RouteCalls(const Route& route, Backend backend,
-                       std::function<void(std::string_view)> log)
-    : route_(route), backend_(backend), log_(std::move(log)) {}
+RouteCalls::RouteCalls(const Route& route, Backend backend, const SinkObservers& observers)
+    : route_(route), backend_(backend), observers_(observers) {}
 
 std::chrono::steady_clock::time_point RouteCalls::next_slot() {
   const double rate = route_.http->rate_limit;
@@ -53,16 +54,20 @@ std::chrono::steady_clock::time_point RouteCalls::next_slot() {
 }
 
 void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
-                       CallCompletion<CallAnswer> done) {
+                       const CallCompletion<CallAnswer>& done) {
   http::Request request = *event.request;
   request.not_before = next_slot();
   const std::uint64_t successes_then = successes_.load(std::memory_order_acquire);
+  const auto started = std::chrono::steady_clock::now();
   try {
     // The callback runs on the client's loop thread and only completes `done` (never
     // blocks). `event` outlives the call: the consumer keeps it until the call completed.
-    client.start(std::move(request), [this, &event, successes_then, done](http::CallResult r) {
-      finish(r, event, successes_then, done);
-    });
+    client.start(std::move(request),
+                 [this, &event, successes_then, started, done](const http::CallResult& r) {
+                   if (observers_.on_call)
+                     observers_.on_call(route_.name, std::chrono::steady_clock::now() - started);
+                   finish(r, event, successes_then, done);
+                 });
   } catch (const std::exception& e) {  // a header value the client refuses
     done.dead_letter(
         fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
@@ -75,12 +80,7 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
   switch (result.status) {
     case http::CallStatus::Success: {
       successes_.fetch_add(1, std::memory_order_acq_rel);
-      {
-        std::lock_guard lock(mutex_);
-        if (!paused_.empty() && log_)
-          log_(fmt::format("route {} resumed: a call succeeded", route_.name));
-        paused_.clear();
-      }
+      resume();
       Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);
       if (!answer.ok())
         return done.dead_letter(fmt::format("the answer (HTTP {}) lacks what routes.{} records: {}",
@@ -105,10 +105,22 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
 
 void RouteCalls::pause(const std::string& reason) {
   std::lock_guard lock(mutex_);
-  if (paused_.empty() && log_)
-    log_(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
-                     route_.name, reason));
+  if (paused_.empty()) {
+    if (observers_.log)
+      observers_.log(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
+                                 route_.name, reason));
+    if (observers_.on_pause) observers_.on_pause(route_.name, true);
+  }
   paused_ = reason;
+}
+
+void RouteCalls::resume() {
+  std::lock_guard lock(mutex_);
+  if (paused_.empty()) return;
+  paused_.clear();
+  if (observers_.log)
+    observers_.log(fmt::format("route {} resumed: a call succeeded", route_.name));
+  if (observers_.on_pause) observers_.on_pause(route_.name, false);
 }
 
 std::string RouteCalls::paused_reason() const {

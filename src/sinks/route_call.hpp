@@ -17,6 +17,7 @@
 
 #include "idem/consumer.hpp"
 #include "idem/http/async_client.hpp"
+#include "idem/sinks/configured_sinks.hpp"
 #include "sinks/sink_event.hpp"
 
 namespace idem::sinks::detail {
@@ -29,11 +30,12 @@ struct CallAnswer {
 
 class RouteCalls {
  public:
-  RouteCalls(const Route& route, Backend backend, std::function<void(std::string_view)> log);
+  RouteCalls(const Route& route, Backend backend, const SinkObservers& observers);
 
   /// Starts the call of `event` on `client` (not before the rate limit allows) and
   /// completes `done` from the answer. Runs on the consumer's run() thread.
-  void start(http::AsyncClient& client, const SinkEvent& event, CallCompletion<CallAnswer> done);
+  void start(http::AsyncClient& client, const SinkEvent& event,
+             const CallCompletion<CallAnswer>& done);
 
   /// Why the route is paused, or empty. Thread-safe.
   [[nodiscard]] std::string paused_reason() const;
@@ -42,11 +44,12 @@ class RouteCalls {
   void finish(const http::CallResult& result, const SinkEvent& event, std::uint64_t successes_then,
               const CallCompletion<CallAnswer>& done);
   void pause(const std::string& reason);
+  void resume();
   [[nodiscard]] std::chrono::steady_clock::time_point next_slot();
 
   const Route& route_;
   Backend backend_;
-  std::function<void(std::string_view)> log_;
+  const SinkObservers& observers_;                     // the ConfiguredSinks', which outlives this
   std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
   std::atomic<std::uint64_t> successes_{0};
   mutable std::mutex mutex_;

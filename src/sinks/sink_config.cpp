@@ -563,6 +563,7 @@ std::string SinkConfig::describe() const {
 
 void reserve_tables(ConfigSchema& schema) {
   schema.reserve_table(std::string(kRoutes));
+  schema.reserve_table("tests");  // the routes' own tests (route_tests.hpp)
 }
 
 }  // namespace idem::sinks

@@ -1,12 +1,15 @@
 // `idem consume --config FILE` with routes declared in the file (docs/configured-sinks.md),
 // on both backends: an account-balance sink whose balances end exact to the cent with
-// duplicates and malformed records in the stream; bad configurations refused before
-// anything is consumed; a table that disappears while running stops the consumer
-// instead of dead-lettering the stream. On the dev broker the tests share, with a topic
-// and a group of each test's own; every `idem consume` has the mock group timing.
+// duplicates and malformed records in the stream, counted per route on /metrics; bad
+// configurations refused before anything is consumed; a table that disappears while
+// running stops the consumer instead of dead-lettering the stream. On the dev broker the
+// tests share, with a topic and a group of each test's own; every `idem consume` has the
+// mock group timing.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -154,9 +157,36 @@ TYPED_TEST_SUITE(ConfiguredSinksTest, test::AllBackends, test::BackendName);
 TYPED_TEST(ConfiguredSinksTest, BalancesEndExactWithDuplicatesAndMalformedRecords) {
   if (this->url_.empty()) return;
   const auto expected = this->produce();
-  test::ChildProcess cli = this->consume(this->write_config(this->routes()));
+  test::ChildProcess cli =
+      this->consume(this->write_config("[admin]\nlisten = \"127.0.0.1:0\"\n" + this->routes()));
+  const auto admin_line = test::read_line_starting_with(cli, "admin server on port ", 30s);
+  ASSERT_TRUE(admin_line) << "no admin port line";
   ASSERT_TRUE(test::eventually(
       [&] { return this->scalar("SELECT count(*) FROM movement") == kEvents; }, 60s));
+  // The route's own counts: the record with a bad amount is the route's; the one without
+  // an id and the one of an unrouted type are counted only in the consumer's totals.
+  httplib::Client http("127.0.0.1",
+                       std::stoi(admin_line->substr(std::string("admin server on port ").size())));
+  const std::string labels = fmt::format(R"(group="{}",route="balance")", this->group_);
+  const std::vector<std::string> wanted = {
+      fmt::format("idem_route_events_applied_total{{{}}} {}", labels, kEvents),
+      fmt::format("idem_route_duplicates_skipped_total{{{}}} {}", labels, kEvents / 10),
+      fmt::format(R"(idem_route_dead_lettered_total{{{},reason="validation.)", labels)};
+  std::string metrics;
+  EXPECT_TRUE(test::eventually(
+      [&] {
+        const auto res = http.Get("/metrics");
+        metrics = res ? res->body : "";
+        return std::all_of(wanted.begin(), wanted.end(), [&](const std::string& line) {
+          return metrics.find(line) != std::string::npos;
+        });
+      },
+      30s))
+      << metrics;
+  const std::size_t dlq = metrics.find(wanted.back());
+  if (dlq != std::string::npos) {
+    EXPECT_EQ(metrics.substr(metrics.find('}', dlq), 4), "} 1\n") << metrics.substr(dlq, 200);
+  }
   cli.kill(SIGTERM);
   std::vector<std::string> lines;
   (void)test::expect_line(cli, "never", 30s, &lines);
@@ -192,12 +222,13 @@ TYPED_TEST(ConfiguredSinksTest, BadConfigurationsFailBeforeAnythingIsConsumed) {
   };
   for (const auto& [routes, expected] : cases) {
     const std::string path = this->write_config(routes);
-    for (const std::string command : {"consume", "config"}) {
-      std::vector<std::string> args = {command, "--config", path};
-      if (command == "config") args.insert(args.begin() + 1, "check");
+    for (const std::vector<std::string>& command :
+         {std::vector<std::string>{"consume"}, {"config", "check"}, {"config", "test"}}) {
+      std::vector<std::string> args = command;
+      args.insert(args.end(), {"--config", path});
       const auto r = test::run_to_completion(IDEM_CLI_PATH, args, {}, 60s);
-      EXPECT_NE(r.status, 0) << command << ": " << r.output;
-      EXPECT_NE(r.output.find(expected), std::string::npos) << command << ": " << r.output;
+      EXPECT_NE(r.status, 0) << command.back() << ": " << r.output;
+      EXPECT_NE(r.output.find(expected), std::string::npos) << command.back() << ": " << r.output;
     }
   }
   EXPECT_EQ(this->scalar("SELECT count(*) FROM movement"), 0);

@@ -516,7 +516,7 @@ TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys)
   const std::string as_role =
       fmt::format("postgresql:host={} port={} dbname={} user={}", params.at("host"),
                   params.at("port"), params.at("dbname"), role);
-  RelayConfig c = relay_config(as_role);
+  RelayConfig c = relay_config(as_role, bootstrap_);
   c.publish_after = PublishAfter::Replicated;
   try {
     Relay relay(c);
@@ -537,7 +537,7 @@ TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys)
 TEST(RelaySqlite, RefusesToPublishAfterReplicationWithoutStandbys) {
   const std::string url = test::SqliteBackend::fresh_url();
   open_store(url)->migrate();  // a store the relay would otherwise accept
-  RelayConfig c = relay_config(url);
+  RelayConfig c = relay_config(url, test::shared_broker().bootstrap_servers());
   c.publish_after = PublishAfter::Replicated;
   try {
     Relay relay(c);

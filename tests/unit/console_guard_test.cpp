@@ -106,6 +106,36 @@ TEST(ConsoleMetrics, CountersAreSummedPerGroupAcrossReasonsAndSources) {
   EXPECT_EQ(counters["a\"b"].processed, 3);
 }
 
+TEST(ConsoleMetrics, RouteCountersAreSummedPerGroupAndRoute) {
+  std::map<std::string, GroupCounters> counters;
+  const std::string source =
+      "idem_route_events_applied_total{group=\"pay\",route=\"balance\"} 40\n"
+      "idem_route_duplicates_skipped_total{group=\"pay\",route=\"balance\"} 4\n"
+      "idem_route_dead_lettered_total{group=\"pay\",route=\"balance\",reason=\"a\"} 1\n"
+      "idem_route_dead_lettered_total{group=\"pay\",route=\"balance\",reason=\"b\"} 2\n"
+      "idem_route_call_duration_seconds_sum{group=\"pay\",route=\"charge\"} 0.5\n"
+      "idem_route_call_duration_seconds_count{group=\"pay\",route=\"charge\"} 5\n"
+      "idem_route_call_duration_seconds_bucket{group=\"pay\",route=\"charge\",le=\"1\"} 5\n"
+      "idem_route_paused{group=\"pay\",route=\"charge\"} 0\n"
+      "idem_route_events_applied_total{route=\"balance\"} 9\n";
+  add_counters(source, counters);
+  add_counters(
+      "idem_route_events_applied_total{group=\"pay\",route=\"balance\"} 2\n"
+      "idem_route_paused{group=\"pay\",route=\"charge\"} 1\n",
+      counters);
+  ASSERT_EQ(counters.size(), 1U);
+  const auto& routes = counters["pay"].routes;
+  ASSERT_EQ(routes.size(), 2U);
+  EXPECT_EQ(routes.at("balance").applied, 42);
+  EXPECT_EQ(routes.at("balance").duplicates, 4);
+  EXPECT_EQ(routes.at("balance").dead_lettered, 3);
+  EXPECT_EQ(routes.at("charge").call_seconds, 0.5);
+  EXPECT_EQ(routes.at("charge").calls, 5);
+  EXPECT_TRUE(routes.at("charge").paused);  // one source says so
+  EXPECT_FALSE(routes.at("balance").paused);
+  EXPECT_EQ(counters["pay"].processed, 0);  // route lines are not the group's totals
+}
+
 TEST(ConsoleApi, TopicAndOperatorNamesAreValidatedBeforeUse) {
   EXPECT_TRUE(valid_topic_name("orders.dlq"));
   EXPECT_TRUE(valid_topic_name("a_b-C.9"));

@@ -3,9 +3,10 @@
 /// Prometheus metrics for consumers, relays and TTL runs, and the admin HTTP server
 /// that serves them with /healthz and /readyz.
 ///
-/// Counters are read from Consumer::stats() and RelayProgress when Prometheus scrapes,
-/// so they cost nothing per event. Histograms are fed per batch (ConsumerHooks::on_batch)
-/// and per handler call (Metrics::timed). Metric names are declared once, below.
+/// Counters are read from Consumer::stats() (per route too, ConsumerStats::routes) and
+/// RelayProgress when Prometheus scrapes, so they cost nothing per event. Histograms are fed per
+/// batch (ConsumerHooks::on_batch) and per handler call (Metrics::timed). Metric names are declared
+/// once, below.
 ///
 /// prometheus-cpp is linked privately: this header does not include it.
 
@@ -43,6 +44,13 @@ inline constexpr std::string_view kHandlerSeconds =
 inline constexpr std::string_view kOffsetCommits = "idem_consumer_offset_commits_total";
 inline constexpr std::string_view kLag = "idem_consumer_lag_records";  // + topic, partition
 inline constexpr std::string_view kAssignedPartitions = "idem_consumer_assigned_partitions";
+// Routes of sinks declared in a file (ConsumerStats::routes); labels `group`, `route`
+// (and `reason` where noted).
+inline constexpr std::string_view kRouteApplied = "idem_route_events_applied_total";
+inline constexpr std::string_view kRouteDuplicates = "idem_route_duplicates_skipped_total";
+inline constexpr std::string_view kRouteDeadLettered = "idem_route_dead_lettered_total";  // reason
+inline constexpr std::string_view kRouteCallSeconds = "idem_route_call_duration_seconds";
+inline constexpr std::string_view kRoutePaused = "idem_route_paused";
 // Relay.
 inline constexpr std::string_view kRelayPublished = "idem_relay_events_published_total";
 inline constexpr std::string_view kRelayBatches = "idem_relay_batches_total";
@@ -111,6 +119,13 @@ class Metrics {
   }
   [[nodiscard]] DurationRecorder handler_recorder(const std::string& group,
                                                   const std::string& topic);
+
+  /// The call-latency histogram of a route's HTTP calls (from the first attempt to the
+  /// final answer, retries included) under labels group=`group`, route=`route`.
+  [[nodiscard]] DurationRecorder call_recorder(const std::string& group, const std::string& route);
+  /// Sets the gauge saying whether `route` of `group` is paused (every call failing for a
+  /// reason of the route's own, such as 401, 403 or 404). Thread-safe.
+  void set_route_paused(const std::string& group, const std::string& route, bool paused);
 
   /// `observer` plus relay metrics: published rows and batches as they are marked,
   /// backlog, outbox lag, resends, cleanup, owned shards and the waits for the standbys

@@ -47,6 +47,10 @@ struct ProviderFaults {
   double reset_after_commit = 0.0;
   /// Share of charge requests answered 503 before anything is stored.
   double unavailable = 0.0;
+  /// Share of charge requests answered 409 before anything is stored, as when a request
+  /// with the same key is still in flight (what a duplicate racing through another
+  /// consumer meets): the client must retry with the same key.
+  double in_progress = 0.0;
   /// How long a new charge takes before it is charged, from the request's arrival; its
   /// key is claimed (and committed) meanwhile, so the key is in flight for that long
   /// (409 to a concurrent duplicate). The answer follows the charge's own durable commit.
@@ -91,6 +95,7 @@ struct ProviderSummary {
   std::int64_t conflicts = 0;            ///< 409 (in flight) and 422 (different request)
   std::int64_t resets_after_commit = 0;  ///< charges whose answer was broken off
   std::int64_t unavailable = 0;          ///< 503 answers
+  std::int64_t in_progress = 0;          ///< 409 answers of the in_progress fault
   std::int64_t declined = 0;             ///< new 402 answers (replays not counted)
 };
 

@@ -25,6 +25,7 @@
 /// and the route is reported paused until one succeeds), and are that event's fault
 /// (dead-lettered) when others succeeded meanwhile.
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -37,6 +38,20 @@
 #include "idem/store.hpp"
 
 namespace idem::sinks {
+
+class RouteTester;
+
+/// What a running ConfiguredSinks reports, each optional. Called from the HTTP client's
+/// thread: each must be thread-safe and quick.
+struct SinkObservers {
+  /// One line when a route pauses or resumes.
+  std::function<void(std::string_view)> log;
+  /// Each call of a route that ended (an answer the route acts on, or no more attempts):
+  /// the route's name and how long the call took, retries included.
+  std::function<void(const std::string& route, std::chrono::nanoseconds)> on_call;
+  /// A route paused (true: every call failing with 401, 403 or 404) or resumed (false).
+  std::function<void(const std::string& route, bool paused)> on_pause;
+};
 
 class ConfiguredSinks {
  public:
@@ -61,18 +76,18 @@ class ConfiguredSinks {
   /// Registers one route per topic of the configuration on `consumer`, whose
   /// ConsumerConfig::topics must list them: Consumer::on for topics whose routes make no
   /// call, Consumer::on_effect for the others. `max_in_flight` (the consumer's) sizes the
-  /// HTTP client's connections per host; `log` gets one line when a route pauses or
-  /// resumes (from the HTTP client's thread). The ConfiguredSinks must outlive the
-  /// consumer's run().
+  /// HTTP client's connections per host. Records are counted per route
+  /// (ConsumerStats::routes, under the route's name). The ConfiguredSinks must outlive
+  /// the consumer's run().
   /// \throws Error(InvalidArgument, Config) as Consumer::on does.
-  void install(Consumer& consumer, std::size_t max_in_flight = 256,
-               std::function<void(std::string_view)> log = {});
+  void install(Consumer& consumer, std::size_t max_in_flight = 256, SinkObservers observers = {});
 
   /// The routes paused now, each with why (`charge: HTTP 401: ...`); for readiness.
   /// Thread-safe.
   [[nodiscard]] std::vector<std::string> paused_routes() const;
 
  private:
+  friend class RouteTester;  // runs the routes' parts on sample events (route_tests.hpp)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -170,8 +170,9 @@ struct SinkConfig {
   [[nodiscard]] std::string describe() const;
 };
 
-/// Reserves the file's `routes` table for these sinks in `schema` (ConfigSchema::
-/// reserve_table): the loader leaves it to load_sink_config().
+/// Reserves the file's `routes` table and `tests` array for these sinks in `schema`
+/// (ConfigSchema::reserve_table): the loader leaves them to load_sink_config() and
+/// load_route_tests().
 void reserve_tables(ConfigSchema& schema);
 
 /// Reads the `routes` table of the TOML file `file`. nullopt when the file has no such

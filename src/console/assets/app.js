@@ -119,6 +119,16 @@ function groupCard(g, metricsSources) {
     el("td", { class: "num lag " + (p.lag === 0 ? "lag-zero" : "lag-some"), "data-lag": p.lag }, num(p.lag)),
     el("td", { class: "num" }, age(p.oldest_unprocessed_age_ms))));
   const noRates = metricsSources === 0 ? "no metrics source: pass --scrape host:port of the consumer's admin server" : null;
+  // Routes of sinks declared in a file (idem_route_* metrics): one row each.
+  const routes = (g.routes || []).map((r) => el("tr", { "data-route": r.route, class: r.paused ? "paused" : null },
+    el("td", {}, r.route),
+    el("td", { class: "num rate-applied" }, rate(r.applied_rate)),
+    el("td", { class: "num" }, rate(r.duplicate_rate)),
+    el("td", { class: "num" }, rate(r.dead_letter_rate)),
+    el("td", { class: "num" }, r.call_latency_ms === null ? "–" : r.call_latency_ms.toFixed(1) + " ms"),
+    el("td", { class: "num applied-total" }, num(r.applied)),
+    el("td", { class: "num" }, num(r.dead_lettered)),
+    el("td", { class: "route-state" }, r.paused ? "paused" : "running")));
   return el("div", { class: "group", "data-group": g.group },
     el("div", { class: "group-head" },
       el("h3", {}, g.group),
@@ -135,6 +145,9 @@ function groupCard(g, metricsSources) {
       g.counters ? el("div", { class: "stat" }, el("b", {}, num(g.counters.processed)), el("span", {}, "processed in total")) : null),
     el("div", { class: "charts" }, chart("Lag", lagSeries, ""), chart("Throughput", tput, "/s")),
     noRates ? el("p", { class: "muted" }, noRates) : null,
+    routes.length ? el("table", { class: "grid small routes" },
+      el("thead", {}, el("tr", {}, ...["Route", "Applied/s", "Duplicates/s", "Dead-lettered/s", "Call latency", "Applied", "Dead-lettered", "State"].map((h, i) => el("th", { class: i && i < 7 ? "num" : "" }, h)))),
+      el("tbody", {}, ...routes)) : null,
     el("table", { class: "grid partitions" },
       el("thead", {}, el("tr", {}, ...["Topic", "Partition", "Committed", "End", "Lag", "Oldest unprocessed"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
       el("tbody", {}, ...rows)));
