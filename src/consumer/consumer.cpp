@@ -19,6 +19,7 @@
 #include "consumer/batch_pipeline.hpp"
 #include "consumer/consumer_config_check.hpp"
 #include "consumer/dead_letter_producer.hpp"
+#include "consumer/dead_letter_sender.hpp"
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
 #include "consumer/partition_progress.hpp"
@@ -82,6 +83,7 @@ struct Consumer::Impl {
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
             [](std::span<const TopicPartition>) {}});
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
+    letters = std::make_unique<detail::DeadLetterSender>(*dlq, config, log);
     batches = std::make_unique<detail::BatchPipeline>(
         context, *store, [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
         [this] { poll->wake(); });
@@ -118,8 +120,10 @@ struct Consumer::Impl {
   detail::RetryTopicMap retry_topics;
   detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
-  const detail::ConsumerContext context{config, hooks, log, routes, retry_topics, horizon_guard};
+  const detail::ConsumerContext context{
+      config, hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real()};
   std::unique_ptr<detail::DeadLetterProducer> dlq;
+  std::unique_ptr<detail::DeadLetterSender> letters;
   std::unique_ptr<detail::PollLoop> poll;
   // Declared after poll: records must be destroyed before the consumer handle.
   std::unique_ptr<detail::BatchPipeline> batches;
@@ -400,32 +404,7 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
                                                                ConsumerStats& delta) {
-  std::vector<PartitionOffset> refused;
-  if (r.dead_letters.empty()) return refused;
-  const std::vector<rd_kafka_resp_err_t> errors = dlq->send(r.dead_letters, config.dlq_ack_timeout);
-  for (std::size_t i = 0; i < errors.size(); ++i) {
-    const detail::DeadLetter& letter = r.dead_letters[i];
-    const bool acked = errors[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (acked && letter.retry_level > 0) {
-      ++delta.retry_topic_sends;
-      continue;
-    }
-    if (acked) {
-      ++delta.dead_lettered;
-      ++delta.dead_lettered_by_reason[letter.error_class];
-      log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
-                      record_location(*letter.original), letter.error_class, letter.attempts));
-      continue;
-    }
-    // Never lose a bad message: the partition goes back to this record and retries. A
-    // refusal for good (DLQ topic unknown or not authorized) is retried the same way,
-    // after the backoff, and counted, so that it is seen rather than spinning silently:
-    // the letter producer logs each one as permanent.
-    if (detail::permanent_produce_error(errors[i])) ++delta.dead_letters_refused;
-    const rd_kafka_message_t& m = *letter.original;
-    refused.push_back({{rd_kafka_topic_name(m.rkt), m.partition}, m.offset});
-  }
-  return refused;
+  return letters->send(r, delta);
 }
 
 void Consumer::Impl::process_batch() {

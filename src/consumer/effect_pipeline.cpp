@@ -14,7 +14,7 @@ EffectPipeline::EffectPipeline(Deps deps)
       config_(deps_.context.config),
       completions_(std::make_shared<CompletionQueue>()),
       scheduler_(config_.max_in_flight),
-      windows_(deps_.poll, deps_.progress, config_.max_buffered_per_partition),
+      windows_(deps_.fetch, deps_.progress, config_.max_buffered_per_partition),
       horizon_(config_),
       key_backoff_(config_.retry),
       apply_backoff_(config_.retry) {
@@ -28,7 +28,7 @@ EffectPipeline::EffectPipeline(Deps deps)
           return it == staged_.end() ? nullptr : it->second;
         });
   }
-  completions_->set_wake([&poll = deps_.poll] { poll.wake(); });
+  completions_->set_wake([&fetch = deps_.fetch] { fetch.wake(); });
   try {
     apply_store_ = deps_.store.connect_again();
   } catch (const Error& e) {
@@ -159,7 +159,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
 }
 
 void EffectPipeline::turn(ConsumerStats& delta, bool start) {
-  const TimePoint now = std::chrono::steady_clock::now();
+  const TimePoint now = deps_.context.steady_clock.now();
   take_completions(delta, now);
   if (start) start_calls(delta, now);
   apply_ready(delta, now);
@@ -167,7 +167,7 @@ void EffectPipeline::turn(ConsumerStats& delta, bool start) {
 }
 
 void EffectPipeline::settle(ConsumerStats& delta) {
-  if (applying_) settle_apply(delta, std::chrono::steady_clock::now());
+  if (applying_) settle_apply(delta, deps_.context.steady_clock.now());
   windows_.resume_drained();
 }
 
@@ -299,13 +299,13 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
 
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
-  Applying a{tickets, {}, std::chrono::steady_clock::now(), {}};
+  Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
   a.result = processor.prepare(messages, no_schedule_);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
   const auto commit = [this, &processor] {
     processor.commit(applying_->result);  // nothing to do when the transaction failed
-    applying_->committed = std::chrono::steady_clock::now();
+    applying_->committed = deps_.context.steady_clock.now();
   };
   if (commit_ && processor.open()) return commit_->start(commit);
   commit();

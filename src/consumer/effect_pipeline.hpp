@@ -42,9 +42,9 @@
 #include "consumer/completion_queue.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/effect_record.hpp"
+#include "consumer/fetch_control.hpp"
 #include "consumer/keyed_scheduler.hpp"
 #include "consumer/partition_windows.hpp"
-#include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
 #include "retry/backoff.hpp"
 
@@ -65,7 +65,7 @@ class EffectPipeline {
     /// On the first connection: applies commit inline there when the store has no
     /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
-    PollLoop& poll;
+    FetchControl& fetch;          ///< pauses and resumes partitions; wakes the poll
     PartitionProgress& progress;  ///< the consumer's, shared with the batch path
     SendDeadLetters send_dead_letters;
   };

@@ -10,14 +10,14 @@
 #include <span>
 #include <unordered_set>
 
+#include "consumer/fetch_control.hpp"
 #include "consumer/partition_progress.hpp"
-#include "consumer/poll_loop.hpp"
 
 namespace idem::detail {
 
 class PartitionWindows {
  public:
-  PartitionWindows(PollLoop& poll, PartitionProgress& progress, std::size_t limit)
+  PartitionWindows(FetchControl& poll, PartitionProgress& progress, std::size_t limit)
       : poll_(poll), progress_(progress), limit_(limit) {}
 
   /// Holds `offset` of `tp`; false when the record must be dropped (its partition is
@@ -30,7 +30,7 @@ class PartitionWindows {
   void forget(std::span<const TopicPartition> partitions);
 
  private:
-  PollLoop& poll_;
+  FetchControl& poll_;
   PartitionProgress& progress_;
   std::size_t limit_;
   std::unordered_set<TopicPartition, TopicPartitionHash> paused_;
