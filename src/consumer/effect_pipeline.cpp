@@ -14,7 +14,7 @@ EffectPipeline::EffectPipeline(Deps deps)
       config_(deps_.context.config),
       completions_(std::make_shared<CompletionQueue>()),
       scheduler_(config_.max_in_flight),
-      windows_(deps_.fetch, deps_.progress, config_.max_buffered_per_partition),
+      windows_(deps_.gate, deps_.progress, config_.max_buffered_per_partition),
       horizon_(config_),
       key_backoff_(config_.retry),
       apply_backoff_(config_.retry) {
@@ -28,7 +28,7 @@ EffectPipeline::EffectPipeline(Deps deps)
           return it == staged_.end() ? nullptr : it->second;
         });
   }
-  completions_->set_wake([&fetch = deps_.fetch] { fetch.wake(); });
+  completions_->set_wake([&gate = deps_.gate] { gate.wake(); });
   try {
     apply_store_ = deps_.store.connect_again();
   } catch (const Error& e) {
@@ -108,7 +108,7 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
 
 EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
-  // Fetched before a pause took effect, or again after a seek: it comes back in order.
+  // Fetched again after a seek: it comes back in order.
   if (!windows_.admit(tp, m->offset)) return nullptr;
   touched_.insert(tp);
   const std::uint64_t ticket = next_ticket_++;

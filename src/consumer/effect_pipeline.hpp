@@ -16,7 +16,7 @@
 //      outcome was settled (dead letters sent, offsets advanced, keys freed);
 //   4. each record applied (or dead-lettered and acknowledged) is done in the consumer's
 //      PartitionProgress, which moves the partition's commit position over its contiguous
-//      done prefix only; a partition holding too many records pauses.
+//      done prefix only; a partition holding too many records is held in the FetchGate.
 // A call that completes with retry() holds back only its key (capped backoff), or, with
 // retry topics on, sends its record to the next retry topic and frees the key. Records
 // of revoked partitions are dropped; a call still in flight for one keeps its key busy
@@ -42,7 +42,7 @@
 #include "consumer/completion_queue.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/effect_record.hpp"
-#include "consumer/fetch_control.hpp"
+#include "consumer/fetch_gate.hpp"
 #include "consumer/keyed_scheduler.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/retry_topics.hpp"
@@ -65,7 +65,7 @@ class EffectPipeline {
     /// On the first connection: applies commit inline there when the store has no
     /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
-    FetchControl& fetch;          ///< pauses and resumes partitions; wakes the poll
+    FetchGate& gate;              ///< holds partitions that are full; wakes the poll
     PartitionProgress& progress;  ///< the consumer's, shared with the batch path
     SendDeadLetters send_dead_letters;
   };

@@ -42,7 +42,8 @@ std::optional<std::int64_t> PartitionProgress::settle_batch(
   // A letter the broker did not acknowledge is not done: the partition goes back to its
   // record, so a bad message is never lost.
   std::optional<std::int64_t> again = outcome.retry_at;
-  for (const std::int64_t offset : refused_letters) again = std::min(again.value_or(offset), offset);
+  for (const std::int64_t offset : refused_letters)
+    again = std::min(again.value_or(offset), offset);
   const std::int64_t end = again ? std::min(outcome.decided_end, *again) : outcome.decided_end;
   Window& w = windows_[outcome.tp];
   if (w.held.empty()) {
