@@ -265,6 +265,29 @@ using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transacti
 
 namespace detail {
 
+/// What the dedup-horizon guard decided about an event (DedupHorizonGuard::check).
+enum class HorizonVerdict : std::uint8_t {
+  Fresh,       ///< process normally (also: stale under StaleEventPolicy::Process)
+  Quarantine,  ///< dead-letter with error class `stale`; do not execute
+  Skip,        ///< do not execute, do not dead-letter; the offset advances
+};
+
+/// What the apply phase of one record needs: its event, its call's answer. Set by the
+/// consumer for the records of the transaction being run.
+struct StagedCall {
+  const void* event = nullptr;
+  const void* result = nullptr;  ///< null unless outcome is Done
+  Outcome outcome = Outcome::Retry;
+  std::string_view reason;  ///< also why the event is stale, under HorizonVerdict::Quarantine
+  /// The dedup-horizon verdict, decided once, when the call was to start: the apply phase
+  /// does what it says instead of judging the event's age again (an event charged while
+  /// it crossed the horizon is applied; one skipped stays skipped whatever the clock
+  /// does). nullopt when the record reached no call decision: the apply phase judges.
+  std::optional<HorizonVerdict> horizon;
+};
+using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
+                                                     std::int64_t offset)>;
+
 /// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
 /// Parsed events live in slots reused from batch to batch, so routing a record costs
 /// no heap allocation beyond what the event type itself allocates.
@@ -282,6 +305,13 @@ class Route {
                                               const ParseLimits& limits) = 0;
   /// Runs the handler on slot `slot` (which parse() filled).
   virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
+  /// The staged call of a record of an effect topic in the transaction being run; null
+  /// for plain handlers and for records without one.
+  [[nodiscard]] virtual const StagedCall* staged(std::string_view /*topic*/,
+                                                 std::int32_t /*partition*/,
+                                                 std::int64_t /*offset*/) const {
+    return nullptr;
+  }
 };
 
 template <class Event>
@@ -409,17 +439,6 @@ struct EffectHandler {
 
 namespace detail {
 
-/// What the apply phase of one record needs: its event, its call's answer. Set by the
-/// consumer for the records of the transaction being run.
-struct StagedCall {
-  const void* event = nullptr;
-  const void* result = nullptr;  ///< null unless outcome is Done
-  Outcome outcome = Outcome::Retry;
-  std::string_view reason;
-};
-using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
-                                                     std::int64_t offset)>;
-
 /// A topic's effect route. As a Route it is what the batch processor runs inside the
 /// transaction: invoke() is the apply phase of the staged call of that record.
 class EffectRoute : public Route {
@@ -436,6 +455,10 @@ class EffectRoute : public Route {
   virtual void start_call(const void* event, const RecordInfo& record,
                           std::shared_ptr<CallTicket> ticket) = 0;
   void set_staged(StagedLookup lookup) { staged_ = std::move(lookup); }
+  [[nodiscard]] const StagedCall* staged(std::string_view topic, std::int32_t partition,
+                                         std::int64_t offset) const override {
+    return staged_ ? staged_(topic, partition, offset) : nullptr;
+  }
 
  protected:
   StagedLookup staged_;
@@ -457,8 +480,7 @@ class TypedEffectRoute final : public EffectRoute {
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
   }
   Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
-    const StagedCall* staged =
-        staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
+    const StagedCall* staged = this->staged(record.topic, record.partition, record.offset);
     // No finished call for this record (the mark found it new although the check before
     // the call did not): make the call first.
     if (staged == nullptr) return Outcome::Retry;

@@ -124,6 +124,9 @@ class EffectPipeline {
     Uuid event_id;
     State state = State::Queued;
     MarkCheck mark_check = MarkCheck::AtCall;
+    // Decided once, when its call was first to start, by the consumer's one horizon
+    // guard (which knows what maintenance dropped); carried to the apply in `staged`.
+    std::optional<HorizonVerdict> horizon;
     std::uint32_t attempts = 0;
     StagedCall staged;  // outcome Retry (no call result) until a call completed
     std::shared_ptr<void> result;
@@ -131,6 +134,8 @@ class EffectPipeline {
   };
   using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
 
+  /// Decides `e`'s dedup-horizon verdict if not decided yet; true when it may be called.
+  bool judge_horizon(Entry& e);
   /// Returns the entry if it will be called and its marks are to be read now (no other
   /// record of its event id is held); else nullptr.
   Entry* admit_one(KafkaMessage m, EffectRoute& route);
@@ -164,7 +169,6 @@ class EffectPipeline {
   std::shared_ptr<CompletionQueue> completions_;
   KeyedScheduler scheduler_;
   PartitionWindows windows_;
-  DedupHorizonGuard horizon_;  // decides before the call; the processor's guard counts
   Backoff key_backoff_;
   Backoff apply_backoff_;
   RetrySchedule no_schedule_;  // attempts of the processor's blocking retries: none here

@@ -84,5 +84,152 @@ TEST_F(EffectPathEdges, RetryTopicRecordsSkipped) {
   EXPECT_EQ(h.stats().calls, 14u);
 }
 
+// The dedup-horizon guard that gates calls is the one the apply phase uses: an event born
+// before what maintenance recorded as dropped makes no call, and is quarantined.
+TEST_F(EffectPathEdges, HorizonGuardOfCallsIsTheApplysDroppedMarks) {
+  const std::string topic = unique_name("orders");
+  EffectHarness h(*broker_, {.topics = {{topic, 1}}});
+  const TopicPartition tp{topic, 0};
+  const OrderConfirmed old = h.order(1, std::chrono::minutes(10));  // young for the horizon
+  DroppedDedupMarks dropped;
+  dropped.born_before =
+      std::chrono::time_point_cast<std::chrono::milliseconds>(h.wall().now() - 1min);
+  dropped.dropped_at = std::chrono::time_point_cast<std::chrono::milliseconds>(h.wall().now());
+  dropped.retention = 5min;
+  h.horizon_guard().marks_dropped(dropped);
+  h.append(tp, old);
+  drain(h, {tp}, 20);
+
+  EXPECT_EQ(h.stats().calls, 0u) << "a call was made for an event whose dedup mark may be gone";
+  EXPECT_EQ(h.effects_of(old.event_id), 0);
+  const auto letters = h.dead_letters(topic);
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].header("idem.error.class"), "stale");
+  EXPECT_EQ(h.committed(tp), 1);
+}
+
+// An event fresh when admitted that waits behind its key until it is past the horizon:
+// its verdict is decided once, at its call, and that verdict is what the apply phase
+// does. A call that succeeded is applied; an event stale at its turn makes no call.
+TEST_F(EffectPathEdges, HorizonVerdictDecidedOnceAtTheCall) {
+  const std::string topic = unique_name("orders");
+  DedupHorizon horizon;
+  horizon.retention = std::chrono::hours(2);
+  horizon.safety_margin = std::chrono::hours(1);  // stale from 1 h of age
+  EffectHarness h(*broker_, {.topics = {{topic, 1}}, .dedup_horizon = horizon});
+  const TopicPartition tp{topic, 0};
+  const OrderConfirmed first = h.order(1);
+  const OrderConfirmed waits = h.order(2, 59min);  // fresh now, stale in 1 min
+  const OrderConfirmed calls = h.order(3, 58min);  // called at once, stale during its call
+  h.append(tp, "key-a", to_json(first));
+  h.append(tp, "key-a", to_json(waits));
+  h.append(tp, "key-b", to_json(calls));
+  h.turn();  // first (key-a) and calls (key-b) are called; waits queues behind first
+  ASSERT_EQ(h.pending().size(), 2u);
+  h.advance(3min);  // waits and calls are past the horizon now
+  while (!h.pending().empty()) h.complete(0, Outcome::Done);
+  drain(h, {tp}, 20);
+
+  EXPECT_EQ(h.effects_of(first.event_id), 1);
+  EXPECT_EQ(h.effects_of(calls.event_id), 1)
+      << "a call that succeeded (the provider charged) was not applied";
+  EXPECT_EQ(h.effects_of(waits.event_id), 0);
+  EXPECT_EQ(h.stats().calls, 2u) << "the event that turned stale while it waited was called";
+  const auto letters = h.dead_letters(topic);
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].header("idem.original.offset"), "1");
+  EXPECT_EQ(letters[0].header("idem.error.class"), "stale");
+  EXPECT_EQ(h.committed(tp), 3);
+}
+
+// Two copies of one event in one apply transaction, the first dead-lettered by its call
+// and the second (another partition, another key) charged: the charge is applied once.
+TEST_F(EffectPathEdges, TwinCopiesFirstDeadLetteredSecondApplied) {
+  const std::string topic = unique_name("orders");
+  EffectHarness h(*broker_, {.topics = {{topic, 2}}});
+  const TopicPartition p0{topic, 0};
+  const TopicPartition p1{topic, 1};
+  const OrderConfirmed event = h.order(1);
+  h.append(p0, "key-a", to_json(event));
+  h.append(p1, "key-b", to_json(event));
+  h.turn();
+  ASSERT_EQ(h.pending().size(), 2u) << "both copies are called";
+  for (std::size_t i = 0; i < 2; ++i) {
+    const bool first = h.pending()[0].tp == p0;
+    h.complete(0, first ? Outcome::DeadLetter : Outcome::Done, "declined for this copy");
+  }
+  drain(h, {p0, p1}, 20);
+
+  EXPECT_EQ(h.effects_of(event.event_id), 1) << "the successful call of the second copy";
+  EXPECT_EQ(h.committed(p0), 1);
+  EXPECT_EQ(h.committed(p1), 1);
+}
+
+// A retry letter too large for its retry topic can never be sent: the record becomes a
+// dead letter (cut to a prefix) with a reason of its own, instead of its call being
+// repeated forever with its partition held.
+TEST_F(EffectPathEdges, RetryLetterTooLargeForTheRetryTopic) {
+  const std::string topic = unique_name("orders");
+  EffectHarness h(*broker_, {.topics = {{topic, 1}}, .retry_delays = {1000ms}});
+  h.config().limits.max_payload_bytes = 1'000'000;
+  const TopicPartition tp{topic, 0};
+  OrderConfirmed big = h.order(1);
+  std::string payload = to_json(big);
+  // 999,900 bytes: the record fits a Kafka message (1,000,000 bytes by default); its retry
+  // letter, the same payload with idem's headers added, does not.
+  const std::string field = ",\"padding\":\"\"";
+  payload.insert(payload.size() - 1, field);
+  payload.insert(payload.size() - 2, std::string(999'900 - payload.size(), 'x'));
+  h.append(tp, "key-a", payload);
+  int calls = 0;
+  for (int turn = 0; turn < 30 && calls < 5; ++turn) {
+    h.turn();
+    while (!h.pending().empty()) {
+      ++calls;
+      h.complete(0, Outcome::Retry, "provider unavailable");
+    }
+    h.advance(100ms);
+  }
+  EXPECT_EQ(calls, 1) << "the call was repeated because its retry letter never got through";
+  const auto letters = h.dead_letters(topic);
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].header("idem.error.class"), "retry.too_large");
+  EXPECT_EQ(letters[0].header("idem.payload.truncated"), "true");
+  EXPECT_EQ(h.committed(tp), 1);
+}
+
+// A record skipped as stale when admitted keeps its verdict: a wall clock that steps back
+// before its apply does not turn it into a record whose apply asks for a retry, again and
+// again.
+TEST_F(EffectPathEdges, StaleSkippedRecordDoesNotLoop) {
+  const std::string topic = unique_name("orders");
+  DedupHorizon horizon;
+  horizon.retention = std::chrono::hours(2);
+  horizon.safety_margin = std::chrono::hours(1);
+  EffectHarness h(*broker_, {.topics = {{topic, 1}},
+                             .batch_size = 2,
+                             .stale_events = StaleEventPolicy::Skip,
+                             .dedup_horizon = horizon});
+  const TopicPartition tp{topic, 0};
+  const OrderConfirmed a = h.order(1);
+  const OrderConfirmed b = h.order(2);
+  const OrderConfirmed stale = h.order(3, std::chrono::hours(3));
+  h.append(tp, "key-a", to_json(a));
+  h.append(tp, "key-b", to_json(b));
+  h.append(tp, "key-c", to_json(stale));
+  h.turn();  // a and b are called (a poll takes a batch: 2 records)
+  ASSERT_EQ(h.pending().size(), 2u);
+  while (!h.pending().empty()) h.complete(0, Outcome::Done);
+  h.turn();  // the stale one is skipped; a and b fill the apply transaction; it waits
+  ASSERT_EQ(h.committed(tp), 2);
+  h.wall().set(h.wall().now() - std::chrono::hours(4));  // the wall clock steps back
+  drain(h, {tp}, 20);
+
+  EXPECT_EQ(h.committed(tp), 3) << "the stale record did not finish";
+  EXPECT_EQ(h.stats().calls, 2u);
+  EXPECT_EQ(h.effects_of(stale.event_id), 0);
+  EXPECT_LE(h.stats().transactions, 2u) << "the skipped record was applied again and again";
+}
+
 }  // namespace
 }  // namespace idem::test
