@@ -158,8 +158,8 @@ struct ConsumerConfig {
   /// Effect handlers: records of one partition held in memory at most (received, not yet
   /// finished); the partition pauses when it is full and resumes at half. At least 1.
   std::size_t max_buffered_per_partition = 4096;
-  /// Effect handlers: on stop(), how long run() waits for calls in flight to complete
-  /// (their results are applied and committed) before it leaves the group anyway.
+  /// Effect handlers: on stop(), how long run() waits for calls in flight (results applied
+  /// and committed) before it leaves anyway; at most half of stop_timeout, the rest is kept.
   std::chrono::milliseconds call_drain_timeout{30000};
   /// From stop() to run() returning, at most this long (the drain of effect calls
   /// included): the final offset commit and leaving the group give up at this deadline

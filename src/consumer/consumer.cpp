@@ -203,7 +203,10 @@ std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_
   std::vector<std::string> undone;
   const std::string within = format_duration(config.stop_timeout);
   if (const std::vector<PartitionOffset> positions = progress.positions({}); !positions.empty()) {
-    const rd_kafka_resp_err_t err = poll->commit_before(positions, deadline);
+    // The commit gets half of what is left, so the group leave always gets the rest.
+    const auto now = std::chrono::steady_clock::now();
+    const rd_kafka_resp_err_t err =
+        poll->commit_before(positions, deadline > now ? now + (deadline - now) / 2 : deadline);
     {
       std::lock_guard lock(stats_mutex);
       ++stats.offset_commits;
@@ -296,9 +299,13 @@ void Consumer::Impl::loop() {
     const auto now = SteadyClock::now();
     if (stopping) {
       if (!effects || effects->settled()) break;
-      // The drain gets its own timeout, but never past the stop deadline.
-      if (!drain_deadline)
-        drain_deadline = std::min(now + config.call_drain_timeout, stop_deadline());
+      // The drain gets its own timeout, but at most half of the stop budget: the final
+      // offset commit and the group leave keep the other half (else the partitions wait
+      // out session.timeout.ms before another member gets them).
+      if (!drain_deadline) {
+        drain_deadline =
+            std::min(now + config.call_drain_timeout, stop_deadline() - config.stop_timeout / 2);
+      }
       if (now >= *drain_deadline) {
         log("idem consumer: stopping with calls still in flight; their events are not "
             "committed and will be delivered again");
@@ -323,6 +330,9 @@ void Consumer::Impl::loop() {
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
                      stopping ? keep_polling : stop_requested,
                      effects ? &effects->wake_flag() : &batches->commit_done());
+    // Polled while the calls drain (the poll keeps the membership alive): not taken. They
+    // are the next owner's; nothing of them is received, so no commit covers them.
+    if (stopping) batch.clear();
     // Pausing purges fetched records, but nothing of a held partition may be processed
     // ahead of its retry or past the effect path's buffer: it comes again when resumed.
     gate->drop_held(batch);
