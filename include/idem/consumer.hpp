@@ -265,13 +265,6 @@ using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transacti
 
 namespace detail {
 
-/// What the dedup-horizon guard decided about an event (DedupHorizonGuard::check).
-enum class HorizonVerdict : std::uint8_t {
-  Fresh,       ///< process normally (also: stale under StaleEventPolicy::Process)
-  Quarantine,  ///< dead-letter with error class `stale`; do not execute
-  Skip,        ///< do not execute, do not dead-letter; the offset advances
-};
-
 /// What the apply phase of one record needs: its event, its call's answer. Set by the
 /// consumer for the records of the transaction being run.
 struct StagedCall {
@@ -279,10 +272,8 @@ struct StagedCall {
   const void* result = nullptr;  ///< null unless outcome is Done
   Outcome outcome = Outcome::Retry;
   std::string_view reason;  ///< also why the event is stale, under HorizonVerdict::Quarantine
-  /// The dedup-horizon verdict, decided once, when the call was to start: the apply phase
-  /// does what it says instead of judging the event's age again (an event charged while
-  /// it crossed the horizon is applied; one skipped stays skipped whatever the clock
-  /// does). nullopt when the record reached no call decision: the apply phase judges.
+  /// The horizon verdict decided once, before the call: the apply phase follows it instead
+  /// of judging the age again. nullopt: no call decision was reached, the apply judges.
   std::optional<HorizonVerdict> horizon;
 };
 using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
