@@ -11,34 +11,13 @@
 #include "consumer/dead_letter_sender.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/schema.hpp"
+#include "support/kafka_handle.hpp"
 
 namespace idem::test {
 
 namespace {
 
 using namespace std::chrono_literals;
-
-struct HandleDeleter {
-  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
-};
-using Handle = std::unique_ptr<rd_kafka_t, HandleDeleter>;
-
-Handle make_handle(rd_kafka_type_t type, const Headers& props) {
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char errstr[512];
-  for (const auto& [k, v] : props) {
-    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), errstr, sizeof errstr) != RD_KAFKA_CONF_OK) {
-      rd_kafka_conf_destroy(conf);
-      throw std::runtime_error(fmt::format("{}={}: {}", k, v, errstr));
-    }
-  }
-  rd_kafka_t* rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    throw std::runtime_error(errstr);
-  }
-  return Handle(rk);
-}
 
 std::pair<std::string, std::int32_t> key_of(const TopicPartition& tp) {
   return {tp.topic, tp.partition};
@@ -49,25 +28,27 @@ std::pair<std::string, std::int32_t> key_of(const TopicPartition& tp) {
 // --- RecordLog ---
 
 struct RecordLog::Impl {
-  Handle producer;
-  Handle consumer;
+  KafkaHandle producer;
+  KafkaHandle consumer;
   std::map<std::pair<std::string, std::int32_t>, std::int64_t> ends;
   std::optional<TopicPartition> streaming;  // what the consumer is assigned to
   std::int64_t stream_next = 0;             // the offset it hands out next
 };
 
 RecordLog::RecordLog(const std::string& bootstrap_servers) : impl_(std::make_unique<Impl>()) {
-  impl_->producer = make_handle(RD_KAFKA_PRODUCER, {{"bootstrap.servers", bootstrap_servers},
-                                                    {"enable.idempotence", "true"},
-                                                    {"linger.ms", "0"},
-                                                    {"log_level", "3"}});
-  impl_->consumer = make_handle(RD_KAFKA_CONSUMER, {{"bootstrap.servers", bootstrap_servers},
-                                                    {"group.id", "effect-harness-reader"},
-                                                    {"enable.auto.commit", "false"},
-                                                    {"enable.partition.eof", "false"},
-                                                    {"fetch.wait.max.ms", "5"},
-                                                    {"fetch.error.backoff.ms", "5"},
-                                                    {"log_level", "3"}});
+  impl_->producer = make_kafka_handle(RD_KAFKA_PRODUCER, rd_kafka_conf_new(),
+                                      {{"bootstrap.servers", bootstrap_servers},
+                                       {"enable.idempotence", "true"},
+                                       {"linger.ms", "0"},
+                                       {"log_level", "3"}});
+  impl_->consumer = make_kafka_handle(RD_KAFKA_CONSUMER, rd_kafka_conf_new(),
+                                      {{"bootstrap.servers", bootstrap_servers},
+                                       {"group.id", "effect-harness-reader"},
+                                       {"enable.auto.commit", "false"},
+                                       {"enable.partition.eof", "false"},
+                                       {"fetch.wait.max.ms", "5"},
+                                       {"fetch.error.backoff.ms", "5"},
+                                       {"log_level", "3"}});
   rd_kafka_poll_set_consumer(impl_->consumer.get());
 }
 
@@ -289,7 +270,7 @@ EffectHarness::EffectHarness(DevBroker& broker, HarnessOptions options)
   pipeline_ = std::make_unique<detail::EffectPipeline>(detail::EffectPipeline::Deps{
       context_, *store_, *processor_, gate_, progress_,
       [this](const detail::BatchResult& r, ConsumerStats& delta) {
-        const auto refused = detail::DeadLetterSender(*letters_, config_, log_).send(r, delta);
+        auto refused = detail::DeadLetterSender(*letters_, config_, log_).send(r, delta);
         // Retry letters went to retry topics this harness fetches from: learn their ends.
         std::set<std::string> written;
         for (const auto& letter : r.dead_letters) {
