@@ -120,8 +120,8 @@ struct ConsumerConfig {
   /// Effect handlers: records of one partition held in memory at most (received, not yet
   /// finished); the partition pauses when it is full and resumes at half. At least 1.
   std::size_t max_buffered_per_partition = 4096;
-  /// Effect handlers: on stop(), how long run() waits for calls in flight to complete
-  /// (their results are applied and committed) before it leaves the group anyway.
+  /// Effect handlers: on stop(), how long run() waits for calls in flight (results applied
+  /// and committed) before it leaves anyway; at most half of stop_timeout, the rest is kept.
   std::chrono::milliseconds call_drain_timeout{30000};
   /// From stop() to run() returning, at most this long (the drain of effect calls
   /// included): the final offset commit and leaving the group give up at this deadline
@@ -322,17 +322,6 @@ struct EffectHandler {
 
 namespace detail {
 
-/// What the apply phase of one record needs: its event, its call's answer. Set by the
-/// consumer for the records of the transaction being run.
-struct StagedCall {
-  const void* event = nullptr;
-  const void* result = nullptr;  ///< null unless outcome is Done
-  Outcome outcome = Outcome::Retry;
-  std::string_view reason;
-};
-using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
-                                                     std::int64_t offset)>;
-
 /// A topic's effect route. As a Route it is what the batch processor runs inside the
 /// transaction: invoke() is the apply phase of the staged call of that record.
 class EffectRoute : public Route {
@@ -349,6 +338,10 @@ class EffectRoute : public Route {
   virtual void start_call(const void* event, const RecordInfo& record,
                           std::shared_ptr<CallTicket> ticket) = 0;
   void set_staged(StagedLookup lookup) { staged_ = std::move(lookup); }
+  [[nodiscard]] const StagedCall* staged(std::string_view topic, std::int32_t partition,
+                                         std::int64_t offset) const override {
+    return staged_ ? staged_(topic, partition, offset) : nullptr;
+  }
 
  protected:
   StagedLookup staged_;
@@ -371,8 +364,7 @@ class TypedEffectRoute final : public EffectRoute {
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
   }
   Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
-    const StagedCall* staged =
-        staged_ ? staged_(record.topic, record.partition, record.offset) : nullptr;
+    const StagedCall* staged = this->staged(record.topic, record.partition, record.offset);
     // No finished call for this record (the mark found it new although the check before
     // the call did not): make the call first.
     if (staged == nullptr) return Outcome::Retry;

@@ -9,6 +9,7 @@
 /// batch spends in flight.
 
 #include <chrono>
+#include <cstdint>
 
 #include "idem/uuid.hpp"
 
@@ -41,5 +42,16 @@ struct DedupHorizon {
     return std::chrono::duration_cast<std::chrono::milliseconds>(now - event_id.timestamp());
   }
 };
+
+namespace detail {
+
+/// What the dedup-horizon guard decided about an event (DedupHorizonGuard::check).
+enum class HorizonVerdict : std::uint8_t {
+  Fresh,       ///< process normally (also: stale under StaleEventPolicy::Process)
+  Quarantine,  ///< dead-letter with error class `stale`; do not execute
+  Skip,        ///< do not execute, do not dead-letter; the offset advances
+};
+
+}  // namespace detail
 
 }  // namespace idem

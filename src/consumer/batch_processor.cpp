@@ -107,7 +107,17 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     item.valid = parsed.ok();
     if (item.valid) {
       item.event_id = parsed.value();
-      switch (context_.horizon_guard.check(item.event_id, item.error_message)) {
+      // An effect topic's record had its verdict decided once, when its call was to start
+      // (its call, if made, was made on it): that verdict stands whatever the clock says now.
+      const StagedCall* staged = item.route->staged(topic, m.partition, m.offset);
+      HorizonVerdict verdict = HorizonVerdict::Fresh;
+      if (staged != nullptr && staged->horizon) {
+        verdict = *staged->horizon;
+        if (verdict == HorizonVerdict::Quarantine) item.error_message = staged->reason;
+      } else {
+        verdict = context_.horizon_guard.check(item.event_id, item.error_message);
+      }
+      switch (verdict) {
         case HorizonVerdict::Fresh: break;
         case HorizonVerdict::Quarantine:
           item.valid = false;

@@ -1,6 +1,7 @@
 // idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer,
-// the partition progress and the retry schedule together. The order of one batch is the
-// whole protocol: poll -> validate -> transaction (mark, handlers, commit) -> DLQ acks
+// the partition progress and the fetch gate (pauses, resumes, the retry schedule) together. The
+// order of one batch is the whole protocol: poll -> validate -> transaction (mark, handlers,
+// commit) -> DLQ acks
 // -> offset commit; a partition that failed pauses and retries after a backoff. With
 // pipeline_depth 2 the next batch is polled and prepared while one commits
 // (BatchPipeline); each batch's steps keep this order.
@@ -19,11 +20,12 @@
 #include "consumer/batch_pipeline.hpp"
 #include "consumer/consumer_config_check.hpp"
 #include "consumer/dead_letter_producer.hpp"
+#include "consumer/dead_letter_sender.hpp"
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
+#include "consumer/fetch_gate.hpp"
 #include "consumer/partition_progress.hpp"
 #include "consumer/poll_loop.hpp"
-#include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/config.hpp"
@@ -81,7 +83,9 @@ struct Consumer::Impl {
         detail::PollLoop::Listener{
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
             [](std::span<const TopicPartition>) {}});
+    gate = std::make_unique<detail::FetchGate>(*poll, progress);
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
+    letters = std::make_unique<detail::DeadLetterSender>(*dlq, config, log);
     batches = std::make_unique<detail::BatchPipeline>(
         context, *store, [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
         [this] { poll->wake(); });
@@ -100,7 +104,6 @@ struct Consumer::Impl {
   std::vector<PartitionOffset> send_dead_letters(const detail::BatchResult& r,
                                                  ConsumerStats& delta);
   void resume_due();
-  void defer_early_retries();
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
   [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const noexcept;
   [[nodiscard]] std::vector<std::string> finish(std::chrono::steady_clock::time_point deadline);
@@ -113,14 +116,16 @@ struct Consumer::Impl {
   detail::LogFn log;
   detail::RouteTable routes;
   detail::PartitionProgress progress;
-  detail::RetrySchedule schedule;
   detail::Backoff backoff;
   detail::RetryTopicMap retry_topics;
   detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
-  const detail::ConsumerContext context{config, hooks, log, routes, retry_topics, horizon_guard};
+  const detail::ConsumerContext context{
+      config, hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real()};
   std::unique_ptr<detail::DeadLetterProducer> dlq;
+  std::unique_ptr<detail::DeadLetterSender> letters;
   std::unique_ptr<detail::PollLoop> poll;
+  std::unique_ptr<detail::FetchGate> gate;  // over poll and progress
   // Declared after poll: records must be destroyed before the consumer handle.
   std::unique_ptr<detail::BatchPipeline> batches;
   std::vector<detail::KafkaMessage> batch;
@@ -164,7 +169,7 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
     ++stats.offset_commits;
   }
   progress.forget(tps);
-  schedule.forget(tps);
+  gate->forget(tps);
   if (effects) effects->on_revoked(tps);
   std::lock_guard lock(stats_mutex);
   for (const auto& tp : tps) processed_next.erase(tp);
@@ -198,7 +203,10 @@ std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_
   std::vector<std::string> undone;
   const std::string within = format_duration(config.stop_timeout);
   if (const std::vector<PartitionOffset> positions = progress.positions({}); !positions.empty()) {
-    const rd_kafka_resp_err_t err = poll->commit_before(positions, deadline);
+    // The commit gets half of what is left, so the group leave always gets the rest.
+    const auto now = std::chrono::steady_clock::now();
+    const rd_kafka_resp_err_t err =
+        poll->commit_before(positions, deadline > now ? now + (deadline - now) / 2 : deadline);
     {
       std::lock_guard lock(stats_mutex);
       ++stats.offset_commits;
@@ -233,35 +241,13 @@ void Consumer::Impl::finish_quietly() noexcept {
 }
 
 void Consumer::Impl::resume_due() {
-  if (!schedule.any_paused()) return;
-  for (const PartitionOffset& at : schedule.take_due(std::chrono::steady_clock::now())) {
-    poll->seek_and_resume(at);
-  }
-}
-
-void Consumer::Impl::defer_early_retries() {
-  // A retry-topic record before its not-before time: pause its partition there and come
-  // back when it is due (the poll loop waits on the schedule, it never sleeps). Records
-  // of that partition before it are processed now; it and those after it are refetched.
-  const auto wall_now =
-      std::chrono::duration_cast<std::chrono::milliseconds>(config.clock->now().time_since_epoch())
-          .count();
-  const auto steady_now = std::chrono::steady_clock::now();
-  std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> deferred_from;
-  for (const auto& m : batch) {
-    const auto not_before = retry_topics.not_before_ms(*m);
-    if (!not_before || *not_before <= wall_now) continue;
-    const TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
-    if (deferred_from.contains(tp)) continue;
-    deferred_from.emplace(tp, m->offset);
-    schedule.defer(tp, m->offset, steady_now + std::chrono::milliseconds(*not_before - wall_now));
-    poll->pause_and_seek({tp, m->offset});
-  }
-  if (deferred_from.empty()) return;
-  std::erase_if(batch, [&](const detail::KafkaMessage& m) {
-    const auto it = deferred_from.find({rd_kafka_topic_name(m->rkt), m->partition});
-    return it != deferred_from.end() && m->offset >= it->second;
-  });
+  const auto now = std::chrono::steady_clock::now();
+  const auto due = gate->next_due();
+  if (!due || *due > now) return;
+  // A partition resumes at the record expected next, which a batch still committing moves:
+  // finished first, its records are not fetched again.
+  batches->settle();
+  gate->release_due(now);
 }
 
 void Consumer::Impl::run() {
@@ -274,7 +260,7 @@ void Consumer::Impl::run() {
   });
   if (has_effects) {
     effects = std::make_unique<detail::EffectPipeline>(
-        detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *poll, progress,
+        detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *gate, progress,
                                      [this](const detail::BatchResult& r, ConsumerStats& delta) {
                                        return send_dead_letters(r, delta);
                                      }});
@@ -313,9 +299,13 @@ void Consumer::Impl::loop() {
     const auto now = SteadyClock::now();
     if (stopping) {
       if (!effects || effects->settled()) break;
-      // The drain gets its own timeout, but never past the stop deadline.
-      if (!drain_deadline)
-        drain_deadline = std::min(now + config.call_drain_timeout, stop_deadline());
+      // The drain gets its own timeout, but at most half of the stop budget: the final
+      // offset commit and the group leave keep the other half (else the partitions wait
+      // out session.timeout.ms before another member gets them).
+      if (!drain_deadline) {
+        drain_deadline =
+            std::min(now + config.call_drain_timeout, stop_deadline() - config.stop_timeout / 2);
+      }
       if (now >= *drain_deadline) {
         log("idem consumer: stopping with calls still in flight; their events are not "
             "committed and will be delivered again");
@@ -327,7 +317,7 @@ void Consumer::Impl::loop() {
     declarer.renew_if_due();
     resume_due();
     auto wait = kIdleWait;
-    std::optional<SteadyClock::time_point> due = schedule.next_due();
+    std::optional<SteadyClock::time_point> due = gate->next_due();
     if (effects) {
       if (const auto work = effects->next_work(now)) due = due ? std::min(*due, *work) : *work;
     }
@@ -340,15 +330,20 @@ void Consumer::Impl::loop() {
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
                      stopping ? keep_polling : stop_requested,
                      effects ? &effects->wake_flag() : &batches->commit_done());
-    if (schedule.any_paused()) {
-      // Belt and braces: pausing purges fetched records, but nothing of a paused
-      // partition may be processed ahead of its retry.
-      std::erase_if(batch, [&](const detail::KafkaMessage& m) {
-        return schedule.paused({rd_kafka_topic_name(m->rkt), m->partition});
-      });
-    }
+    // Polled while the calls drain (the poll keeps the membership alive): not taken. They
+    // are the next owner's; nothing of them is received, so no commit covers them.
+    if (stopping) batch.clear();
+    // Pausing purges fetched records, but nothing of a held partition may be processed
+    // ahead of its retry or past the effect path's buffer: it comes again when resumed.
+    gate->drop_held(batch);
     // Before the effect path takes its records: a retry of an effect topic waits too.
-    if (config.retry_topics.enabled() && !batch.empty()) defer_early_retries();
+    if (config.retry_topics.enabled() && !batch.empty()) {
+      gate->defer_not_due(batch, retry_topics,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              config.clock->now().time_since_epoch())
+                              .count(),
+                          SteadyClock::now());
+    }
     ConsumerStats effect_delta;
     if (effects && !batch.empty()) {
       const std::size_t polled = batch.size();
@@ -408,44 +403,12 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
                                                                ConsumerStats& delta) {
-  std::vector<PartitionOffset> refused;
-  if (r.dead_letters.empty()) return refused;
-  const std::vector<rd_kafka_resp_err_t> errors = dlq->send(r.dead_letters, config.dlq_ack_timeout);
-  for (std::size_t i = 0; i < errors.size(); ++i) {
-    const detail::DeadLetter& letter = r.dead_letters[i];
-    const bool acked = errors[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (acked && letter.retry_level > 0) {
-      ++delta.retry_topic_sends;
-      continue;
-    }
-    if (acked) {
-      ++delta.dead_lettered;
-      ++delta.dead_lettered_by_reason[letter.error_class];
-      if (!letter.route.empty()) {
-        auto route = delta.routes.find(letter.route);
-        if (route == delta.routes.end())
-          route = delta.routes.emplace(std::string(letter.route), RouteStats{}).first;
-        ++route->second.dead_lettered;
-        ++route->second.dead_lettered_by_reason[letter.error_class];
-      }
-      log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
-                      record_location(*letter.original), letter.error_class, letter.attempts));
-      continue;
-    }
-    // Never lose a bad message: the partition goes back to this record and retries. A
-    // refusal for good (DLQ topic unknown or not authorized) is retried the same way,
-    // after the backoff, and counted, so that it is seen rather than spinning silently:
-    // the letter producer logs each one as permanent.
-    if (detail::permanent_produce_error(errors[i])) ++delta.dead_letters_refused;
-    const rd_kafka_message_t& m = *letter.original;
-    refused.push_back({{rd_kafka_topic_name(m.rkt), m.partition}, m.offset});
-  }
-  return refused;
+  return letters->send(r, delta);
 }
 
 void Consumer::Impl::process_batch() {
   detail::call_hook(hooks, HookPoint::BatchPolled);
-  batches->submit(batch, schedule);
+  batches->submit(batch, gate->schedule());
   if (effects) batches->settle();  // the effect path uses the first connection
 }
 
@@ -473,10 +436,10 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
       if (letter.tp == p.tp) refused_here.push_back(letter.offset);
     }
     const std::optional<std::int64_t> again = progress.settle_batch(p, refused_here);
-    if (const auto position = progress.commit_position(p.tp)) schedule.progressed(p.tp, *position);
+    if (const auto position = progress.commit_position(p.tp)) gate->progressed(p.tp, *position);
     if (!again) continue;
     p.retry_at = again;  // BatchPipeline holds the partition's later records back too
-    const auto delay = schedule.failed(p.tp, *again, now, backoff);
+    const auto delay = gate->retry_later(p.tp, *again, now, backoff);
     const auto retried = std::find_if(lane.batch.begin(), lane.batch.end(), [&](const auto& m) {
       return m->partition == p.tp.partition && m->offset == *again &&
              p.tp.topic == rd_kafka_topic_name(m->rkt);
@@ -485,7 +448,6 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
       log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
                       delay.count()));
     }
-    poll->pause_and_seek({p.tp, *again});
     ++delta.retries;
   }
 

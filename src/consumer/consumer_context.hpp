@@ -1,14 +1,15 @@
 #pragma once
 // What every part of idem::Consumer's processing reads and none owns: the configuration,
-// the hooks and the log line sink, the routes (topic -> handler), the retry topics and the
-// dedup horizon guard. Consumer::Impl owns them and hands this out by reference; each
-// must outlive whoever holds it.
+// the hooks and the log line sink, the routes (topic -> handler), the retry topics, the
+// dedup horizon guard and the steady clock. Consumer::Impl owns them and hands this out by
+// reference; each must outlive whoever holds it.
 #include <map>
 #include <memory>
 #include <string>
 
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/retry_topics.hpp"
+#include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
 
@@ -25,6 +26,8 @@ struct ConsumerContext {
   RouteTable& routes;
   const RetryTopicMap& retry_topics;
   DedupHorizonGuard& horizon_guard;
+  /// The clock of retry times, backoffs and deferrals (SteadyClock::real() but in tests).
+  const SteadyClock& steady_clock;
 };
 
 }  // namespace idem::detail

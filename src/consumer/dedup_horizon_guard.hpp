@@ -17,12 +17,6 @@
 
 namespace idem::detail {
 
-enum class HorizonVerdict {
-  Fresh,       ///< process normally (also: stale under StaleEventPolicy::Process)
-  Quarantine,  ///< dead-letter with error class kStaleErrorClass; do not execute
-  Skip,        ///< do not execute, do not dead-letter; the offset advances
-};
-
 inline constexpr std::string_view kStaleErrorClass = "stale";
 
 class DedupHorizonGuard {

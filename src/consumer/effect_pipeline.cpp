@@ -14,8 +14,7 @@ EffectPipeline::EffectPipeline(Deps deps)
       config_(deps_.context.config),
       completions_(std::make_shared<CompletionQueue>()),
       scheduler_(config_.max_in_flight),
-      windows_(deps_.poll, deps_.progress, config_.max_buffered_per_partition),
-      horizon_(config_),
+      windows_(deps_.gate, deps_.progress, config_.max_buffered_per_partition),
       key_backoff_(config_.retry),
       apply_backoff_(config_.retry) {
   for (const auto& [topic, route] : deps_.context.routes) {
@@ -28,7 +27,7 @@ EffectPipeline::EffectPipeline(Deps deps)
           return it == staged_.end() ? nullptr : it->second;
         });
   }
-  completions_->set_wake([&poll = deps_.poll] { poll.wake(); });
+  completions_->set_wake([&gate = deps_.gate] { gate.wake(); });
   try {
     apply_store_ = deps_.store.connect_again();
   } catch (const Error& e) {
@@ -108,7 +107,7 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
 
 EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
   TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
-  // Fetched before a pause took effect, or again after a seek: it comes back in order.
+  // Fetched again after a seek: it comes back in order.
   if (!windows_.admit(tp, m->offset)) return nullptr;
   touched_.insert(tp);
   const std::uint64_t ticket = next_ticket_++;
@@ -118,8 +117,10 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   e.route = &route;
   e.generation = generation_[tp];
   e.tp = std::move(tp);
-  // Invalid and stale records make no call: the batch processor dead-letters (or skips)
-  // them when they are applied. The checks match the processor's own.
+  // Invalid records make no call: the batch processor dead-letters them when they are
+  // applied. The checks match the processor's own. Whether an event is past the dedup
+  // horizon is decided when its call is to start (judge_horizon), not here: a record that
+  // waits behind its key may cross the horizon meanwhile.
   // A retry-topic record with headers idem never writes is dead-lettered, uncalled.
   bool callable = e.record->headers.size() <= config_.limits.max_headers &&
                   !deps_.context.retry_topics.header_problem(*e.message);
@@ -129,8 +130,6 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
     if (callable) {
       e.event_id = owned.event_id.value();
       e.record->event = std::move(owned.event);
-      std::string why;
-      callable = horizon_.check(e.event_id, why) == HorizonVerdict::Fresh;
     }
   }
   if (callable) {
@@ -151,7 +150,8 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   Entry& held = entries_.emplace(ticket, std::move(e)).first->second;
   // Staged after the move: the reason's view must point into the entry in the table.
   if (!held.reason.empty())
-    held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason};
+    held.staged = {held.record->event.get(), nullptr, Outcome::DeadLetter, held.reason,
+                   std::nullopt};
   if (!held.scheduled) return nullptr;
   // Counted down in erase_entry. A copy already held may be applied before this one's
   // call: this one is then read again at its call (AtCall), not now.
@@ -159,7 +159,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
 }
 
 void EffectPipeline::turn(ConsumerStats& delta, bool start) {
-  const TimePoint now = std::chrono::steady_clock::now();
+  const TimePoint now = deps_.context.steady_clock.now();
   take_completions(delta, now);
   if (start) start_calls(delta, now);
   apply_ready(delta, now);
@@ -167,7 +167,7 @@ void EffectPipeline::turn(ConsumerStats& delta, bool start) {
 }
 
 void EffectPipeline::settle(ConsumerStats& delta) {
-  if (applying_) settle_apply(delta, std::chrono::steady_clock::now());
+  if (applying_) settle_apply(delta, deps_.context.steady_clock.now());
   windows_.resume_drained();
 }
 
@@ -200,14 +200,34 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
     e.state = State::Ready;
     e.result = std::move(c.result);
     e.reason = std::move(c.reason);
-    e.staged = {e.record->event.get(), e.result.get(), c.outcome, e.reason};
+    e.staged = {e.record->event.get(), e.result.get(), c.outcome, e.reason, e.horizon};
     ready_.push_back(c.ticket);
   }
 }
 
+bool EffectPipeline::judge_horizon(Entry& e) {
+  if (!e.horizon) {
+    std::string why;
+    e.horizon = deps_.context.horizon_guard.check(e.event_id, why);
+    if (*e.horizon == HorizonVerdict::Quarantine) e.reason = std::move(why);
+  }
+  return *e.horizon == HorizonVerdict::Fresh;
+}
+
 void EffectPipeline::start_calls(ConsumerStats& delta, TimePoint now) {
-  const std::vector<std::uint64_t> tickets = scheduler_.take_ready(now);
+  std::vector<std::uint64_t> tickets = scheduler_.take_ready(now);
   if (tickets.empty()) return;
+  // Past the horizon at its turn (its dedup mark may be gone): no call; the apply
+  // quarantines or skips it as decided here, once.
+  std::erase_if(tickets, [&](std::uint64_t t) {
+    Entry& e = entries_.at(t);
+    if (judge_horizon(e)) return false;
+    scheduler_.call_returned(e.key);  // no call: its slot is free at once
+    e.state = State::Ready;
+    e.staged = {e.record->event.get(), nullptr, Outcome::DeadLetter, e.reason, e.horizon};
+    ready_.push_back(t);
+    return true;
+  });
   // Those whose admission read may be stale are read again, all in one look. The mark
   // in the apply transaction stays the only arbiter; these reads only save the calls.
   std::vector<Entry*> asked;
@@ -281,15 +301,27 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
     return std::tie(x.tp.topic, x.tp.partition, x.message->offset) <
            std::tie(y.tp.topic, y.tp.partition, y.message->offset);
   });
-  const std::size_t n = std::min(ready_.size(), config_.batch_size);
-  const std::vector<std::uint64_t> tickets(ready_.begin(),
-                                           ready_.begin() + static_cast<std::ptrdiff_t>(n));
-  ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
-  std::vector<const rd_kafka_message_t*> messages;
-  messages.reserve(n);
-  for (const auto t : tickets) {
+  // One record of an event per transaction. Two copies of one event (other partitions,
+  // other keys) in one transaction are both marked there: the first takes the mark and
+  // the second is classed a duplicate before the first's outcome is known, so a first
+  // copy whose call said dead letter would be unmarked while the second's successful call
+  // was never applied. A later copy waits for the next transaction, where the mark of
+  // the first decides (a duplicate if it was applied, applied if it was not).
+  std::vector<std::uint64_t> tickets;
+  std::vector<std::uint64_t> later;
+  std::unordered_set<Uuid> events;
+  for (const auto t : ready_) {
     const Entry& e = entries_.at(t);
+    const bool twin = e.record->event != nullptr && !events.insert(e.event_id).second;
+    (tickets.size() < config_.batch_size && !twin ? tickets : later).push_back(t);
+  }
+  ready_ = std::move(later);
+  std::vector<const rd_kafka_message_t*> messages;
+  messages.reserve(tickets.size());
+  for (const auto t : tickets) {
+    Entry& e = entries_.at(t);
     messages.push_back(e.message.get());
+    e.staged.horizon = e.horizon;
     staged_[{e.record->topic, e.tp.partition, e.message->offset}] = &e.staged;
   }
   struct ClearStaged {
@@ -299,13 +331,13 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
 
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
-  Applying a{tickets, {}, std::chrono::steady_clock::now(), {}};
+  Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
   a.result = processor.prepare(messages, no_schedule_);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
   const auto commit = [this, &processor] {
     processor.commit(applying_->result);  // nothing to do when the transaction failed
-    applying_->committed = std::chrono::steady_clock::now();
+    applying_->committed = deps_.context.steady_clock.now();
   };
   if (commit_ && processor.open()) return commit_->start(commit);
   commit();

@@ -16,7 +16,7 @@
 //      outcome was settled (dead letters sent, offsets advanced, keys freed);
 //   4. each record applied (or dead-lettered and acknowledged) is done in the consumer's
 //      PartitionProgress, which moves the partition's commit position over its contiguous
-//      done prefix only; a partition holding too many records pauses.
+//      done prefix only; a partition holding too many records is held in the FetchGate.
 // A call that completes with retry() holds back only its key (capped backoff), or, with
 // retry topics on, sends its record to the next retry topic and frees the key. Records
 // of revoked partitions are dropped; a call still in flight for one keeps its key busy
@@ -42,9 +42,9 @@
 #include "consumer/completion_queue.hpp"
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/effect_record.hpp"
+#include "consumer/fetch_gate.hpp"
 #include "consumer/keyed_scheduler.hpp"
 #include "consumer/partition_windows.hpp"
-#include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
 #include "retry/backoff.hpp"
 
@@ -65,7 +65,7 @@ class EffectPipeline {
     /// On the first connection: applies commit inline there when the store has no
     /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
-    PollLoop& poll;
+    FetchGate& gate;              ///< holds partitions that are full; wakes the poll
     PartitionProgress& progress;  ///< the consumer's, shared with the batch path
     SendDeadLetters send_dead_letters;
   };
@@ -124,6 +124,9 @@ class EffectPipeline {
     Uuid event_id;
     State state = State::Queued;
     MarkCheck mark_check = MarkCheck::AtCall;
+    // Decided once, when its call was first to start, by the consumer's one horizon
+    // guard (which knows what maintenance dropped); carried to the apply in `staged`.
+    std::optional<HorizonVerdict> horizon;
     std::uint32_t attempts = 0;
     StagedCall staged;  // outcome Retry (no call result) until a call completed
     std::shared_ptr<void> result;
@@ -131,6 +134,8 @@ class EffectPipeline {
   };
   using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
 
+  /// Decides `e`'s dedup-horizon verdict if not decided yet; true when it may be called.
+  bool judge_horizon(Entry& e);
   /// Returns the entry if it will be called and its marks are to be read now (no other
   /// record of its event id is held); else nullptr.
   Entry* admit_one(KafkaMessage m, EffectRoute& route);
@@ -164,7 +169,6 @@ class EffectPipeline {
   std::shared_ptr<CompletionQueue> completions_;
   KeyedScheduler scheduler_;
   PartitionWindows windows_;
-  DedupHorizonGuard horizon_;  // decides before the call; the processor's guard counts
   Backoff key_backoff_;
   Backoff apply_backoff_;
   RetrySchedule no_schedule_;  // attempts of the processor's blocking retries: none here

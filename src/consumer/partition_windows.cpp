@@ -3,30 +3,30 @@
 namespace idem::detail {
 
 bool PartitionWindows::admit(const TopicPartition& tp, std::int64_t offset) {
-  return !paused_.contains(tp) && progress_.received(tp, offset);
+  return progress_.received(tp, offset);
 }
 
 void PartitionWindows::pause_if_full(const TopicPartition& tp) {
-  if (paused_.contains(tp) || progress_.held(tp) < limit_) return;
+  if (full_.contains(tp) || progress_.held(tp) < limit_) return;
   if (const auto next = progress_.next_expected(tp)) {
-    poll_.pause_and_seek({tp, *next});
-    paused_.insert(tp);
+    gate_.hold(tp, FetchGate::Hold::Buffer, *next);
+    full_.insert(tp);
   }
 }
 
 void PartitionWindows::resume_drained() {
-  for (auto it = paused_.begin(); it != paused_.end();) {
+  for (auto it = full_.begin(); it != full_.end();) {
     if (progress_.held(*it) > limit_ / 2) {
       ++it;
       continue;
     }
-    if (const auto next = progress_.next_expected(*it)) poll_.seek_and_resume({*it, *next});
-    it = paused_.erase(it);
+    gate_.release(*it, FetchGate::Hold::Buffer);
+    it = full_.erase(it);
   }
 }
 
 void PartitionWindows::forget(std::span<const TopicPartition> partitions) {
-  for (const auto& tp : partitions) paused_.erase(tp);
+  for (const auto& tp : partitions) full_.erase(tp);
 }
 
 }  // namespace idem::detail

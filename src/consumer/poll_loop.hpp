@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "consumer/fetch_control.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 
-class PollLoop : private CallbackContext {
+class PollLoop final : private CallbackContext, public FetchControl {
  public:
   /// Called on the poll thread from inside poll_batch() or close_before(), i.e. from the
   /// rebalance callback. Exceptions are caught there and rethrown by the PollLoop call
@@ -53,10 +54,8 @@ class PollLoop : private CallbackContext {
                   std::chrono::milliseconds first_wait, std::chrono::milliseconds window,
                   const std::atomic<bool>& stop, const std::atomic<bool>* ready = nullptr);
 
-  /// Pauses fetching from `at.tp` and rewinds its fetch position to `at.offset`.
-  void pause_and_seek(const PartitionOffset& at);
-  /// Rewinds `at.tp` to `at.offset` again (in case a fetch slipped in) and resumes it.
-  void seek_and_resume(const PartitionOffset& at);
+  void pause_and_seek(const PartitionOffset& at) override;
+  void seek_and_resume(const PartitionOffset& at) override;
 
   /// Commits `offsets` (each the next offset to consume). Async returns at once (errors
   /// are logged from the commit callback); sync blocks until the broker answered.
@@ -78,7 +77,7 @@ class PollLoop : private CallbackContext {
   bool close_before(std::chrono::steady_clock::time_point deadline);
 
   /// Makes a blocked poll_batch() return promptly. Thread-safe, never blocks.
-  void wake() noexcept;
+  void wake() noexcept override;
 
   /// The consumer handle, for read-only queries (assignment, cached watermarks).
   [[nodiscard]] rd_kafka_t* handle() const noexcept { return rk_.get(); }

@@ -19,12 +19,10 @@ std::chrono::milliseconds RetrySchedule::failed(const TopicPartition& tp, std::i
   return delay;
 }
 
-void RetrySchedule::defer(const TopicPartition& tp, std::int64_t offset, TimePoint resume_at) {
+void RetrySchedule::defer(const TopicPartition& tp, TimePoint resume_at) {
+  // The attempts of a record that failed are its own: a deferral of a later record (the
+  // rest of its batch found not due) leaves them alone.
   Entry& e = entries_[tp];
-  if (e.offset != offset) {
-    e.offset = offset;
-    e.attempts = 0;
-  }
   if (!e.paused) ++paused_count_;
   e.paused = true;
   e.resume_at = resume_at;
@@ -41,14 +39,14 @@ void RetrySchedule::progressed(const TopicPartition& tp, std::int64_t next_offse
   entries_.erase(it);
 }
 
-std::vector<PartitionOffset> RetrySchedule::take_due(TimePoint now) {
-  std::vector<PartitionOffset> due;
+std::vector<TopicPartition> RetrySchedule::take_due(TimePoint now) {
+  std::vector<TopicPartition> due;
   if (paused_count_ == 0) return due;
   for (auto& [tp, e] : entries_) {
     if (e.paused && e.resume_at <= now) {
       e.paused = false;
       --paused_count_;
-      due.push_back({tp, e.offset});
+      due.push_back(tp);
     }
   }
   return due;

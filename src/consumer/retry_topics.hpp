@@ -24,6 +24,9 @@ inline constexpr const char* kNotBeforeHeader = "idem.retry.not_before";
 /// written: it goes to the DLQ (its message names the header) instead of crashing the
 /// consumer or pausing its retry partition for as long as the header says.
 inline constexpr std::string_view kBadRetryHeaderClass = "retry.bad_header";
+/// The error class of a record whose retry letter its retry topic refused as too large: it
+/// could never be sent there, so it is dead-lettered (cut to a prefix) instead.
+inline constexpr std::string_view kRetryTooLargeClass = "retry.too_large";
 
 /// How far a retry's not-before may lie beyond now + its topic's delay: the consumer
 /// that wrote it may run on a host whose clock is ahead of ours. Generous on purpose:

@@ -113,8 +113,10 @@ class CommitOverlapTest : public test::DevBrokerSuite {
   detail::RouteTable routes_a_;
   detail::RouteTable routes_b_;
   const detail::LogFn log_;
-  const detail::ConsumerContext context_a_{config_, hooks_, log_, routes_a_, retry_topics_, guard_};
-  const detail::ConsumerContext context_b_{config_, hooks_, log_, routes_b_, retry_topics_, guard_};
+  const detail::ConsumerContext context_a_{
+      config_, hooks_, log_, routes_a_, retry_topics_, guard_, detail::SteadyClock::real()};
+  const detail::ConsumerContext context_b_{
+      config_, hooks_, log_, routes_b_, retry_topics_, guard_, detail::SteadyClock::real()};
   detail::RetrySchedule schedule_;
   detail::KafkaHandle rk_;  // before the records: they are destroyed first
   std::vector<detail::KafkaMessage> records_;
