@@ -312,7 +312,7 @@ void declare_operations_keys(SectionKeys<Config>& k) {
       .integer("maintenance.max_batches", policy(&RetentionPolicy::max_batches),
                "batches per table and pass (0: until done)", 0, 1e9)
       .duration(
-          "maintenance.retry_for", [](Config& c) -> auto& { return c.maintenance.retry_for; },
+          "maintenance.retry_for", [](Config & c) -> auto& { return c.maintenance.retry_for; },
           "idem maintain: start a pass cut short by a lost connection (a failover) again on a "
           "new connection, until this long after the first start (0: never)",
           0, kConfigDay)

@@ -1,7 +1,7 @@
 // The stop of a consumer with effect handlers whose calls do not end: the drain of calls
 // in flight gets a share of ConsumerConfig::stop_timeout, never all of it, so the final
 // offset commit and the group leave still get theirs; and no record polled while
-// draining is admitted (it is the next owner's). In-process DevBroker, SQLite store.
+// draining is admitted (it is the next owner's). The dev broker the tests share, SQLite store.
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -194,7 +194,7 @@ std::vector<TopicPartition> ScriptedFetch::assignment() const {
 
 namespace {
 
-ConsumerConfig harness_config(const DevBroker& broker, const HarnessOptions& o,
+ConsumerConfig harness_config(const SharedBroker& broker, const HarnessOptions& o,
                               const Clock& clock) {
   ConsumerConfig c;
   c.bootstrap_servers = broker.bootstrap_servers();
@@ -217,7 +217,7 @@ ConsumerConfig harness_config(const DevBroker& broker, const HarnessOptions& o,
 
 }  // namespace
 
-EffectHarness::EffectHarness(DevBroker& broker, HarnessOptions options)
+EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
     : broker_(broker),
       options_(std::move(options)),
       config_(harness_config(broker, options_, wall_)),

@@ -1,7 +1,7 @@
 #pragma once
 // The effect path (EffectPipeline with its BatchProcessor, PartitionProgress, retry
 // schedule and the real DeadLetterProducer) driven turn by turn, deterministically:
-//  - records are real librdkafka messages: appended to topics of an in-process DevBroker
+//  - records are real librdkafka messages: appended to topics of the tests' dev broker
 //    and fetched back (RecordLog), so headers, retry letters and dead letters are the
 //    real ones;
 //  - which records a poll returns is decided by ScriptedFetch, a FetchControl that keeps
@@ -33,12 +33,12 @@
 #include "consumer/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
-#include "idem/devtools/dev_broker.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "kafka/kafka_handle.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/manual_clock.hpp"
+#include "support/shared_broker.hpp"
 
 namespace idem::test {
 
@@ -55,7 +55,7 @@ class ManualSteadyClock final : public detail::SteadyClock {
   std::atomic<TimePoint> now_{TimePoint(std::chrono::hours(1))};
 };
 
-/// Records on topics of a DevBroker, appended by the test (or by the consumer's letter
+/// Records on topics of a dev broker, appended by the test (or by the consumer's letter
 /// producer) and fetched back as fresh librdkafka messages, as often as asked.
 class RecordLog {
  public:
@@ -135,7 +135,7 @@ struct HarnessOptions {
 
 class EffectHarness {
  public:
-  EffectHarness(DevBroker& broker, HarnessOptions options);
+  EffectHarness(SharedBroker& broker, HarnessOptions options);
   ~EffectHarness();
   EffectHarness(const EffectHarness&) = delete;
   EffectHarness& operator=(const EffectHarness&) = delete;
@@ -186,7 +186,7 @@ class EffectHarness {
  private:
   void add_stats(const ConsumerStats& delta);
 
-  DevBroker& broker_;
+  SharedBroker& broker_;
   HarnessOptions options_;
   ManualClock wall_;
   ManualSteadyClock steady_;

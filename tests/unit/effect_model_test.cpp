@@ -46,7 +46,7 @@ struct Copy {
 };
 
 /// One random case, from `seed`; a violation of the model is a test failure.
-void run_case(DevBroker& broker, std::uint64_t seed) {
+void run_case(SharedBroker& broker, std::uint64_t seed) {
   SCOPED_TRACE(fmt::format("replay with IDEM_EFFECT_MODEL_SEED={}", seed));
   std::mt19937_64 rng(seed);
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
