@@ -114,10 +114,10 @@ class RelayFailover : public test::FailoverTest {
       const OrderWriter::Order probe = writer.acknowledged(cycle_start).front();
       const bool publishing = eventually(
           [&] {
-            return cluster.query(fmt::format("SELECT count(*) FROM outbox WHERE event_id = '{}' "
-                                             "AND published_at IS NOT NULL",
-                                             probe.event_id.to_string())) ==
-                   std::vector<std::string>{"1"};
+            return cluster.query(
+                       fmt::format("SELECT count(*) FROM idem_outbox WHERE event_id = '{}' "
+                                   "AND published_at IS NOT NULL",
+                                   probe.event_id.to_string())) == std::vector<std::string>{"1"};
           },
           60s, 50ms);
       if (!publishing) {
@@ -139,7 +139,7 @@ class RelayFailover : public test::FailoverTest {
       // Which of this cycle's acknowledged orders the new primary lacks.
       const std::vector<OrderWriter::Order> written = writer.acknowledged(cycle_start);
       std::set<std::string> kept;
-      for (const std::string& id : cluster.query("SELECT event_id::text FROM outbox"))
+      for (const std::string& id : cluster.query("SELECT event_id::text FROM idem_outbox"))
         kept.insert(id);
       std::vector<OrderWriter::Order> lost;
       for (const auto& o : written) {
@@ -162,7 +162,7 @@ class RelayFailover : public test::FailoverTest {
     writer.stop();
     const bool drained = eventually(
         [&] {
-          return cluster.query("SELECT count(*) FROM outbox WHERE published_at IS NULL") ==
+          return cluster.query("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL") ==
                  std::vector<std::string>{"0"};
         },
         120s, 100ms);
@@ -199,7 +199,7 @@ class RelayFailover : public test::FailoverTest {
   static void check(test::ReplicatedPostgres& cluster, const std::string& bootstrap, Outcome& out) {
     std::map<std::string, std::int64_t> surviving;  // event id -> order id
     for (const std::string& row :
-         cluster.query("SELECT event_id::text || ' ' || message_key FROM outbox")) {
+         cluster.query("SELECT event_id::text || ' ' || message_key FROM idem_outbox")) {
       const auto space = row.find(' ');
       surviving[row.substr(0, space)] = std::stoll(row.substr(space + 1));
     }

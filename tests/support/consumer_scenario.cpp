@@ -23,6 +23,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/ports.hpp"
 #include "support/test_env.hpp"
 
 namespace idem::test {
@@ -415,11 +416,6 @@ std::int64_t effect_rows(const std::string& db_url, const std::string& group) {
 
 namespace {
 
-int free_port() {
-  std::random_device rd;
-  return 20000 + static_cast<int>(rd() % 40000);
-}
-
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
@@ -483,7 +479,7 @@ PrivatePostgres::PrivatePostgres(const std::string& bin_dir) : bin_(bin_dir) {
             "log_min_messages = warning\n";
   }
   for (int attempt = 0; attempt < 10; ++attempt) {
-    port_ = free_port();
+    port_ = unused_listen_port();
     {
       std::ofstream conf(dir_ / "data" / "postgresql.conf", std::ios::app);
       conf << "port = " << port_ << "\n";  // the last setting wins; kept for restarts

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "idem/devtools/child_process.hpp"
+#include "support/ports.hpp"
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
 
@@ -28,22 +29,6 @@ namespace idem::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// A port nobody listens on now (the kernel's choice for port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("replicated postgres: no free port");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 /// The pid in the first line of a postmaster.pid, or 0.
 pid_t postmaster_pid(const std::string& data_dir) {
@@ -116,8 +101,8 @@ ReplicatedPostgres::ReplicatedPostgres(PostgresBinaries binaries, ReplicatedPost
       fail("cannot hand the directory to user " + binaries_.run_as);
     }
   }
-  nodes_[0] = Node{"node_a", dir_ + "/node_a", free_port(), false};
-  nodes_[1] = Node{"node_b", dir_ + "/node_b", free_port(), false};
+  nodes_[0] = Node{"node_a", dir_ + "/node_a", unused_listen_port(), false};
+  nodes_[1] = Node{"node_b", dir_ + "/node_b", unused_listen_port(), false};
   Node& primary = nodes_[0];
   run_tool("initdb",
            {"-D", primary.dir, "-U", "postgres", "-E", "UTF8", "--no-locale", "--auth-local=trust",

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "support/ports.hpp"
 #include "support/wait.hpp"
 
 namespace idem::test {
@@ -33,25 +34,6 @@ std::optional<std::string> on_path(const std::string& name) {
     start = colon + 1;
   }
   return std::nullopt;
-}
-
-// A port free right now; chromedriver takes it a moment later (it cannot pick its own
-// and say which).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("webdriver: no free port");
-  }
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
 }
 
 std::string base64_decode(std::string_view in) {
@@ -97,7 +79,8 @@ struct WebDriver::Impl {
 };
 
 WebDriver::WebDriver(const BrowserPrograms& programs, int width, int height) {
-  const int port = free_port();
+  // chromedriver takes the port a moment later (it cannot pick its own and say which).
+  const int port = unused_listen_port();
   impl_ = std::make_unique<Impl>(Impl{
       ChildProcess::spawn(programs.chromedriver, {fmt::format("--port={}", port)}), nullptr, {}});
   impl_->client = std::make_unique<httplib::Client>("127.0.0.1", port);
