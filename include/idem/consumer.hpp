@@ -191,6 +191,9 @@ struct RouteStats {
   std::uint64_t duplicates = 0;     ///< records skipped because their event was already marked
   std::uint64_t dead_lettered = 0;  ///< records the broker acknowledged on a DLQ topic
   std::map<std::string, std::uint64_t, std::less<>> dead_lettered_by_reason;  ///< error class
+
+  /// Adds `delta`'s counts to these.
+  void add(const RouteStats& delta);
 };
 
 /// Counters since construction. A snapshot; consistent per batch.
@@ -222,6 +225,13 @@ struct ConsumerStats {
   /// The same counts per route, for the records a parser filed (RecordInfo::count_as);
   /// empty when no parser files any.
   std::map<std::string, RouteStats, std::less<>> routes;
+
+  /// The counts of route `name`, zero when it has none yet.
+  RouteStats& route(std::string_view name);
+  /// Adds `delta`'s counters (those of one batch) to these, per route too. `stale` and the
+  /// gauges (oldest_event_age, dedup_horizon, last_loop) are left as they are: their
+  /// owners fill them in when a snapshot is taken.
+  void add(const ConsumerStats& delta);
 };
 
 // --- Effects with external I/O (IDEM-4): a call phase outside any transaction, run
@@ -351,17 +361,12 @@ template <class Event, class Result>
 class TypedEffectRoute final : public EffectRoute {
  public:
   explicit TypedEffectRoute(EffectHandler<Event, Result> handler, RecordParser<Event> parser = {})
-      : handler_(std::move(handler)), parser_(std::move(parser)) {}
+      : handler_(std::move(handler)), events_(std::move(parser)) {}
 
-  void reset(std::size_t n) override {
-    for (auto& s : slots_) s.reset();
-    if (slots_.size() < n) slots_.resize(n);
-  }
+  void reset(std::size_t n) override { events_.reset(n); }
   Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    Validated<Event> parsed = parse_record(parser_, record, limits);
-    if (!parsed.ok()) return parsed.error();
-    return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
+    return events_.parse(slot, record, limits);
   }
   Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
     const StagedCall* staged = this->staged(record.topic, record.partition, record.offset);
@@ -380,7 +385,7 @@ class TypedEffectRoute final : public EffectRoute {
                           *static_cast<const Result*>(staged->result), tx);
   }
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
-    Validated<Event> parsed = parse_record(parser_, record, limits);
+    Validated<Event> parsed = events_.parse_one(record, limits);
     if (!parsed.ok()) return {parsed.error(), nullptr};
     auto event = std::make_shared<Event>(std::move(parsed).value());
     const Uuid id = EventCodec<Event>::event_id(*event);
@@ -398,8 +403,7 @@ class TypedEffectRoute final : public EffectRoute {
 
  private:
   EffectHandler<Event, Result> handler_;
-  RecordParser<Event> parser_;
-  std::vector<std::optional<Event>> slots_;
+  EventSlots<Event> events_;
 };
 
 }  // namespace detail

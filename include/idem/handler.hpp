@@ -155,31 +155,56 @@ Validated<Event> parse_record(const RecordParser<Event>& parser, const RecordInf
   }
 }
 
+/// The parsed events of one batch, in slots reused from batch to batch, so routing a
+/// record costs no heap allocation beyond what the event type itself allocates. Filled
+/// by the route's parser (EventCodec<Event>::parse when none is given).
+template <class Event>
+class EventSlots {
+ public:
+  explicit EventSlots(RecordParser<Event> parser) : parser_(std::move(parser)) {}
+
+  /// Makes slots 0..n-1 available (keeps capacity).
+  void reset(std::size_t n) {
+    for (auto& s : slots_) s.reset();
+    if (slots_.size() < n) slots_.resize(n);
+  }
+  /// Parses the record into slot `slot`; returns its event id or why it is invalid.
+  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record, const ParseLimits& limits) {
+    Validated<Event> parsed = parse_one(record, limits);
+    if (!parsed.ok()) return parsed.error();
+    return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
+  }
+  /// Parses the record without keeping it in a slot.
+  [[nodiscard]] Validated<Event> parse_one(const RecordInfo& record,
+                                           const ParseLimits& limits) const {
+    return parse_record(parser_, record, limits);
+  }
+  /// The event parse() put in slot `slot`.
+  [[nodiscard]] const Event& operator[](std::size_t slot) const { return *slots_[slot]; }
+
+ private:
+  RecordParser<Event> parser_;
+  std::vector<std::optional<Event>> slots_;
+};
+
 template <class Event>
 class TypedRoute final : public Route {
  public:
   explicit TypedRoute(Handler<Event> handler, RecordParser<Event> parser = {})
-      : handler_(std::move(handler)), parser_(std::move(parser)) {}
+      : handler_(std::move(handler)), events_(std::move(parser)) {}
 
-  void reset(std::size_t n) override {
-    for (auto& s : slots_) s.reset();
-    if (slots_.size() < n) slots_.resize(n);
-  }
+  void reset(std::size_t n) override { events_.reset(n); }
   Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
-    Validated<Event> parsed = parse_record(parser_, record, limits);
-    if (!parsed.ok()) return parsed.error();
-    Event& event = slots_[slot].emplace(std::move(parsed).value());
-    return EventCodec<Event>::event_id(event);
+    return events_.parse(slot, record, limits);
   }
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
-    return handler_(*slots_[slot], record, tx);
+    return handler_(events_[slot], record, tx);
   }
 
  private:
   Handler<Event> handler_;
-  RecordParser<Event> parser_;
-  std::vector<std::optional<Event>> slots_;
+  EventSlots<Event> events_;
 };
 
 }  // namespace detail

@@ -214,11 +214,9 @@ void BatchProcessor::tally_routes(BatchResult& result) const {
 
 void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
   for (const RouteTally& t : result.routes) {
-    auto it = delta.routes.find(t.route);
-    if (it == delta.routes.end())
-      it = delta.routes.emplace(std::string(t.route), RouteStats{}).first;
-    it->second.applied += t.applied;
-    it->second.duplicates += t.duplicates;
+    RouteStats& counts = delta.route(t.route);
+    counts.applied += t.applied;
+    counts.duplicates += t.duplicates;
   }
 }
 

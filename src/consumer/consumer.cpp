@@ -376,29 +376,40 @@ bool Consumer::Impl::commit_moved(ConsumerStats& delta) {
   return true;
 }
 
+void RouteStats::add(const RouteStats& delta) {
+  applied += delta.applied;
+  duplicates += delta.duplicates;
+  dead_lettered += delta.dead_lettered;
+  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
+    dead_lettered_by_reason[reason] += n;
+}
+
+RouteStats& ConsumerStats::route(std::string_view name) {
+  auto it = routes.find(name);
+  if (it == routes.end()) it = routes.emplace(std::string(name), RouteStats{}).first;
+  return it->second;
+}
+
+void ConsumerStats::add(const ConsumerStats& delta) {
+  delivered += delta.delivered;
+  processed += delta.processed;
+  duplicates += delta.duplicates;
+  dead_lettered += delta.dead_lettered;
+  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
+    dead_lettered_by_reason[reason] += n;
+  retries += delta.retries;
+  retry_topic_sends += delta.retry_topic_sends;
+  dead_letters_refused += delta.dead_letters_refused;
+  transactions += delta.transactions;
+  offset_commits += delta.offset_commits;
+  calls += delta.calls;
+  call_retries += delta.call_retries;
+  for (const auto& [name, d] : delta.routes) route(name).add(d);
+}
+
 void Consumer::Impl::add_stats(const ConsumerStats& delta) {
   std::lock_guard lock(stats_mutex);
-  stats.delivered += delta.delivered;
-  stats.processed += delta.processed;
-  stats.duplicates += delta.duplicates;
-  stats.dead_lettered += delta.dead_lettered;
-  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
-    stats.dead_lettered_by_reason[reason] += n;
-  stats.retries += delta.retries;
-  stats.retry_topic_sends += delta.retry_topic_sends;
-  stats.dead_letters_refused += delta.dead_letters_refused;
-  stats.transactions += delta.transactions;
-  stats.offset_commits += delta.offset_commits;
-  stats.calls += delta.calls;
-  stats.call_retries += delta.call_retries;
-  for (const auto& [route, d] : delta.routes) {
-    RouteStats& r = stats.routes[route];
-    r.applied += d.applied;
-    r.duplicates += d.duplicates;
-    r.dead_lettered += d.dead_lettered;
-    for (const auto& [reason, n] : d.dead_lettered_by_reason)
-      r.dead_lettered_by_reason[reason] += n;
-  }
+  stats.add(delta);
 }
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,

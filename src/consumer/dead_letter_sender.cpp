@@ -48,11 +48,9 @@ std::vector<PartitionOffset> DeadLetterSender::send(const BatchResult& r, Consum
       ++delta.dead_lettered;
       ++delta.dead_lettered_by_reason[letter.error_class];
       if (!letter.route.empty()) {
-        auto route = delta.routes.find(letter.route);
-        if (route == delta.routes.end())
-          route = delta.routes.emplace(std::string(letter.route), RouteStats{}).first;
-        ++route->second.dead_lettered;
-        ++route->second.dead_lettered_by_reason[letter.error_class];
+        RouteStats& route = delta.route(letter.route);
+        ++route.dead_lettered;
+        ++route.dead_lettered_by_reason[letter.error_class];
       }
       log_(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
                        record_location(*letter.original), letter.error_class, letter.attempts));

@@ -329,17 +329,6 @@ void EffectHarness::complete(std::size_t i, Outcome outcome, const std::string& 
   }
 }
 
-void EffectHarness::add_stats(const ConsumerStats& delta) {
-  stats_.delivered += delta.delivered;
-  stats_.processed += delta.processed;
-  stats_.duplicates += delta.duplicates;
-  stats_.dead_lettered += delta.dead_lettered;
-  stats_.retry_topic_sends += delta.retry_topic_sends;
-  stats_.calls += delta.calls;
-  stats_.call_retries += delta.call_retries;
-  stats_.transactions += delta.transactions;
-}
-
 void EffectHarness::turn() {
   // Consumer::Impl::loop's order for records of effect topics.
   gate_.release_due(steady_.now());
@@ -356,7 +345,7 @@ void EffectHarness::turn() {
   if (!batch.empty()) pipeline_->admit(batch, delta);
   pipeline_->turn(delta, true);
   for (const auto& moved : progress_.take_moved()) committed_[key_of(moved.tp)] = moved.offset;
-  add_stats(delta);
+  stats_.add(delta);
 }
 
 void EffectHarness::reassign(const std::vector<TopicPartition>& partitions) {
@@ -370,7 +359,7 @@ void EffectHarness::reassign(const std::vector<TopicPartition>& partitions) {
     const auto c = committed(tp);
     fetch_.assign(tp, c.value_or(0));
   }
-  add_stats(delta);
+  stats_.add(delta);
 }
 
 std::optional<std::int64_t> EffectHarness::committed(const TopicPartition& tp) const {

@@ -184,8 +184,6 @@ class EffectHarness {
   RecordLog& log() { return records_; }
 
  private:
-  void add_stats(const ConsumerStats& delta);
-
   SharedBroker& broker_;
   HarnessOptions options_;
   ManualClock wall_;
