@@ -4,14 +4,14 @@
 # embedded Kafka-protocol broker, then the fuzz targets briefly. Used by .ci/run.
 # Prints the time each step took. Extra arguments go to ctest (e.g. -L fault).
 #
-# IDEM_JOBS: build jobs (default 2). IDEM_TEST_JOBS: tests run at once (default 16): most
+# IDEM_JOBS: build jobs (default 2). IDEM_TEST_JOBS: tests run at once (default 8): most
 # tests wait on the mock cluster's group timing, a database or a child process rather
 # than on the CPU, so many share two cores (docs/testing.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${IDEM_BUILD_DIR:-$root/build-test}"
 jobs="${IDEM_JOBS:-2}"
-test_jobs="${IDEM_TEST_JOBS:-16}"
+test_jobs="${IDEM_TEST_JOBS:-8}"
 
 started=$SECONDS
 step_started=$SECONDS
