@@ -25,27 +25,35 @@ step_done() {
 step_done "format and size checks"
 # IDEM_BUILD_BENCH: the benchmark programs are compiled (never run here), so a change to
 # an API they use fails the test command instead of rotting until the next measurement.
+# They are compiled last, beside the tests and the fuzzing (below): nothing the tests run
+# needs them, and those steps leave a core mostly idle.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
   -DIDEM_BUILD_BENCH=ON
-cmake --build "$build" -j"$jobs"
-step_done "build"
+cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all
+step_done "build (all but the benchmarks)"
 "$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
 step_done "clang-tidy"
 
-# The fuzz targets (clang, a build directory of their own) compile while the tests run, at
-# the lowest priority: the tests keep the CPU they ask for, and the compile takes what they
-# leave, which is most of it in the run's last minute (a few long fault scenarios waiting).
+# The fuzz targets (clang, a build directory of their own), then the benchmark programs,
+# compile while the tests run, at the lowest priority: the tests keep the CPU they ask
+# for, and the compiles take what they leave, which is most of it in the run's last minute
+# (a few long fault scenarios waiting). The benchmarks' compile goes on, on one core,
+# while the fuzz targets run on the other.
 fuzz_log="$build/fuzz-build.log"
+bench_log="$build/bench-build.log"
 setsid nice -n 19 "$root/scripts/fuzz.sh" --build-only >"$fuzz_log" 2>&1 &
 fuzz_build=$!  # a process group of its own: stopped with its compilers if we end early
-trap 'kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
+setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
+  exec nice -n 19 cmake --build "$2" -j1 --target bench/all' bench_build "$fuzz_build" \
+  "$build" >"$bench_log" 2>&1 &
+bench_build=$!
+trap 'kill -- "-$fuzz_build" "-$bench_build" 2>/dev/null || true' EXIT
 tests=0
 "$root/scripts/with-postgres.sh" \
   ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$test_jobs" "$@" || tests=$?
 step_done "tests (ctest -j$test_jobs)"
 fuzz_built=0
 wait "$fuzz_build" || fuzz_built=$?
-trap - EXIT
 if [ "$fuzz_built" -ne 0 ]; then
   echo "test.sh: the fuzz build failed; its log ($fuzz_log):" >&2
   tail -n 60 "$fuzz_log" >&2
@@ -54,3 +62,12 @@ fi
 [ "$tests" -eq 0 ] || exit "$tests"
 "$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute
 step_done "fuzzing (the rest of its build, then 20 s per target)"
+bench_built=0
+wait "$bench_build" || bench_built=$?
+trap - EXIT
+if [ "$bench_built" -ne 0 ]; then
+  echo "test.sh: the benchmarks' build failed; its log ($bench_log):" >&2
+  tail -n 60 "$bench_log" >&2
+  exit 1
+fi
+step_done "the rest of the benchmarks' build"
