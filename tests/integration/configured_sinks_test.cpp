@@ -23,6 +23,7 @@
 
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
+#include "support/charge_route.hpp"
 #include "support/cli_run.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
@@ -380,21 +381,8 @@ TYPED_TEST(ConfiguredSinksTest, ARouteRefusedByItsEndpointPausesAndShowsOnReadyz
     }
     producer.flush();
   }
-  const std::string routes = fmt::format(R"toml(
-[admin]
-listen = "127.0.0.1:0"
-[routes.charge]
-topic = "{}"
-type = "order.confirmed.v1"
-sql = ["INSERT INTO charge_log (order_id, payment_id) VALUES ($order_id, $payment_id)"]
-[routes.charge.params]
-order_id = {{ from = "/order_id", type = "integer" }}
-payment_id = {{ from = "response:/payment_id", type = "text" }}
-[routes.charge.http]
-url = "http://127.0.0.1:{}/charge"
-headers = {{ X-Order = "{{order_id}}" }}
-)toml",
-                                         this->topic_, port);
+  const std::string routes =
+      "[admin]\nlisten = \"127.0.0.1:0\"\n" + test::charge_route_toml(this->topic_, port);
   test::ChildProcess cli = this->consume(this->write_config(routes));
   const auto admin_line = test::read_line_starting_with(cli, "admin server on port ", 30s);
   ASSERT_TRUE(admin_line) << "no admin port line";

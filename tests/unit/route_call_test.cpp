@@ -23,6 +23,7 @@
 #include "idem/uuid.hpp"
 #include "sinks/event_reader.hpp"
 #include "sinks/route_call.hpp"
+#include "support/charge_route.hpp"
 #include "support/wait.hpp"
 
 namespace idem::sinks {
@@ -131,19 +132,7 @@ class RouteCall : public ::testing::Test {
     const auto dir = std::filesystem::temp_directory_path() / test::unique_name("route-call");
     std::filesystem::create_directories(dir);
     const auto file = dir / "r.toml";
-    std::ofstream(file) << fmt::format(R"toml(
-[routes.charge]
-topic = "orders"
-type = "order.confirmed.v1"
-sql = ["INSERT INTO charge_log (order_id, payment_id) VALUES ($order_id, $payment_id)"]
-[routes.charge.params]
-order_id = {{ from = "/order_id", type = "integer" }}
-payment_id = {{ from = "response:/payment_id", type = "text" }}
-[routes.charge.http]
-url = "http://127.0.0.1:{}/charge"
-headers = {{ X-Order = "{{order_id}}" }}
-)toml",
-                                       endpoint_.port());
+    std::ofstream(file) << test::charge_route_toml("orders", endpoint_.port());
     config_ = *load_sink_config(file.string(), {});
     route_.config = &config_.routes[0];
     reader_ = std::make_unique<detail::EventReader>(
