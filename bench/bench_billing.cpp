@@ -26,8 +26,12 @@
 //
 //   idem_bench_billing [--quick] [--orders N] [--paced-s S] [--latencies 0,10,100]
 //                      [--in-flight 1,64,256,1024] [--soak N] [--rounds R]
-// --rounds R: `effect M` and `configured M` R times each, alternating, best of each shown
-// (a loaded machine slows one pass or another; alternating keeps the ratio fair).
+// --rounds R: `effect M` and `configured M` R times each, alternating (and which goes
+// first alternating too), best of each shown (a loaded machine slows one pass or another;
+// alternating keeps the ratio fair). Both also give the CPU time this process (consumer,
+// HTTP client, provider; not the broker) spent per order, lowest of the rounds: the
+// work each does, without the waits for the provider's latency or a CPU other processes
+// hold.
 // --soak N: instead of the matrix, N passes of one configuration (SQLite, latency 10 ms,
 // M 256, one provider for all of them), with RSS after each pass, as is and after
 // malloc_trim(0) (what the allocator holds free is then given back): a leak grows both
@@ -189,6 +193,7 @@ std::int64_t ledger_rows(const std::string& url) {
 struct Pass {
   std::int64_t orders = 0;
   double per_s = 0;
+  double cpu_us_per_order = 0;  // of this whole process: consumer, HTTP client, provider
   std::string check = "ok";
 };
 
@@ -206,9 +211,11 @@ Pass pass(idem::test::DevBrokerProcess& broker, const Backend& backend, std::int
   Pass p;
   p.orders = n;
   idem::ConsumerStats stats;
+  double cpu_seconds = 0;
   p.per_s = timed_pass(
       config, db, static_cast<std::uint64_t>(n), [&](idem::Consumer& c) { route(c, topic); },
-      &stats);
+      &stats, &cpu_seconds);
+  p.cpu_us_per_order = 1e6 * cpu_seconds / static_cast<double>(std::max<std::int64_t>(1, n));
   const std::int64_t rows = ledger_rows(db);
   if (rows != n) p.check = fmt::format("ledger {} of {}", rows, n);
   // Not failures, but a pass that had them did more than n orders' work: say so.
@@ -457,41 +464,66 @@ int main(int argc, char** argv) {
         per_m.client.max_host_connections = std::max(per_m.client.max_host_connections, m);
         Pass p;
         Pass configured;
+        double effect_cpu = 0;  // the lowest CPU per order of any round
+        double configured_cpu = 0;
+        const auto lowest = [](double& low, double x) { low = low == 0 ? x : std::min(low, x); };
         for (int round = 0; round < opts.rounds; ++round) {
-          const Pass e = pass(broker, backend, capped(ideal), kBatch, m,
-                              [&](idem::Consumer& c, const std::string& t) {
-                                c.on_effect(t, idem::billing_effect(per_m));
-                              });
+          const auto effect_pass = [&] {
+            return pass(broker, backend, capped(ideal), kBatch, m,
+                        [&](idem::Consumer& c, const std::string& t) {
+                          c.on_effect(t, idem::billing_effect(per_m));
+                        });
+          };
           std::unique_ptr<idem::sinks::ConfiguredSinks> sinks;  // outlives the pass's run()
-          const Pass f =
-              pass(broker, backend, capped(ideal), kBatch, m,
-                   [&](idem::Consumer& c, const std::string& t) {
-                     sinks = configured_billing(t, provider.base_url(),
-                                                backend.name == "sqlite" ? idem::Backend::Sqlite
-                                                                         : idem::Backend::Postgres);
-                     sinks->install(c, m);
-                   });
+          const auto configured_pass = [&] {
+            return pass(broker, backend, capped(ideal), kBatch, m,
+                        [&](idem::Consumer& c, const std::string& t) {
+                          sinks = configured_billing(t, provider.base_url(),
+                                                     backend.name == "sqlite"
+                                                         ? idem::Backend::Sqlite
+                                                         : idem::Backend::Postgres);
+                          sinks->install(c, m);
+                        });
+          };
+          // Odd rounds run the configured pass first: the provider's store grows with every
+          // pass, and the pass after another meets what that one left (dirty pages, a
+          // checkpoint); alternating spreads both over the two.
+          Pass e;
+          Pass f;
+          if (round % 2 == 0) {
+            e = effect_pass();
+            f = configured_pass();
+          } else {
+            f = configured_pass();
+            e = effect_pass();
+          }
           charged += e.orders + f.orders;
           if (e.per_s > p.per_s) p = e;
           if (f.per_s > configured.per_s) configured = f;
+          lowest(effect_cpu, e.cpu_us_per_order);
+          lowest(configured_cpu, f.cpu_us_per_order);
         }
         if (latency_ms == 0) without_latency[m] = p.per_s;
         double ceiling = limit.per_s;
         if (latency_ms != 0) ceiling = std::min(ceiling, ideal);
         if (const auto it = without_latency.find(m); it != without_latency.end())
           ceiling = std::min(ceiling, it->second);
-        std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9.2f %9.2f  %s\n", latency_ms,
-                    fmt::format("effect {}", m).c_str(), static_cast<long long>(p.orders), p.per_s,
+        std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9.2f %9.2f  %s; cpu %.0f us/order\n",
+                    latency_ms, fmt::format("effect {}", m).c_str(),
+                    static_cast<long long>(p.orders), p.per_s,
                     latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
                     latency_ms == 0 ? "-" : fmt::format("{:.2f}", p.per_s / ideal).c_str(),
-                    p.per_s / ceiling, p.per_s / seq.per_s, p.check.c_str());
-        std::printf("%6d ms %-12s %9lld %10.0f %10s %9s %9.2f %9.2f  %s; %.0f%% of effect %zu\n",
-                    latency_ms, fmt::format("configured {}", m).c_str(),
-                    static_cast<long long>(configured.orders), configured.per_s,
-                    latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
-                    latency_ms == 0 ? "-" : fmt::format("{:.2f}", configured.per_s / ideal).c_str(),
-                    configured.per_s / ceiling, configured.per_s / seq.per_s,
-                    configured.check.c_str(), 100.0 * configured.per_s / p.per_s, m);
+                    p.per_s / ceiling, p.per_s / seq.per_s, p.check.c_str(), effect_cpu);
+        std::printf(
+            "%6d ms %-12s %9lld %10.0f %10s %9s %9.2f %9.2f  %s; %.0f%% of effect %zu; cpu %.0f "
+            "us/order (%.0f%% of effect's)\n",
+            latency_ms, fmt::format("configured {}", m).c_str(),
+            static_cast<long long>(configured.orders), configured.per_s,
+            latency_ms == 0 ? "-" : fmt::format("{:.0f}", ideal).c_str(),
+            latency_ms == 0 ? "-" : fmt::format("{:.2f}", configured.per_s / ideal).c_str(),
+            configured.per_s / ceiling, configured.per_s / seq.per_s, configured.check.c_str(),
+            100.0 * configured.per_s / p.per_s, m, configured_cpu,
+            effect_cpu > 0 ? 100.0 * configured_cpu / effect_cpu : 0.0);
         std::fflush(stdout);
       }
       if ((latency_ms == 10 || latency_ms == 100) && opts.paced_s > 0) {

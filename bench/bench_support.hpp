@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -104,26 +105,37 @@ inline ConsumerConfig consumer_config(const std::string& bootstrap, const std::s
   return c;
 }
 
+/// CPU time (user and system) of every thread of this process so far.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 /// One consumer pass over the `expected` records already in the topic, with the handler
 /// `route` installs; events/s from the first polled batch to the offset commit after
 /// which `expected` events were processed (group join and produce are excluded).
 /// `final_stats`, when given, receives the consumer's stats at the end (redeliveries and
-/// retries say whether the pass ran clean).
+/// retries say whether the pass ran clean); `cpu_seconds`, when given, the CPU time the
+/// whole process used over the same span (the consumer and whatever else runs in it).
 inline double timed_pass(const ConsumerConfig& config, const std::string& url,
                          std::uint64_t expected, const std::function<void(Consumer&)>& route,
-                         ConsumerStats* final_stats = nullptr) {
+                         ConsumerStats* final_stats = nullptr, double* cpu_seconds = nullptr) {
   Consumer* self = nullptr;
   SteadyClock::time_point t0;
   SteadyClock::time_point t1;
+  double cpu0 = 0;
   bool started = false;
   ConsumerHooks hooks;
   hooks.at = [&](HookPoint p) {
     if (p == HookPoint::BatchPolled && !started) {
       started = true;
       t0 = SteadyClock::now();
+      cpu0 = process_cpu_seconds();
     }
     if (p == HookPoint::AfterOffsetCommit && self->stats().processed >= expected) {
       t1 = SteadyClock::now();
+      if (cpu_seconds != nullptr) *cpu_seconds = process_cpu_seconds() - cpu0;
       self->stop();
     }
   };

@@ -33,21 +33,35 @@ std::string shown(std::string_view v) {
   return out;
 }
 
+// Where a key occurs twice in one object: the path of the object ("/a/0"; "" for the
+// top level) and the key.
+struct DuplicateKey {
+  std::string path;
+  std::string_view key;
+};
+
 // A key twice in one object makes the event ambiguous: JSON parsers disagree on which
 // value counts (simdjson's pointer lookups take the first, many producers' the last).
-std::optional<ValidationError> duplicate_field(element value, std::string& path) {
+// Runs on every record, so the path is built only for the one found (on the way back
+// up), and scalars are not descended into.
+std::optional<DuplicateKey> duplicate_key(element value) {
+  const auto nested = [](element e) {
+    return e.type() == element_type::OBJECT || e.type() == element_type::ARRAY;
+  };
   if (value.type() == element_type::ARRAY) {
     std::size_t i = 0;
     const simdjson::dom::array array = value.get_array().value_unsafe();
     for (const element item : array) {
-      const std::size_t mark = path.size();
-      path += fmt::format("/{}", i++);
-      if (auto e = duplicate_field(item, path)) return e;
-      path.resize(mark);
+      if (nested(item)) {
+        if (auto found = duplicate_key(item)) {
+          found->path.insert(0, fmt::format("/{}", i));
+          return found;
+        }
+      }
+      ++i;
     }
     return std::nullopt;
   }
-  if (value.type() != element_type::OBJECT) return std::nullopt;
   const simdjson::dom::object object = value.get_object().value_unsafe();
   std::size_t index = 0;
   for (const auto field : object) {
@@ -55,17 +69,15 @@ std::optional<ValidationError> duplicate_field(element value, std::string& path)
     std::size_t before = 0;
     for (const auto earlier : object) {
       if (before++ == index) break;
-      if (earlier.key == field.key)
-        return invalid(
-            ValidationReason::DuplicateField, path + "/" + std::string(field.key),
-            fmt::format("field '{}/{}' occurs twice in one object", path, shown(field.key)));
+      if (earlier.key == field.key) return DuplicateKey{{}, field.key};
     }
     ++index;
-    const std::size_t mark = path.size();
-    path += "/";
-    path += field.key;
-    if (auto e = duplicate_field(field.value, path)) return e;
-    path.resize(mark);
+    if (nested(field.value)) {
+      if (auto found = duplicate_key(field.value)) {
+        found->path.insert(0, "/" + std::string(field.key));
+        return found;
+      }
+    }
   }
   return std::nullopt;
 }
@@ -195,8 +207,11 @@ std::optional<ValidationError> EventReader::parse(const RecordInfo& record, Pars
   }
   if (doc.type() != element_type::OBJECT)
     return invalid(ValidationReason::InvalidJson, {}, "record value is not a JSON object");
-  std::string path;
-  if (auto e = duplicate_field(doc, path)) return e;
+  if (const auto twice = duplicate_key(doc)) {
+    return invalid(
+        ValidationReason::DuplicateField, twice->path + "/" + std::string(twice->key),
+        fmt::format("field '{}/{}' occurs twice in one object", twice->path, shown(twice->key)));
+  }
   out.data = doc;
   out.data_text = record.payload;
 

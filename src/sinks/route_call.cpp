@@ -57,16 +57,16 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
                        const CallCompletion<CallAnswer>& done) {
   http::Request request = *event.request;
   request.not_before = next_slot();
-  const std::uint64_t successes_then = successes_.load(std::memory_order_acquire);
+  const AtStart then{successes_.load(std::memory_order_acquire), !paused_reason().empty()};
   const auto started = std::chrono::steady_clock::now();
   try {
     // The callback runs on the client's loop thread and only completes `done` (never
     // blocks). `event` outlives the call: the consumer keeps it until the call completed.
     client.start(std::move(request),
-                 [this, &event, successes_then, started, done](const http::CallResult& r) {
+                 [this, &event, then, started, done](const http::CallResult& r) {
                    if (observers_.on_call)
                      observers_.on_call(route_.name, std::chrono::steady_clock::now() - started);
-                   finish(r, event, successes_then, done);
+                   finish(r, event, then, done);
                  });
   } catch (const std::exception& e) {  // a header value the client refuses
     done.dead_letter(
@@ -74,8 +74,8 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
   }
 }
 
-void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
-                        std::uint64_t successes_then, const CallCompletion<CallAnswer>& done) {
+void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
+                        const CallCompletion<CallAnswer>& done) {
   const http::Classification& c = result.classification;
   switch (result.status) {
     case http::CallStatus::Success: {
@@ -92,10 +92,16 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
       if (c.verdict == http::Verdict::RouteMisconfigured) {
         // Every call failing alike is the route's fault (credentials, URL): pause, do not
         // dead-letter the stream. A call failing while others succeed is this request's.
-        if (successes_.load(std::memory_order_acquire) == successes_then) {
+        if (successes_.load(std::memory_order_acquire) == then.successes) {
           pause(c.reason);
           return done.retry(fmt::format("route {} paused: {}", route_.name, c.reason));
         }
+        // Unless the route was paused when this call started: the endpoint came back while
+        // it ran, and its answer may be from before; it is tried again (and if others
+        // still succeed then, that attempt's answer is its own).
+        if (then.paused)
+          return done.retry(fmt::format("route {} resumed while this call was answered: {}",
+                                        route_.name, c.reason));
       }
       return done.dead_letter(c.reason.empty() ? result.error : c.reason);
     case http::CallStatus::RetriesExhausted:

@@ -41,7 +41,13 @@ class RouteCalls {
   [[nodiscard]] std::string paused_reason() const;
 
  private:
-  void finish(const http::CallResult& result, const SinkEvent& event, std::uint64_t successes_then,
+  /// What the route was like when a call started: how many calls had succeeded, and
+  /// whether it was paused.
+  struct AtStart {
+    std::uint64_t successes = 0;
+    bool paused = false;
+  };
+  void finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
               const CallCompletion<CallAnswer>& done);
   void pause(const std::string& reason);
   void resume();

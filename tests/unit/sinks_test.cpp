@@ -211,6 +211,19 @@ TEST_F(SinkReader, AnInvalidRecordSaysWhichFieldAndRule) {
       id_));
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.error().reason, ValidationReason::DuplicateField);
+  EXPECT_EQ(twice.error().field, "/amount");
+
+  // Deeper down, the error names the whole path (objects and array positions).
+  const auto nested_twice = read(fmt::format(
+      R"({{"event_id":"{}","event_type":"payment.received.v1","account":"a","amount":"1",)"
+      R"("meta":{{"lines":[{{"sku":1}},{{"sku":2,"sku":3}}]}}}})",
+      id_));
+  ASSERT_FALSE(nested_twice.ok());
+  EXPECT_EQ(nested_twice.error().reason, ValidationReason::DuplicateField);
+  EXPECT_EQ(nested_twice.error().field, "/meta/lines/1/sku");
+  EXPECT_NE(nested_twice.error().message.find("field '/meta/lines/1/sku' occurs twice"),
+            std::string::npos)
+      << nested_twice.error().message;
 
   const auto wrong = read(fmt::format(
       R"({{"event_id":"{}","event_type":"payment.received.v1","account":5,"amount":"1"}})", id_));
