@@ -20,6 +20,13 @@
 //    the request that made each charge was accepted (its key claimed) no earlier than
 //    the key's previous charge committed, i.e. a key's charges never overlapped;
 //  - the group committed every partition to its end.
+//
+// A second scenario runs the same checks with non-blocking retry topics on and the
+// provider down for a while in the middle (SIGKILLed, restarted on its port and store once
+// retry letters have piled up), and the consumer SIGKILLed while retried records are
+// pending. Retry topics give up offset order within a key (a later order of a key may be
+// charged before a retried one); what stays is that a key's charges never overlap, and
+// offset order among the key's orders that were never retried.
 // Waits are conditions with deadlines, never sleeps.
 #include <signal.h>
 
@@ -27,21 +34,26 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/mock_group.hpp"
+#include "support/ports.hpp"
 #include "support/process.hpp"
 #include "support/provider_process.hpp"
 #include "support/store_backends.hpp"
@@ -75,12 +87,27 @@ class BillingKillFault : public ::testing::Test {
     broker_->create_topic(topic_ + ".dlq", 1);
   }
 
-  ChildProcess start_consumer(const std::string& provider_url) {
-    ChildProcess child = ChildProcess::spawn(
-        IDEM_CLI_PATH,
-        with_mock_group({"consume", "--brokers", broker_->bootstrap(), "--topic", topic_, "--group",
-                         group_, "--db", billing_db_, "--handler", "billing", "--provider-url",
-                         provider_url, "--max-in-flight", "512", "--batch", "500"}));
+  ChildProcess start_consumer(const std::string& provider_url,
+                              const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> args{"consume",
+                                  "--brokers",
+                                  broker_->bootstrap(),
+                                  "--topic",
+                                  topic_,
+                                  "--group",
+                                  group_,
+                                  "--db",
+                                  billing_db_,
+                                  "--handler",
+                                  "billing",
+                                  "--provider-url",
+                                  provider_url,
+                                  "--max-in-flight",
+                                  "512",
+                                  "--batch",
+                                  "500"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    ChildProcess child = ChildProcess::spawn(IDEM_CLI_PATH, with_mock_group(std::move(args)));
     if (!read_line_starting_with(child, "consuming ", 30s))
       ADD_FAILURE() << "idem consume did not say it is consuming";
     return child;
@@ -88,6 +115,88 @@ class BillingKillFault : public ::testing::Test {
 
   std::int64_t ledger_rows() {
     return Backend::read_scalar(*observer_, "SELECT count(*) FROM billing_ledger");
+  }
+
+  /// The checks of the file's header comment, once every order went through: one charge
+  /// per order under its event id, one ledger row naming it, a key's charges in offset
+  /// order (leaving out the orders in `retried`, which went through a retry topic) and
+  /// never overlapping.
+  void expect_each_order_charged_once(const KeyedOrderEvents& orders,
+                                      const std::string& provider_url,
+                                      const std::set<std::int64_t>& retried) {
+    // The provider: one charge per order, under its event id; faults fired and replays
+    // answered the repeats.
+    const JsonAnswer summary = http_get(provider_url, "/payments/summary");
+    ASSERT_EQ(summary.status, 200);
+    std::cout << "provider summary: " << summary.body.dump() << std::endl;
+    EXPECT_GT(summary.body.value("resets_after_commit", 0), 0) << "the reset fault never fired";
+    EXPECT_GT(summary.body.value("unavailable", 0), 0) << "the 503 fault never fired";
+    EXPECT_GT(summary.body.value("replays", 0), 0);
+    const std::vector<ProviderCharge> charges = provider_charges(provider_db_);
+    EXPECT_EQ(charges.size(), static_cast<std::size_t>(kOrders));
+    std::map<std::int64_t, const ProviderCharge*> charge_of;
+    int doubled = 0;
+    int wrong_key = 0;
+    for (const ProviderCharge& c : charges) {
+      if (!charge_of.emplace(c.order_id, &c).second) ++doubled;
+      const auto id = orders.event_ids.find(c.order_id);
+      if (id == orders.event_ids.end() || id->second.to_string() != c.idempotency_key) ++wrong_key;
+    }
+    EXPECT_EQ(doubled, 0) << "orders charged more than once";
+    EXPECT_EQ(wrong_key, 0) << "charges of unknown orders or under another key than the event id";
+    EXPECT_EQ(charge_of.size(), static_cast<std::size_t>(kOrders));
+
+    // First arrivals per ordering key: offset order, and no overlap.
+    std::map<std::string, std::vector<const ProviderCharge*>> by_key;
+    for (const ProviderCharge& c : charges)
+      by_key[orders.key_of_order.at(c.order_id)].push_back(&c);
+    int out_of_order = 0;
+    int overlapping = 0;
+    for (const auto& [key, expected] : orders.order_ids_by_key) {
+      std::vector<std::int64_t> seen;
+      const auto& list = by_key[key];
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        seen.push_back(list[i]->order_id);
+        if (i > 0 && list[i]->claimed_at_ms < list[i - 1]->charged_at_ms) {
+          if (overlapping++ < 5)
+            ADD_FAILURE() << fmt::format(
+                "key {}: order {} was accepted at {} ms, before order {} was charged at {} ms", key,
+                list[i]->order_id, list[i]->claimed_at_ms, list[i - 1]->order_id,
+                list[i - 1]->charged_at_ms);
+        }
+      }
+      std::vector<std::int64_t> expected_order;
+      std::copy_if(expected.begin(), expected.end(), std::back_inserter(expected_order),
+                   [&](std::int64_t id) { return !retried.contains(id); });
+      std::erase_if(seen, [&](std::int64_t id) { return retried.contains(id); });
+      if (seen != expected_order && out_of_order++ < 5)
+        ADD_FAILURE() << fmt::format("key {}: the provider charged {} but the offsets say {}", key,
+                                     fmt::join(seen, ","), fmt::join(expected_order, ","));
+    }
+    EXPECT_EQ(out_of_order, 0) << "keys whose charges reached the provider out of offset order";
+    EXPECT_EQ(overlapping, 0) << "charges of one key that overlapped";
+
+    // The billing database: one ledger row per order, naming the provider's one charge.
+    auto tx = observer_->begin_read();
+    const Rows ledger =
+        tx->execute("SELECT order_id, event_id, provider_payment_id FROM billing_ledger");
+    tx->commit();
+    std::map<std::int64_t, int> rows_per_order;
+    int mismatched = 0;
+    for (const RowView row : ledger) {
+      const std::int64_t order = row.int64(0);
+      ++rows_per_order[order];
+      const auto charge = charge_of.find(order);
+      if (charge == charge_of.end() || charge->second->payment_id != row.text(2) ||
+          charge->second->idempotency_key != row.uuid(1).to_string())
+        ++mismatched;
+    }
+    EXPECT_EQ(ledger.size(), static_cast<std::size_t>(kOrders));
+    EXPECT_EQ(rows_per_order.size(), static_cast<std::size_t>(kOrders));
+    EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(), [](const auto& entry) {
+      return entry.second == 1;
+    })) << "an order has more than one ledger row";
+    EXPECT_EQ(mismatched, 0) << "ledger rows that do not name the provider's charge of their order";
   }
 
   std::string billing_db_;
@@ -149,75 +258,97 @@ TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOr
                            kOrders, kills, seconds)
             << std::endl;
 
-  // The provider: one charge per order, under its event id; faults fired and replays
-  // answered the repeats.
-  const JsonAnswer summary = http_get(provider.url(), "/payments/summary");
-  ASSERT_EQ(summary.status, 200);
-  std::cout << "provider summary: " << summary.body.dump() << std::endl;
-  EXPECT_GT(summary.body.value("resets_after_commit", 0), 0) << "the reset fault never fired";
-  EXPECT_GT(summary.body.value("unavailable", 0), 0) << "the 503 fault never fired";
-  EXPECT_GT(summary.body.value("replays", 0), 0);
-  const std::vector<ProviderCharge> charges = provider_charges(this->provider_db_);
-  EXPECT_EQ(charges.size(), static_cast<std::size_t>(kOrders));
-  std::map<std::int64_t, const ProviderCharge*> charge_of;
-  int doubled = 0;
-  int wrong_key = 0;
-  for (const ProviderCharge& c : charges) {
-    if (!charge_of.emplace(c.order_id, &c).second) ++doubled;
-    const auto id = orders.event_ids.find(c.order_id);
-    if (id == orders.event_ids.end() || id->second.to_string() != c.idempotency_key) ++wrong_key;
-  }
-  EXPECT_EQ(doubled, 0) << "orders charged more than once";
-  EXPECT_EQ(wrong_key, 0) << "charges of unknown orders or under another key than the event id";
-  EXPECT_EQ(charge_of.size(), static_cast<std::size_t>(kOrders));
-
-  // First arrivals per ordering key: offset order, and no overlap.
-  std::map<std::string, std::vector<const ProviderCharge*>> by_key;
-  for (const ProviderCharge& c : charges) by_key[orders.key_of_order.at(c.order_id)].push_back(&c);
-  int out_of_order = 0;
-  int overlapping = 0;
-  for (const auto& [key, expected] : orders.order_ids_by_key) {
-    std::vector<std::int64_t> seen;
-    const auto& list = by_key[key];
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      seen.push_back(list[i]->order_id);
-      if (i > 0 && list[i]->claimed_at_ms < list[i - 1]->charged_at_ms) {
-        if (overlapping++ < 5)
-          ADD_FAILURE() << fmt::format(
-              "key {}: order {} was accepted at {} ms, before order {} was charged at {} ms", key,
-              list[i]->order_id, list[i]->claimed_at_ms, list[i - 1]->order_id,
-              list[i - 1]->charged_at_ms);
-      }
-    }
-    if (seen != expected && out_of_order++ < 5)
-      ADD_FAILURE() << fmt::format("key {}: the provider charged {} but the offsets say {}", key,
-                                   fmt::join(seen, ","), fmt::join(expected, ","));
-  }
-  EXPECT_EQ(out_of_order, 0) << "keys whose charges reached the provider out of offset order";
-  EXPECT_EQ(overlapping, 0) << "charges of one key that overlapped";
-
-  // The billing database: one ledger row per order, naming the provider's one charge.
-  auto tx = this->observer_->begin_read();
-  const Rows ledger =
-      tx->execute("SELECT order_id, event_id, provider_payment_id FROM billing_ledger");
-  tx->commit();
-  std::map<std::int64_t, int> rows_per_order;
-  int mismatched = 0;
-  for (const RowView row : ledger) {
-    const std::int64_t order = row.int64(0);
-    ++rows_per_order[order];
-    const auto charge = charge_of.find(order);
-    if (charge == charge_of.end() || charge->second->payment_id != row.text(2) ||
-        charge->second->idempotency_key != row.uuid(1).to_string())
-      ++mismatched;
-  }
-  EXPECT_EQ(ledger.size(), static_cast<std::size_t>(kOrders));
-  EXPECT_EQ(rows_per_order.size(), static_cast<std::size_t>(kOrders));
-  EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(), [](const auto& entry) {
-    return entry.second == 1;
-  })) << "an order has more than one ledger row";
-  EXPECT_EQ(mismatched, 0) << "ledger rows that do not name the provider's charge of their order";
+  this->expect_each_order_charged_once(orders, provider.url(), {});
   EXPECT_EQ(provider.stop(), 0);
+}
+
+TYPED_TEST(BillingKillFault, RetryTopicsAndAProviderOutageChargeEachOrderOnce) {
+  if (this->IsSkipped() || this->HasFatalFailure()) return;
+  IDEM_REQUIRE_CLI();
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  this->RecordProperty("seed", std::to_string(seed));
+  constexpr int kRetryLevels = 2;
+  const auto retry_topic = [&](int level) {
+    return fmt::format("{}.retry.{}.{}", this->topic_, this->group_, level);
+  };
+  for (int level = 1; level <= kRetryLevels; ++level)
+    this->broker_->create_topic(retry_topic(level), kPartitions);
+  // Calls that fail for a whole retry round go to the first retry topic (due 2 s later),
+  // then to the second (10 s): the outage must end within that, or they are dead letters.
+  const std::vector<std::string> retry_args{"--retry-delays", "2s,10s"};
+
+  const KeyedOrderEvents orders = produce_keyed_order_events(
+      this->broker_->bootstrap(), this->topic_, kOrders,
+      [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
+  const std::string listen = fmt::format("127.0.0.1:{}", unused_listen_port());
+  const std::vector<std::string> provider_args{
+      "--latency-ms", "20",     "--reset-after-commit",     "0.05", "--unavailable",
+      "0.05",         "--seed", std::to_string(seed % 1000)};
+  auto provider =
+      std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
+  const std::string provider_url = provider->url();
+
+  ChildProcess consumer = this->start_consumer(provider_url, retry_args);
+  ASSERT_TRUE(eventually([&] { return this->ledger_rows() >= kOrders / 4; }, 90s, 5ms))
+      << "the ledger did not reach a quarter of the orders (has " << this->ledger_rows() << ")";
+  // The outage: the provider is gone (connections refused) until calls have failed for a
+  // whole retry round and their records wait in the first retry topic.
+  provider->crash();
+  const auto retry_letters = [&] {
+    const auto end = end_offsets(this->broker_->bootstrap(), retry_topic(1), kPartitions);
+    return std::accumulate(end.begin(), end.end(), std::int64_t{0});
+  };
+  ASSERT_TRUE(eventually([&] { return retry_letters() >= 50; }, 60s, 20ms))
+      << "no calls went to the first retry topic during the outage (" << retry_letters() << ")";
+  const std::int64_t ledger_in_outage = this->ledger_rows();
+  provider =
+      std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
+  // The consumer dies while retried records are pending, and a new one takes over.
+  ASSERT_TRUE(
+      eventually([&] { return this->ledger_rows() >= ledger_in_outage + kOrders / 4; }, 90s, 5ms))
+      << "the ledger did not grow after the outage (has " << this->ledger_rows() << ")";
+  consumer.kill(SIGKILL);
+  ASSERT_EQ(consumer.wait(30s), -SIGKILL);
+  ChildProcess last = this->start_consumer(provider_url, retry_args);
+  const auto source_end = end_offsets(this->broker_->bootstrap(), this->topic_, kPartitions);
+  ASSERT_TRUE(eventually(
+      [&] {
+        if (!group_caught_up(this->broker_->bootstrap(), this->group_, this->topic_, source_end))
+          return false;
+        // A retry topic's partition that never held a record has nothing committed (-1).
+        for (int level = 1; level <= kRetryLevels; ++level) {
+          auto end = end_offsets(this->broker_->bootstrap(), retry_topic(level), kPartitions);
+          std::replace(end.begin(), end.end(), std::int64_t{0}, std::int64_t{-1});
+          if (!group_caught_up(this->broker_->bootstrap(), this->group_, retry_topic(level), end))
+            return false;
+        }
+        return true;
+      },
+      180s, 200ms))
+      << "the last consumer did not commit every partition; ledger rows " << this->ledger_rows();
+  last.kill(SIGTERM);
+  EXPECT_EQ(last.wait(60s), 0);
+
+  // Which orders went through a retry topic: their records, read back.
+  std::set<std::int64_t> retried;
+  for (int level = 1; level <= kRetryLevels; ++level) {
+    const auto end = end_offsets(this->broker_->bootstrap(), retry_topic(level), kPartitions);
+    const auto count = static_cast<std::size_t>(std::accumulate(end.begin(), end.end(), 0LL));
+    for (const KafkaRecord& r :
+         read_topic(this->broker_->bootstrap(), retry_topic(level), kPartitions, count, 30s))
+      retried.insert(nlohmann::json::parse(r.payload).at("order_id").get<std::int64_t>());
+  }
+  const auto dead_letters = end_offsets(this->broker_->bootstrap(), this->topic_ + ".dlq", 1);
+  std::cout << fmt::format(
+                   "{} orders, {} through a retry topic, ledger {} when the provider "
+                   "came back, {} dead letters",
+                   kOrders, retried.size(), ledger_in_outage, dead_letters.at(0))
+            << std::endl;
+  EXPECT_GT(retried.size(), 0u);
+  EXPECT_EQ(dead_letters.at(0), 0) << "calls given up during the outage";
+  this->expect_each_order_charged_once(orders, provider_url, retried);
+  EXPECT_EQ(provider->stop(), 0);
 }
 
 }  // namespace

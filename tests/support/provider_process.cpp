@@ -12,16 +12,18 @@ namespace idem::test {
 
 namespace {
 std::vector<std::string> provider_args(const std::string& db_url,
-                                       const std::vector<std::string>& extra_args) {
-  std::vector<std::string> args{"provider", "--db", db_url, "--listen", "127.0.0.1:0"};
+                                       const std::vector<std::string>& extra_args,
+                                       const std::string& listen) {
+  std::vector<std::string> args{"provider", "--db", db_url, "--listen", listen};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return args;
 }
 }  // namespace
 
 ProviderProcess::ProviderProcess(const std::string& cli_path, const std::string& db_url,
-                                 const std::vector<std::string>& extra_args)
-    : process_(ChildProcess::spawn(cli_path, provider_args(db_url, extra_args))) {
+                                 const std::vector<std::string>& extra_args,
+                                 const std::string& listen)
+    : process_(ChildProcess::spawn(cli_path, provider_args(db_url, extra_args, listen))) {
   const auto line = process_.read_line(std::chrono::seconds(30));
   constexpr std::string_view prefix = "listening ";
   if (!line || line->rfind(prefix, 0) != 0) {

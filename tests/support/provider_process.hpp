@@ -12,13 +12,15 @@
 
 namespace idem::test {
 
-/// `idem provider --db DB --listen 127.0.0.1:0 ARGS...`. The destructor SIGKILLs it.
+/// `idem provider --db DB --listen LISTEN ARGS...`. The destructor SIGKILLs it.
 class ProviderProcess {
  public:
   /// Starts it and reads its `listening http://...` line. Throws std::runtime_error
-  /// when that line does not come within 30 s.
+  /// when that line does not come within 30 s. `listen` names a fixed port where a test
+  /// restarts the provider after an outage (tests/support/ports.hpp); by default any.
   ProviderProcess(const std::string& cli_path, const std::string& db_url,
-                  const std::vector<std::string>& extra_args = {});
+                  const std::vector<std::string>& extra_args = {},
+                  const std::string& listen = "127.0.0.1:0");
   [[nodiscard]] const std::string& url() const noexcept { return url_; }
   [[nodiscard]] pid_t pid() const noexcept { return process_.pid(); }
   /// SIGTERM, then waits; returns the exit status (0 for a clean stop).
