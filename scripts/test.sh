@@ -37,15 +37,15 @@ step_done "clang-tidy"
 # The fuzz targets (clang, a build directory of their own), then the benchmark programs,
 # compile while the tests run, at the lowest priority: the tests keep the CPU they ask
 # for, and the compiles take what they leave, which is most of it in the run's last minute
-# (a few long fault scenarios waiting). The benchmarks' compile goes on, on one core,
-# while the fuzz targets run on the other.
+# (a few long fault scenarios waiting). The benchmarks' compile goes on while the fuzz
+# targets run (one core each, one after another).
 fuzz_log="$build/fuzz-build.log"
 bench_log="$build/bench-build.log"
 setsid nice -n 19 "$root/scripts/fuzz.sh" --build-only >"$fuzz_log" 2>&1 &
 fuzz_build=$!  # a process group of its own: stopped with its compilers if we end early
 setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
-  exec nice -n 19 cmake --build "$2" -j1 --target bench/all' bench_build "$fuzz_build" \
-  "$build" >"$bench_log" 2>&1 &
+  exec nice -n 19 cmake --build "$2" -j"$3" --target bench/all' bench_build "$fuzz_build" \
+  "$build" "$jobs" >"$bench_log" 2>&1 &
 bench_build=$!
 trap 'kill -- "-$fuzz_build" "-$bench_build" 2>/dev/null || true' EXIT
 tests=0
