@@ -19,7 +19,8 @@ bool stopped_by(const BatchResult& before, const rd_kafka_message_t& m) {
 
 BatchPipeline::BatchPipeline(const ConsumerContext& context, Store& store, Finish finish,
                              std::function<void()> wake)
-    : hooks_(context.hooks),
+    : context_(context),
+      hooks_(context.hooks),
       one_writer_(store.backend() == Backend::Sqlite),
       finish_(std::move(finish)),
       wake_(std::move(wake)) {
@@ -76,17 +77,24 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
 
   BatchProcessor& processor = processor_of(lane);
   if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
+  // Now that the batch before is finished (its letters acknowledged, its records done),
+  // where this one leaves its partitions is known.
+  lane.offsets = offsets_to_store(context_, lane.result);
   waiting_ = &lane;
-  if (!commit_ || !processor.open()) {
-    processor.commit(lane.result);
+  const auto commit = [&processor, &lane] {
+    processor.commit(lane.result, lane.offsets ? &*lane.offsets : nullptr);
     lane.committed = std::chrono::steady_clock::now();
+  };
+  if (!commit_ || !processor.open()) {
+    commit();
     if (!commit_) settle();
     return;
   }
-  commit_->start([&processor, &lane] {
-    processor.commit(lane.result);
-    lane.committed = std::chrono::steady_clock::now();
-  });
+  commit_->start(commit);
+}
+
+void BatchPipeline::offsets_verified() noexcept {
+  for (auto& processor : processors_) processor->offsets_verified();
 }
 
 void BatchPipeline::await_commit() {
@@ -117,6 +125,7 @@ void BatchPipeline::abandon() noexcept {
   for (Lane& lane : lanes_) {
     lane.batch.clear();
     lane.result = {};
+    lane.offsets.reset();
   }
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "consumer/background_commit.hpp"
@@ -34,6 +35,9 @@ class BatchPipeline {
     BatchResult result;
     std::chrono::steady_clock::time_point started;    ///< prepare() began
     std::chrono::steady_clock::time_point committed;  ///< commit() returned
+    /// The rows of stored offsets its transaction writes (offsets_to_store); nullopt when
+    /// offsets are not kept in the store.
+    std::optional<std::vector<StoredOffset>> offsets;
   };
   /// Called on the run() thread for each batch, in order, once its commit is decided:
   /// sends its dead letters and advances its offsets. It may add retry_at to partitions
@@ -75,6 +79,10 @@ class BatchPipeline {
   /// in flight (settle() first).
   [[nodiscard]] BatchProcessor& first_processor() noexcept { return *processors_[0]; }
 
+  /// BatchProcessor::offsets_verified() on every connection; only while nothing is in
+  /// flight (settle() first).
+  void offsets_verified() noexcept;
+
  private:
   void prepare(Lane& lane, const RetrySchedule& schedule);
   /// Waits for the commit of the batch in flight to return. \throws what it threw.
@@ -84,6 +92,7 @@ class BatchPipeline {
   Lane& finish_waiting();
   [[nodiscard]] BatchProcessor& processor_of(const Lane& lane) noexcept;
 
+  const ConsumerContext& context_;
   const ConsumerHooks& hooks_;
   const bool one_writer_;  // SQLite: prepare only after the commit before returned
   Finish finish_;
