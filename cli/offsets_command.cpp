@@ -113,8 +113,9 @@ void reset(const Connected& c, const Options& o) {
     if (o.partition && *o.partition != p) continue;
     // Earliest: 0, and a consumer fetching below the log start is moved to it by
     // auto.offset.reset.
-    targets[p] = o.to_offset ? *o.to_offset : o.to_latest ? ends.at(static_cast<std::size_t>(p))
-                                                          : 0;
+    targets[p] = o.to_offset   ? *o.to_offset
+                 : o.to_latest ? ends.at(static_cast<std::size_t>(p))
+                               : 0;
   }
   reset_group_offsets(*c.store, brokers, c.config.consumer.group_id, o.topic, targets, 60s,
                       c.config.kafka);

@@ -33,8 +33,7 @@ struct StoredOffset {
 
 /// The rows of `group`, by topic and partition; of `topic` only when it is not empty.
 /// \throws Error like Transaction::execute().
-[[nodiscard]] std::vector<StoredOffset> read_stored_offsets(Transaction& tx,
-                                                            std::string_view group,
+[[nodiscard]] std::vector<StoredOffset> read_stored_offsets(Transaction& tx, std::string_view group,
                                                             std::string_view topic = {});
 
 /// Writes (inserts or replaces) the rows of `offsets` for `group` in `tx`, as deferred

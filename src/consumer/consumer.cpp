@@ -232,6 +232,7 @@ void Consumer::Impl::resync_stored_offsets() {
   const std::vector<PartitionOffset> rewinds = stored.rewinds(poll->assignment(), *rows, delta);
   add_stats(delta);
   std::vector<TopicPartition> tps;
+  tps.reserve(rewinds.size());
   for (const auto& r : rewinds) tps.push_back(r.tp);
   // As if revoked and assigned again at the stored offsets, with no commit in between.
   if (effects) effects->on_revoked(tps);

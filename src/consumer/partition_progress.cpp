@@ -80,8 +80,8 @@ std::vector<std::int64_t> PartitionProgress::letters_from(const Window& w, std::
 std::optional<StoredOffset> PartitionProgress::to_store(
     const TopicPartition& tp, std::span<const std::int64_t> done_on_commit) const {
   const auto it = windows_.find(tp);
-  static const Window kNone;
-  const Window& w = it == windows_.end() ? kNone : it->second;
+  const Window none;
+  const Window& w = it == windows_.end() ? none : it->second;
   // The records held and those the transaction decides, in offset order: the position
   // moves over each done one and stops at the first that is not (a gap between them is
   // the log's own, as in done()).

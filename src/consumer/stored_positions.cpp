@@ -97,9 +97,10 @@ std::vector<PartitionOffset> StoredPositions::rewinds(std::span<const TopicParti
       report(tp, *target, *position, "the consumer's position", delta);
     out.push_back({tp, *target});
   }
-  log_(fmt::format("idem consumer: the store connection was replaced: {} partition(s) go on from "
-                   "the stored offsets",
-                   out.size()));
+  log_(
+      fmt::format("idem consumer: the store connection was replaced: {} partition(s) go on from "
+                  "the stored offsets",
+                  out.size()));
   return out;
 }
 

@@ -234,6 +234,7 @@ void reset_group_offsets(Store& store, const std::string& bootstrap_servers,
                          const std::vector<std::pair<std::string, std::string>>& kafka) {
   commit_group_offsets(bootstrap_servers, group, topic, offsets, timeout, kafka);
   std::vector<StoredOffset> rows;
+  rows.reserve(offsets.size());
   for (const auto& [p, offset] : offsets) rows.push_back({topic, p, offset, {}, {}});
   auto tx = store.begin();
   write_stored_offsets(*tx, group, rows);

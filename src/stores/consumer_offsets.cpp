@@ -46,8 +46,8 @@ std::vector<StoredOffset> read_stored_offsets(Transaction& tx, std::string_view 
   std::vector<StoredOffset> out;
   out.reserve(rows.size());
   for (const RowView row : rows) {
-    out.push_back({std::string(row.text(0)), static_cast<std::int32_t>(row.int64(1)),
-                   row.int64(2), parse_letters(row.text(3)), std::string(row.text(4))});
+    out.push_back({std::string(row.text(0)), static_cast<std::int32_t>(row.int64(1)), row.int64(2),
+                   parse_letters(row.text(3)), std::string(row.text(4))});
   }
   return out;
 }
@@ -68,9 +68,10 @@ void write_stored_offsets(Transaction& tx, std::string_view group,
 std::int64_t delete_stored_offsets(Transaction& tx, std::string_view group,
                                    std::string_view topic) {
   return tx
-      .execute("DELETE FROM idem_consumer_offsets WHERE consumer_group = $1 AND ($2 = '' OR "
-               "topic = $2)",
-               group, topic)
+      .execute(
+          "DELETE FROM idem_consumer_offsets WHERE consumer_group = $1 AND ($2 = '' OR "
+          "topic = $2)",
+          group, topic)
       .affected();
 }
 

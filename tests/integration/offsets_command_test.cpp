@@ -70,9 +70,8 @@ class OffsetsCommand : public ::testing::Test {
   test::CliResult offsets(std::vector<std::string> args) {
     std::vector<std::string> all{"offsets"};
     all.insert(all.end(), args.begin(), args.end());
-    for (const std::string& a :
-         {std::string("--db"), db_, std::string("--brokers"), bootstrap_, std::string("--group"),
-          group_})
+    for (const std::string& a : {std::string("--db"), db_, std::string("--brokers"), bootstrap_,
+                                 std::string("--group"), group_})
       all.push_back(a);
     // The members' session timeout for the reset's join (the mock cluster can leave the
     // next member's join unanswered when they differ).
