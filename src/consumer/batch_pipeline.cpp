@@ -46,7 +46,9 @@ BatchProcessor& BatchPipeline::processor_of(const Lane& lane) noexcept {
 
 void BatchPipeline::prepare(Lane& lane, const RetrySchedule& schedule) {
   lane.started = std::chrono::steady_clock::now();
-  lane.result = processor_of(lane).prepare(lane.batch, schedule);
+  // With nothing in flight the stored offsets are known now, and go with the handlers'
+  // statements; else they are written at the commit.
+  lane.result = processor_of(lane).prepare(lane.batch, schedule, waiting_ == nullptr);
 }
 
 void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule& schedule) {
@@ -79,10 +81,10 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
   if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
   // Now that the batch before is finished (its letters acknowledged, its records done),
   // where this one leaves its partitions is known.
-  lane.offsets = offsets_to_store(context_, lane.result);
+  if (!lane.result.offsets_written) lane.result.offsets = offsets_to_store(context_, lane.result);
   waiting_ = &lane;
   const auto commit = [&processor, &lane] {
-    processor.commit(lane.result, lane.offsets ? &*lane.offsets : nullptr);
+    processor.commit(lane.result);
     lane.committed = std::chrono::steady_clock::now();
   };
   if (!commit_ || !processor.open()) {
@@ -125,7 +127,6 @@ void BatchPipeline::abandon() noexcept {
   for (Lane& lane : lanes_) {
     lane.batch.clear();
     lane.result = {};
-    lane.offsets.reset();
   }
 }
 

@@ -35,9 +35,6 @@ class BatchPipeline {
     BatchResult result;
     std::chrono::steady_clock::time_point started;    ///< prepare() began
     std::chrono::steady_clock::time_point committed;  ///< commit() returned
-    /// The rows of stored offsets its transaction writes (offsets_to_store); nullopt when
-    /// offsets are not kept in the store.
-    std::optional<std::vector<StoredOffset>> offsets;
   };
   /// Called on the run() thread for each batch, in order, once its commit is decided:
   /// sends its dead letters and advances its offsets. It may add retry_at to partitions

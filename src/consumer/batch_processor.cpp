@@ -148,10 +148,10 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
 }
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule) {
+                                    const RetrySchedule& schedule, bool offsets_now) {
   pointers_.clear();
   for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule, offsets_now);
 }
 
 void BatchProcessor::before_commit() {
@@ -164,8 +164,9 @@ void BatchProcessor::before_commit() {
 }
 
 BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule) {
+                                    const RetrySchedule& schedule, bool offsets_now) {
   rollback();
+  offsets_now_ = offsets_now;
   BatchResult result;
   validate(batch);
   result.partitions.reserve(groups_.size());
@@ -192,10 +193,11 @@ bool BatchProcessor::commit_offsets(std::span<const StoredOffset> offsets) {
   return true;
 }
 
-void BatchProcessor::commit(BatchResult& result, const std::vector<StoredOffset>* offsets) {
+void BatchProcessor::commit(BatchResult& result) {
   if (!tx_) return;
   const std::unique_ptr<Transaction> tx = std::move(tx_);
-  if (offsets != nullptr && store_.reconnects() != verified_reconnects_) {
+  const bool in_store = config_.offsets_in_store && context_.progress != nullptr;
+  if (in_store && store_.reconnects() != verified_reconnects_) {
     // The connection was replaced since the stored offsets were last read (a failover may
     // have taken back transactions this consumer counts as done): written now, these
     // positions would cover records whose effects are gone. Nothing of the batch commits;
@@ -208,7 +210,8 @@ void BatchProcessor::commit(BatchResult& result, const std::vector<StoredOffset>
     return;
   }
   try {
-    if (offsets != nullptr) write_stored_offsets(*tx, config_.group_id, *offsets);
+    if (result.offsets && !result.offsets_written)
+      write_stored_offsets(*tx, config_.group_id, *result.offsets);
     tx->commit();
     result.committed = true;
   } catch (const std::exception& e) {
@@ -230,6 +233,8 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
     result.dead_letters.clear();
     result.processed = 0;
     result.duplicates = 0;
+    result.offsets.reset();
+    result.offsets_written = false;
     for (auto& p : result.partitions) {
       p.decided_end = p.first_offset;
       p.retry_at.reset();
@@ -287,6 +292,13 @@ bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedul
         return false;
       }
     }
+    if (tx_ && offsets_now_) {
+      // Deferred with the handlers' statements: the sync below (or, after the isolated
+      // pass, the commit) sends them in the same round trip.
+      result.offsets = offsets_to_store(context_, result);
+      if (result.offsets) write_stored_offsets(*tx_, config_.group_id, *result.offsets);
+      result.offsets_written = result.offsets.has_value();
+    }
     if (tx_ && pass == Pass::Optimistic) {
       // The handlers' deferred statements run here; a failure among them belongs to
       // some event of the batch, which only the isolated pass can single out.
@@ -322,6 +334,8 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   result.routes.clear();
   result.processed = 0;
   result.duplicates = 0;
+  result.offsets.reset();
+  result.offsets_written = false;
   for (auto& p : result.partitions) {
     p.decided_end = p.first_offset;
     p.retry_at = p.first_offset;

@@ -492,8 +492,8 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   delta.duplicates = r.duplicates;
   detail::add_route_counts(r, delta);
   delta.transactions = r.committed ? 1 : 0;
-  if (r.committed && lane.offsets) {
-    for (const StoredOffset& row : *lane.offsets) progress.stored(row);
+  if (r.committed && r.offsets) {
+    for (const StoredOffset& row : *r.offsets) progress.stored(row);
   }
   if (r.offsets_unverified) resync_due = true;
   const std::vector<PartitionOffset> refused = send_dead_letters(r, delta);

@@ -335,15 +335,13 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
 
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
-  Applying a{tickets, {}, deps_.context.steady_clock.now(), {}, {}};
-  a.result = processor.prepare(messages, no_schedule_);
+  Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
+  // The apply before was settled: where this one leaves its partitions is known now.
+  a.result = processor.prepare(messages, no_schedule_, /*offsets_now=*/true);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
-  // The apply before was settled: where this one leaves its partitions is known.
-  a.offsets = offsets_to_store(deps_.context, a.result);
   applying_ = std::move(a);
   const auto commit = [this, &processor] {
-    // Nothing to do when the transaction failed.
-    processor.commit(applying_->result, applying_->offsets ? &*applying_->offsets : nullptr);
+    processor.commit(applying_->result);  // nothing to do when the transaction failed
     applying_->committed = deps_.context.steady_clock.now();
   };
   if (commit_ && processor.open()) return commit_->start(commit);
@@ -373,8 +371,8 @@ void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint n
   delta.duplicates += r.duplicates;
   add_route_counts(r, delta);
   if (r.committed) ++delta.transactions;
-  if (r.committed && a.offsets) {
-    for (const StoredOffset& row : *a.offsets) deps_.progress.stored(row);
+  if (r.committed && r.offsets) {
+    for (const StoredOffset& row : *r.offsets) deps_.progress.stored(row);
   }
   if (r.offsets_unverified) offsets_unverified_ = true;
   if (!r.failure.empty()) {

@@ -162,7 +162,6 @@ class EffectPipeline {
     BatchResult result;
     TimePoint started;
     TimePoint committed;
-    std::optional<std::vector<StoredOffset>> offsets;  // written with it (offsets_to_store)
   };
   void apply_ready(ConsumerStats& delta, TimePoint now);
   void settle_apply(ConsumerStats& delta, TimePoint now);
