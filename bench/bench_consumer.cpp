@@ -28,8 +28,11 @@
 //                       [--partitions P] [--dup-ratio 0.1] [--only a,b,c,d]
 //                       [--handlers dedup,count] [--sqlite-dir DIR] [--repeat N]
 //                       [--backends sqlite,postgres] [--depths 1,2]
+//                       [--offsets-in-store on,off]
 //   --depths: the ConsumerConfig::pipeline_depth of every idem row ("idem postgres depth 2":
 //   the next batch prepared while one commits).
+//   --offsets-in-store: ConsumerConfig::offsets_in_store of every idem row ("offsets off":
+//   Kafka's committed offsets only), so both run in the same rounds.
 //   IDEM_BENCH_PG_DSN / IDEM_TEST_PG_DSN enables PostgreSQL (fresh database per run). The
 //   server is switched to fsync=on, full_page_writes=on first (postgres_durable.hpp:
 //   scripts/with-postgres.sh starts it with both off), and the settings in force, the
@@ -117,6 +120,7 @@ struct Options {
   int repeat = 3;
   std::string backends = "sqlite,postgres";
   std::vector<std::size_t> depths{1, 2};
+  std::vector<bool> offsets_in_store{true};
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -125,7 +129,7 @@ struct Options {
       "%s\nusage: idem_bench_consumer [--events N] [--batch1-events N] "
       "[--batches 1,100,1000] [--partitions P] [--dup-ratio R] [--only a,b,c,d] "
       "[--handlers dedup,count] [--sqlite-dir DIR] [--repeat N] [--backends sqlite,postgres] "
-      "[--depths 1,2]\n",
+      "[--depths 1,2] [--offsets-in-store on,off]\n",
       why);
   std::exit(2);
 }
@@ -178,6 +182,12 @@ Options parse_options(int argc, char** argv) {
       o.repeat = std::max(1, std::stoi(value()));
     } else if (arg == "--backends") {
       o.backends = value();
+    } else if (arg == "--offsets-in-store") {
+      o.offsets_in_store.clear();
+      for (const auto& v : split(value())) {
+        if (v != "on" && v != "off") usage("--offsets-in-store takes on and/or off");
+        o.offsets_in_store.push_back(v == "on");
+      }
     } else if (arg == "--depths") {
       o.depths.clear();
       for (const auto& d : split(value())) o.depths.push_back(std::stoull(d));
@@ -568,7 +578,7 @@ std::unique_ptr<idem::sinks::ConfiguredSinks> configured_sinks(const std::string
 
 Result run_idem(const std::string& bootstrap, const std::string& topic, const std::string& url,
                 const std::string& backend, const std::string& handler, std::size_t batch,
-                std::size_t target, std::size_t depth) {
+                std::size_t target, std::size_t depth, bool offsets_in_store) {
   {
     auto s = idem::open_store(url);
     idem::migrate_reference_system(*s);
@@ -581,6 +591,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   c.batch_window = 50ms;
   c.kafka = kGroupProps;
   c.pipeline_depth = depth;
+  c.offsets_in_store = offsets_in_store;
 
   RssProbe probe(target);
   idem::Consumer* self = nullptr;
@@ -633,6 +644,7 @@ Result run_idem(const std::string& bootstrap, const std::string& topic, const st
   const idem::ConsumerStats s = consumer.stats();
   Result r;
   r.config = depth == 1 ? "idem " + backend : fmt::format("idem {} depth {}", backend, depth);
+  if (!offsets_in_store) r.config += " offsets off";
   r.backend = backend;
   r.handler = handler;
   r.idem = true;
@@ -1201,11 +1213,13 @@ int main(int argc, char** argv) {
           }
           if (sqlite && listed(o.only, "b")) {
             for (const std::size_t depth : o.depths) {
-              keep([&] {
-                return run_idem(broker.bootstrap_servers(), topic,
-                                "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(),
-                                "sqlite", h, batch, target, depth);
-              });
+              for (const bool in_store : o.offsets_in_store) {
+                keep([&] {
+                  return run_idem(broker.bootstrap_servers(), topic,
+                                  "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(),
+                                  "sqlite", h, batch, target, depth, in_store);
+                });
+              }
             }
           }
           if (o.pg_dsn.empty()) continue;
@@ -1220,10 +1234,12 @@ int main(int argc, char** argv) {
           }
           if (listed(o.only, "c")) {
             for (const std::size_t depth : o.depths) {
-              keep([&] {
-                return run_idem(broker.bootstrap_servers(), topic, fresh_pg_url(o.pg_dsn),
-                                "postgres", h, batch, target, depth);
-              });
+              for (const bool in_store : o.offsets_in_store) {
+                keep([&] {
+                  return run_idem(broker.bootstrap_servers(), topic, fresh_pg_url(o.pg_dsn),
+                                  "postgres", h, batch, target, depth, in_store);
+                });
+              }
             }
           }
         }

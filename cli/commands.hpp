@@ -20,6 +20,7 @@ void register_dlq(CLI::App& app, ExitCode& exit_code);
 void register_outbox(CLI::App& app, ExitCode& exit_code);
 void register_maintain(CLI::App& app, ExitCode& exit_code);
 void register_retention(CLI::App& app, ExitCode& exit_code);
+void register_offsets(CLI::App& app, ExitCode& exit_code);
 void register_console(CLI::App& app, ExitCode& exit_code);
 
 void register_config(CLI::App& app, ExitCode& exit_code);

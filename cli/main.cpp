@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   idem::cli::register_outbox(app, exit_code);
   idem::cli::register_maintain(app, exit_code);
   idem::cli::register_retention(app, exit_code);
+  idem::cli::register_offsets(app, exit_code);
   idem::cli::register_console(app, exit_code);
   idem::cli::register_config(app, exit_code);
   idem::cli::register_provider(app, exit_code);

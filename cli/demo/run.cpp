@@ -289,8 +289,12 @@ class Demo {
     progress_->step(fmt::format("phases 4-5: the last {} orders", rest));
     confirm(rest);
     if (mix_.offset_reset) {
-      rewind_group(scope_.brokers, std::string(kAnalytics), scope_.topic, scope_.partitions, 60s,
-                   demo_client_properties());
+      // Both places a consumer reads its position from: Kafka's committed offsets and the
+      // store's (a reset made in Kafka alone is reported by the consumer, not followed).
+      std::map<std::int32_t, std::int64_t> zero;
+      for (int p = 0; p < scope_.partitions; ++p) zero[p] = 0;
+      reset_group_offsets(*store_, scope_.brokers, std::string(kAnalytics), scope_.topic, zero, 60s,
+                          demo_client_properties());
       injected_.offset_reset = true;
       processes_->analytics().start();
       progress_->step("phase 5: analytics re-reads the whole topic from offset 0");

@@ -87,6 +87,16 @@ struct ConsumerConfig {
   /// consumers. Needs a store a second connection can reach (not sqlite://:memory:).
   /// Batches of effect handlers (Consumer::on_effect) commit as with 1.
   std::size_t pipeline_depth = 1;
+  /// Keep each partition's next offset in the store (table idem_consumer_offsets), written
+  /// in the transaction of the marks and effects it covers, with the letters acknowledged
+  /// above it (docs/consumer-offsets.md). On assignment the consumer starts from the stored
+  /// offsets (the store wins over Kafka's committed offsets, which are still committed;
+  /// a disagreement is logged and counted), falling back to Kafka's, then to
+  /// auto.offset.reset; after the store connection is replaced (a failover) it reads them
+  /// again and goes back to them. Off: Kafka's committed offsets are the only position,
+  /// and a failover to an asynchronous standby loses the effects it takes back; a restart
+  /// after a crash sends the letters acknowledged above the committed offsets again.
+  bool offsets_in_store = true;
   std::string dlq_suffix = ".dlq";  ///< dead letters of topic T go to T + dlq_suffix
   RetryPolicy retry;
   RetryTopics retry_topics;  ///< non-blocking retries; off by default (see RetryTopics)
@@ -215,6 +225,16 @@ struct ConsumerStats {
   std::uint64_t stale = 0;  ///< events seen past the dedup horizon (handled per StaleEventPolicy)
   std::uint64_t calls = 0;  ///< effect call phases started (Consumer::on_effect)
   std::uint64_t call_retries = 0;  ///< call phases that completed with Outcome::Retry
+  /// Offsets in the store (ConsumerConfig::offsets_in_store): partitions whose stored
+  /// offset disagreed with Kafka's committed offset at assignment, or with the consumer's
+  /// position after the store connection was replaced; the consumer went by the store.
+  std::uint64_t offset_disagreements = 0;
+  /// Records those disagreements read again: the store was behind (a failover took
+  /// transactions back, or Kafka's offsets were moved forward by its own tools).
+  std::uint64_t offset_records_read_again = 0;
+  /// Records those disagreements did not read again: the store was ahead of Kafka's
+  /// committed offset (an offset commit lost in a crash, or Kafka's offsets moved back).
+  std::uint64_t offset_records_not_read_again = 0;
   /// The oldest event seen (age from its UUIDv7 at the time it was seen), to compare with
   /// dedup_horizon: when it comes close, consumers are reading events whose dedup rows expire.
   std::chrono::milliseconds oldest_event_age{0};

@@ -174,6 +174,9 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
           "consumer.max_message_bytes",
           [](Config & c) -> auto& { return c.consumer.limits.max_payload_bytes; },
           "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024)
+      .boolean("consumer.offsets_in_store", consumer(&ConsumerConfig::offsets_in_store),
+               "keep the next offset per partition in the store, in the transaction of the "
+               "effects")
       .integer("consumer.pipeline_depth", consumer(&ConsumerConfig::pipeline_depth),
                "2: prepare the next batch on a second connection while this one commits", 1, 2)
       .duration("consumer.retry_initial_ms", retry(&RetryPolicy::initial_backoff),

@@ -19,7 +19,8 @@ bool stopped_by(const BatchResult& before, const rd_kafka_message_t& m) {
 
 BatchPipeline::BatchPipeline(const ConsumerContext& context, Store& store, Finish finish,
                              std::function<void()> wake)
-    : hooks_(context.hooks),
+    : context_(context),
+      hooks_(context.hooks),
       one_writer_(store.backend() == Backend::Sqlite),
       finish_(std::move(finish)),
       wake_(std::move(wake)) {
@@ -45,7 +46,9 @@ BatchProcessor& BatchPipeline::processor_of(const Lane& lane) noexcept {
 
 void BatchPipeline::prepare(Lane& lane, const RetrySchedule& schedule) {
   lane.started = std::chrono::steady_clock::now();
-  lane.result = processor_of(lane).prepare(lane.batch, schedule);
+  // With nothing in flight the stored offsets are known now, and go with the handlers'
+  // statements; else they are written at the commit.
+  lane.result = processor_of(lane).prepare(lane.batch, schedule, waiting_ == nullptr);
 }
 
 void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule& schedule) {
@@ -76,17 +79,24 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
 
   BatchProcessor& processor = processor_of(lane);
   if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
+  // Now that the batch before is finished (its letters acknowledged, its records done),
+  // where this one leaves its partitions is known.
+  if (!lane.result.offsets_written) lane.result.offsets = offsets_to_store(context_, lane.result);
   waiting_ = &lane;
-  if (!commit_ || !processor.open()) {
+  const auto commit = [&processor, &lane] {
     processor.commit(lane.result);
     lane.committed = std::chrono::steady_clock::now();
+  };
+  if (!commit_ || !processor.open()) {
+    commit();
     if (!commit_) settle();
     return;
   }
-  commit_->start([&processor, &lane] {
-    processor.commit(lane.result);
-    lane.committed = std::chrono::steady_clock::now();
-  });
+  commit_->start(commit);
+}
+
+void BatchPipeline::offsets_verified() noexcept {
+  for (auto& processor : processors_) processor->offsets_verified();
 }
 
 void BatchPipeline::await_commit() {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "consumer/background_commit.hpp"
@@ -75,6 +76,10 @@ class BatchPipeline {
   /// in flight (settle() first).
   [[nodiscard]] BatchProcessor& first_processor() noexcept { return *processors_[0]; }
 
+  /// BatchProcessor::offsets_verified() on every connection; only while nothing is in
+  /// flight (settle() first).
+  void offsets_verified() noexcept;
+
  private:
   void prepare(Lane& lane, const RetrySchedule& schedule);
   /// Waits for the commit of the batch in flight to return. \throws what it threw.
@@ -84,6 +89,7 @@ class BatchPipeline {
   Lane& finish_waiting();
   [[nodiscard]] BatchProcessor& processor_of(const Lane& lane) noexcept;
 
+  const ConsumerContext& context_;
   const ConsumerHooks& hooks_;
   const bool one_writer_;  // SQLite: prepare only after the commit before returned
   Finish finish_;

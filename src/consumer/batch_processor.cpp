@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/consumer_offsets.hpp"
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
 #include "stores/dedup_marks.hpp"
@@ -37,7 +38,10 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
 }
 
 BatchProcessor::BatchProcessor(const ConsumerContext& context, Store& store)
-    : context_(context), config_(context.config), store_(store) {}
+    : context_(context),
+      config_(context.config),
+      store_(store),
+      verified_reconnects_(store.reconnects()) {}
 
 BatchProcessor::~BatchProcessor() {
   rollback();
@@ -82,6 +86,14 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     item.filed_as = {};
     item.error_class.clear();
     item.error_message.clear();
+    if (context_.progress != nullptr &&
+        context_.progress->letter_acknowledged(groups_.back().tp, m.offset)) {
+      // Its letter was acknowledged already (before a restart, as the store says): sent
+      // again it would reach the DLQ (or its retry topic) twice.
+      item.valid = false;
+      item.skip = true;
+      continue;
+    }
     if (item.route == nullptr) {
       item.valid = false;
       item.error_class = "route.no_route";
@@ -136,10 +148,10 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
 }
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule) {
+                                    const RetrySchedule& schedule, bool offsets_now) {
   pointers_.clear();
   for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule);
+  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule, offsets_now);
 }
 
 void BatchProcessor::before_commit() {
@@ -152,23 +164,54 @@ void BatchProcessor::before_commit() {
 }
 
 BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule) {
+                                    const RetrySchedule& schedule, bool offsets_now) {
   rollback();
+  offsets_now_ = offsets_now;
   BatchResult result;
   validate(batch);
   result.partitions.reserve(groups_.size());
   for (const auto& g : groups_) {
     const std::int64_t first = items_[g.begin].msg->offset;
-    result.partitions.push_back({g.tp, first, first, std::nullopt});
+    result.partitions.push_back({g.tp, first, first, std::nullopt, {}});
   }
   run_transaction(result, schedule);
   return result;
 }
 
+void BatchProcessor::offsets_verified() noexcept {
+  verified_reconnects_ = store_.reconnects();
+}
+
+bool BatchProcessor::commit_offsets(std::span<const StoredOffset> offsets) {
+  rollback();
+  if (store_.reconnects() != verified_reconnects_) return false;
+  const std::unique_ptr<Transaction> tx = store_.begin();
+  // begin() may have replaced a broken connection: not verified either.
+  if (store_.reconnects() != verified_reconnects_) return false;
+  write_stored_offsets(*tx, config_.group_id, offsets);
+  tx->commit();
+  return true;
+}
+
 void BatchProcessor::commit(BatchResult& result) {
   if (!tx_) return;
   const std::unique_ptr<Transaction> tx = std::move(tx_);
+  const bool in_store = config_.offsets_in_store && context_.progress != nullptr;
+  if (in_store && store_.reconnects() != verified_reconnects_) {
+    // The connection was replaced since the stored offsets were last read (a failover may
+    // have taken back transactions this consumer counts as done): written now, these
+    // positions would cover records whose effects are gone. Nothing of the batch commits;
+    // the consumer reads the stored offsets again and goes back where the store is behind.
+    tx->rollback();
+    result.offsets_unverified = true;
+    const Error replaced(ErrorCode::Connection, ErrorSource::Internal,
+                         "the store connection was replaced: reading the stored offsets again");
+    fail_all(result, replaced);
+    return;
+  }
   try {
+    if (result.offsets && !result.offsets_written)
+      write_stored_offsets(*tx, config_.group_id, *result.offsets);
     tx->commit();
     result.committed = true;
   } catch (const std::exception& e) {
@@ -190,9 +233,12 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
     result.dead_letters.clear();
     result.processed = 0;
     result.duplicates = 0;
+    result.offsets.reset();
+    result.offsets_written = false;
     for (auto& p : result.partitions) {
       p.decided_end = p.first_offset;
       p.retry_at.reset();
+      p.done_on_commit.clear();
     }
     (void)run_pass(Pass::Isolated, result, schedule);
   }
@@ -210,6 +256,16 @@ void BatchProcessor::tally_routes(BatchResult& result) const {
     }
     ++(item.fate == Item::Fate::Applied ? tally->applied : tally->duplicates);
   }
+}
+
+std::optional<std::vector<StoredOffset>> offsets_to_store(const ConsumerContext& context,
+                                                          const BatchResult& result) {
+  if (!context.config.offsets_in_store || context.progress == nullptr) return std::nullopt;
+  std::vector<StoredOffset> rows;
+  for (const PartitionOutcome& p : result.partitions) {
+    if (auto row = context.progress->to_store(p.tp, p.done_on_commit)) rows.push_back(*row);
+  }
+  return rows;
 }
 
 void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
@@ -235,6 +291,13 @@ bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedul
         rollback();
         return false;
       }
+    }
+    if (tx_ && offsets_now_) {
+      // Deferred with the handlers' statements: the sync below (or, after the isolated
+      // pass, the commit) sends them in the same round trip.
+      result.offsets = offsets_to_store(context_, result);
+      if (result.offsets) write_stored_offsets(*tx_, config_.group_id, *result.offsets);
+      result.offsets_written = result.offsets.has_value();
     }
     if (tx_ && pass == Pass::Optimistic) {
       // The handlers' deferred statements run here; a failure among them belongs to
@@ -271,9 +334,12 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   result.routes.clear();
   result.processed = 0;
   result.duplicates = 0;
+  result.offsets.reset();
+  result.offsets_written = false;
   for (auto& p : result.partitions) {
     p.decided_end = p.first_offset;
     p.retry_at = p.first_offset;
+    p.done_on_commit.clear();
   }
 }
 
@@ -281,6 +347,10 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
                                    const RetrySchedule& schedule, PartitionOutcome& out) {
   // tx is only used for valid items, and a transaction exists whenever there is one.
   bool blocked = false;
+  bool lettered = false;  // a letter was decided: the stored position stops there
+  const auto done = [&](std::int64_t offset) {
+    if (!lettered) out.done_on_commit.push_back(offset);
+  };
   for (std::size_t i = g.begin; i < g.end; ++i) {
     Item& item = items_[i];
     item.fate = Item::Fate::Open;
@@ -292,11 +362,14 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       continue;
     }
     if (!item.valid) {
-      if (!item.skip) {
+      if (item.skip) {
+        done(offset);
+      } else {
         result.dead_letters.push_back({.original = item.msg,
                                        .error_class = item.error_class,
                                        .message = item.error_message,
                                        .route = item.filed_as});
+        lettered = true;
       }
       out.decided_end = offset + 1;
       continue;
@@ -305,6 +378,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       ++result.duplicates;
       item.fate = Item::Fate::Duplicate;
       out.decided_end = offset + 1;
+      done(offset);
       continue;
     }
 
@@ -319,6 +393,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       ++result.processed;
       item.fate = Item::Fate::Applied;
       out.decided_end = offset + 1;
+      done(offset);
       call_hook(context_.hooks, HookPoint::AfterHandler);
       continue;
     }
@@ -368,6 +443,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
         ++result.processed;
         item.fate = Item::Fate::Applied;
         out.decided_end = offset + 1;
+        done(offset);
         break;
       case Outcome::DeadLetter:
         sp.rollback();
@@ -380,6 +456,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
                          schedule.attempts(g.tp, offset) + 1,
              .route = item.filed_as});
         out.decided_end = offset + 1;
+        lettered = true;
         break;
       case Outcome::Retry:
         sp.rollback();
@@ -398,6 +475,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
               *item.msg, std::move(error_class), std::move(error_message), now_ms));
           result.dead_letters.back().route = item.filed_as;
           out.decided_end = offset + 1;
+          lettered = true;
           break;
         }
         out.retry_at = offset;

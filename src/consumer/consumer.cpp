@@ -1,10 +1,9 @@
-// idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer,
-// the partition progress and the fetch gate (pauses, resumes, the retry schedule) together. The
-// order of one batch is the whole protocol: poll -> validate -> transaction (mark, handlers,
-// commit) -> DLQ acks
-// -> offset commit; a partition that failed pauses and retries after a backoff. With
-// pipeline_depth 2 the next batch is polled and prepared while one commits
-// (BatchPipeline); each batch's steps keep this order.
+// idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer, the
+// partition progress, the stored offsets and the fetch gate (pauses, resumes, the retry
+// schedule) together. The order of one batch is the whole protocol: poll -> validate ->
+// transaction (mark, handlers, stored offsets, commit) -> DLQ acks -> offset commit; a
+// partition that failed pauses and retries after a backoff. With pipeline_depth 2 the next
+// batch is polled and prepared while one commits (BatchPipeline); each batch keeps this order.
 #include "idem/consumer.hpp"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -27,6 +27,7 @@
 #include "consumer/partition_progress.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
+#include "consumer/stored_positions.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/config.hpp"
 #include "idem/error.hpp"
@@ -47,6 +48,9 @@ using detail::bad_config;
 // partition that becomes due shortens it.
 constexpr std::chrono::milliseconds kIdleWait{500};
 
+// Attempts at reading the stored offsets at an assignment before the consumer stops.
+constexpr std::uint32_t kStoredOffsetReads = 8;
+
 detail::LogFn make_log(const ConsumerHooks& hooks) {
   if (hooks.log) return hooks.log;
   return [](std::string_view line) {
@@ -55,17 +59,6 @@ detail::LogFn make_log(const ConsumerHooks& hooks) {
 }
 
 }  // namespace
-
-std::string_view to_string(HookPoint point) noexcept {
-  switch (point) {
-    case HookPoint::BatchPolled: return "batch_polled";
-    case HookPoint::AfterHandler: return "after_handler";
-    case HookPoint::BeforeDbCommit: return "before_db_commit";
-    case HookPoint::AfterDbCommit: return "after_db_commit";
-    case HookPoint::AfterOffsetCommit: return "after_offset_commit";
-  }
-  return "unknown";
-}
 
 struct Consumer::Impl {
   Impl(ConsumerConfig cfg, std::unique_ptr<Store> s, ConsumerHooks h)
@@ -82,7 +75,13 @@ struct Consumer::Impl {
         config, &log, forward,
         detail::PollLoop::Listener{
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
-            [](std::span<const TopicPartition>) {}});
+            // Kafka's committed offsets follow the stored ones the partitions started from
+            // where the two disagreed (lag tools read Kafka's).
+            [this](std::span<const TopicPartition>) {
+              if (!start_commits.empty())
+                static_cast<void>(poll->commit(std::exchange(start_commits, {}), true));
+            },
+            [this](std::span<const TopicPartition> tps) { return start_offsets(tps); }});
     gate = std::make_unique<detail::FetchGate>(*poll, progress);
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
     letters = std::make_unique<detail::DeadLetterSender>(*dlq, config, log);
@@ -105,6 +104,18 @@ struct Consumer::Impl {
                                                  ConsumerStats& delta);
   void resume_due();
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
+  /// Finishes the batch and the apply whose commits are in flight.
+  void settle_all();
+  /// Where assigned partitions start: at their stored offsets (offsets_in_store).
+  std::vector<std::optional<std::int64_t>> start_offsets(std::span<const TopicPartition> tps);
+  /// The store connection was replaced: reads the stored offsets again and goes back to
+  /// them, dropping what was held of those partitions (a failover may have taken back
+  /// transactions this consumer counts as done).
+  void resync_stored_offsets();
+  /// Every connection now reaches the database the stored offsets were read from.
+  void offsets_verified();
+  /// With nothing in flight: writes positions moved by acknowledgements alone.
+  void write_unstored_offsets();
   [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const noexcept;
   [[nodiscard]] std::vector<std::string> finish(std::chrono::steady_clock::time_point deadline);
   void finish_quietly() noexcept;
@@ -120,8 +131,12 @@ struct Consumer::Impl {
   detail::RetryTopicMap retry_topics;
   detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
+  detail::StoredPositions stored{config, *store, progress, log};
+  bool resync_due = false;                     // a transaction found its connection replaced
+  std::vector<PartitionOffset> start_commits;  // stored starts Kafka disagreed with
   const detail::ConsumerContext context{
-      config, hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real()};
+      config,   hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real(),
+      &progress};
   std::unique_ptr<detail::DeadLetterProducer> dlq;
   std::unique_ptr<detail::DeadLetterSender> letters;
   std::unique_ptr<detail::PollLoop> poll;
@@ -150,14 +165,7 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   // The batch (and the effects' apply transaction) whose commit is in flight is finished
   // first, so its offsets are among those committed here and none is advanced for a
   // partition no longer owned.
-  if (!final_commit_attempted) {
-    batches->settle();
-    if (effects) {
-      ConsumerStats delta;
-      effects->settle(delta);
-      add_stats(delta);
-    }
-  }
+  if (!final_commit_attempted) settle_all();
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
@@ -173,6 +181,74 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   if (effects) effects->on_revoked(tps);
   std::lock_guard lock(stats_mutex);
   for (const auto& tp : tps) processed_next.erase(tp);
+}
+
+void Consumer::Impl::settle_all() {
+  batches->settle();
+  if (effects) {
+    ConsumerStats delta;
+    effects->settle(delta);
+    add_stats(delta);
+  }
+}
+
+void Consumer::Impl::offsets_verified() {
+  batches->offsets_verified();
+  if (effects) effects->offsets_verified();
+}
+
+std::vector<std::optional<std::int64_t>> Consumer::Impl::start_offsets(
+    std::span<const TopicPartition> tps) {
+  if (!stored.enabled()) return {};
+  settle_all();  // the first connection is free, and nothing commits unverified
+  // Nothing of these partitions may be fetched before their stored offsets are known; a
+  // store that does not answer for long stops the consumer (rethrown by the poll).
+  const std::vector<StoredOffset> rows = stored.read(stop_requested, kStoredOffsetReads);
+  std::vector<std::optional<std::int64_t>> kafka(tps.size());
+  try {
+    kafka = poll->committed(tps, std::chrono::seconds(10));
+  } catch (const Error& e) {
+    log(fmt::format("idem consumer: Kafka's committed offsets not compared with the store's: {}",
+                    e.what()));
+  }
+  ConsumerStats delta;
+  std::vector<std::optional<std::int64_t>> starts = stored.starts(tps, rows, kafka, delta);
+  add_stats(delta);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    if (starts[i] && starts[i] != kafka[i]) start_commits.push_back({tps[i], *starts[i]});
+  }
+  offsets_verified();
+  return starts;
+}
+
+void Consumer::Impl::resync_stored_offsets() {
+  settle_all();
+  // Not read (the store is still away): nothing commits on the replaced connection
+  // meanwhile, and the next turn tries again.
+  const std::optional<std::vector<StoredOffset>> rows = stored.read_again();
+  if (!rows) return;
+  resync_due = false;
+  ConsumerStats delta;
+  const std::vector<PartitionOffset> rewinds = stored.rewinds(poll->assignment(), *rows, delta);
+  add_stats(delta);
+  std::vector<TopicPartition> tps;
+  tps.reserve(rewinds.size());
+  for (const auto& r : rewinds) tps.push_back(r.tp);
+  // As if revoked and assigned again at the stored offsets, with no commit in between.
+  if (effects) effects->on_revoked(tps);
+  progress.forget(tps);
+  gate->forget(tps);
+  stored.restore(tps, *rows);
+  for (const auto& r : rewinds) {
+    poll->pause_and_seek(r);  // purges what was fetched beyond it
+    poll->seek_and_resume(r);
+  }
+  offsets_verified();
+}
+
+void Consumer::Impl::write_unstored_offsets() {
+  if (!stored.enabled() || batches->in_flight() || (effects && effects->applying())) return;
+  if (!stored.write_unstored(batches->first_processor())) resync_due = true;
 }
 
 std::vector<PartitionLag> Consumer::Impl::lag() const {
@@ -356,6 +432,9 @@ void Consumer::Impl::loop() {
       batches->settle();
     batch.clear();
     if (effects) run_effects(effect_delta, !stopping);
+    if (effects && effects->take_offsets_unverified()) resync_due = true;
+    if (resync_due) resync_stored_offsets();
+    write_unstored_offsets();
   }
 }
 
@@ -376,37 +455,6 @@ bool Consumer::Impl::commit_moved(ConsumerStats& delta) {
   return true;
 }
 
-void RouteStats::add(const RouteStats& delta) {
-  applied += delta.applied;
-  duplicates += delta.duplicates;
-  dead_lettered += delta.dead_lettered;
-  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
-    dead_lettered_by_reason[reason] += n;
-}
-
-RouteStats& ConsumerStats::route(std::string_view name) {
-  auto it = routes.find(name);
-  if (it == routes.end()) it = routes.emplace(std::string(name), RouteStats{}).first;
-  return it->second;
-}
-
-void ConsumerStats::add(const ConsumerStats& delta) {
-  delivered += delta.delivered;
-  processed += delta.processed;
-  duplicates += delta.duplicates;
-  dead_lettered += delta.dead_lettered;
-  for (const auto& [reason, n] : delta.dead_lettered_by_reason)
-    dead_lettered_by_reason[reason] += n;
-  retries += delta.retries;
-  retry_topic_sends += delta.retry_topic_sends;
-  dead_letters_refused += delta.dead_letters_refused;
-  transactions += delta.transactions;
-  offset_commits += delta.offset_commits;
-  calls += delta.calls;
-  call_retries += delta.call_retries;
-  for (const auto& [name, d] : delta.routes) route(name).add(d);
-}
-
 void Consumer::Impl::add_stats(const ConsumerStats& delta) {
   std::lock_guard lock(stats_mutex);
   stats.add(delta);
@@ -414,7 +462,14 @@ void Consumer::Impl::add_stats(const ConsumerStats& delta) {
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
                                                                ConsumerStats& delta) {
-  return letters->send(r, delta);
+  std::vector<PartitionOffset> refused = letters->send(r, delta);
+  for (const detail::DeadLetter& letter : r.dead_letters) {
+    const rd_kafka_message_t& m = *letter.original;
+    PartitionOffset at{{rd_kafka_topic_name(m.rkt), m.partition}, m.offset};
+    if (std::find(refused.begin(), refused.end(), at) == refused.end())
+      progress.acknowledge_letter(at.tp, at.offset);
+  }
+  return refused;
 }
 
 void Consumer::Impl::process_batch() {
@@ -437,6 +492,10 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   delta.duplicates = r.duplicates;
   detail::add_route_counts(r, delta);
   delta.transactions = r.committed ? 1 : 0;
+  if (r.committed && r.offsets) {
+    for (const StoredOffset& row : *r.offsets) progress.stored(row);
+  }
+  if (r.offsets_unverified) resync_due = true;
   const std::vector<PartitionOffset> refused = send_dead_letters(r, delta);
 
   const auto now = std::chrono::steady_clock::now();

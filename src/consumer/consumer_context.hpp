@@ -8,6 +8,7 @@
 #include <string>
 
 #include "consumer/dedup_horizon_guard.hpp"
+#include "consumer/partition_progress.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
@@ -28,6 +29,10 @@ struct ConsumerContext {
   DedupHorizonGuard& horizon_guard;
   /// The clock of retry times, backoffs and deferrals (SteadyClock::real() but in tests).
   const SteadyClock& steady_clock;
+  /// Letters acknowledged above the committed positions (a record whose letter the broker
+  /// acknowledged, by this process or before a restart, is skipped, not sent again);
+  /// null: none are known. Read on the run() thread only.
+  const PartitionProgress* progress = nullptr;
 };
 
 }  // namespace idem::detail

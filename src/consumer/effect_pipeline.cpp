@@ -1,6 +1,7 @@
 #include "consumer/effect_pipeline.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -122,8 +123,11 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   // horizon is decided when its call is to start (judge_horizon), not here: a record that
   // waits behind its key may cross the horizon meanwhile.
   // A retry-topic record with headers idem never writes is dead-lettered, uncalled.
+  // A record whose letter was acknowledged already (before a restart) makes no call
+  // either: the processor skips it, so the letter is not sent again.
   bool callable = e.record->headers.size() <= config_.limits.max_headers &&
-                  !deps_.context.retry_topics.header_problem(*e.message);
+                  !deps_.context.retry_topics.header_problem(*e.message) &&
+                  !deps_.progress.letter_acknowledged(e.tp, e.message->offset);
   if (callable) {
     EffectRoute::Owned owned = route.parse_owned(e.record->info, config_.limits);
     callable = owned.event_id.ok();
@@ -332,7 +336,8 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
   Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
-  a.result = processor.prepare(messages, no_schedule_);
+  // The apply before was settled: where this one leaves its partitions is known now.
+  a.result = processor.prepare(messages, no_schedule_, /*offsets_now=*/true);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
   const auto commit = [this, &processor] {
@@ -366,6 +371,10 @@ void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint n
   delta.duplicates += r.duplicates;
   add_route_counts(r, delta);
   if (r.committed) ++delta.transactions;
+  if (r.committed && r.offsets) {
+    for (const StoredOffset& row : *r.offsets) deps_.progress.stored(row);
+  }
+  if (r.offsets_unverified) offsets_unverified_ = true;
   if (!r.failure.empty()) {
     // The transaction failed as a whole (the store is down): every result waits, and no
     // call is repeated for it.
@@ -411,6 +420,14 @@ void EffectPipeline::settle_applied(const BatchResult& r, std::span<const Partit
     }
     ready_.push_back(t);  // held back behind the retry in its partition: applied again
   }
+}
+
+void EffectPipeline::offsets_verified() noexcept {
+  if (applier_) applier_->offsets_verified();
+}
+
+bool EffectPipeline::take_offsets_unverified() noexcept {
+  return std::exchange(offsets_unverified_, false);
 }
 
 void EffectPipeline::finish(std::uint64_t ticket) {

@@ -102,6 +102,15 @@ class EffectPipeline {
     return calling_ == 0 && ready_.empty() && !applying_;
   }
 
+  /// BatchProcessor::offsets_verified() on the apply connection; only while nothing is
+  /// applying (settle() first).
+  void offsets_verified() noexcept;
+  /// True (once) when an apply did not commit because its connection was replaced since
+  /// the stored offsets were read: the consumer reads them again.
+  [[nodiscard]] bool take_offsets_unverified() noexcept;
+  /// Whether an apply transaction is between its prepare and its settling.
+  [[nodiscard]] bool applying() const noexcept { return applying_.has_value(); }
+
   /// Drops everything of `partitions` (called from the rebalance callback).
   void on_revoked(std::span<const TopicPartition> partitions);
 
@@ -185,6 +194,7 @@ class EffectPipeline {
   std::unordered_set<TopicPartition, TopicPartitionHash> touched_;  // admitted by admit()
   std::map<StageKey, const StagedCall*> staged_;
   std::uint32_t apply_failures_ = 0;
+  bool offsets_unverified_ = false;
   TimePoint apply_not_before_{};
   // The apply transactions' own connection and processor (null: no second connection;
   // applies then commit inline through deps_.processor).

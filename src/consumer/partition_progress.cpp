@@ -8,11 +8,13 @@ void PartitionProgress::advance(Window& w, std::int64_t to) {
   if (to <= w.commit) return;
   w.commit = to;
   w.moved = true;
+  w.letters.erase(w.letters.begin(), w.letters.lower_bound(to));
 }
 
 bool PartitionProgress::received(const TopicPartition& tp, std::int64_t offset) {
   Window& w = windows_[tp];
   if (w.expected >= 0 && offset < w.expected) return false;
+  if (w.first < 0) w.first = offset;
   w.held.emplace(offset, false);
   w.expected = offset + 1;
   return true;
@@ -46,6 +48,7 @@ std::optional<std::int64_t> PartitionProgress::settle_batch(
     again = std::min(again.value_or(offset), offset);
   const std::int64_t end = again ? std::min(outcome.decided_end, *again) : outcome.decided_end;
   Window& w = windows_[outcome.tp];
+  if (w.first < 0) w.first = outcome.first_offset;
   if (w.held.empty()) {
     // The common case, in O(1): the batch's records of the partition follow what was
     // done before, so the done prefix ends where the batch's done records end.
@@ -58,6 +61,85 @@ std::optional<std::int64_t> PartitionProgress::settle_batch(
   }
   if (again) rewind(outcome.tp, *again);
   return again;
+}
+
+void PartitionProgress::acknowledge_letter(const TopicPartition& tp, std::int64_t offset) {
+  Window& w = windows_[tp];
+  if (offset >= w.commit) w.letters.insert(offset);
+}
+
+bool PartitionProgress::letter_acknowledged(const TopicPartition& tp, std::int64_t offset) const {
+  const auto it = windows_.find(tp);
+  return it != windows_.end() && it->second.letters.contains(offset);
+}
+
+std::vector<std::int64_t> PartitionProgress::letters_from(const Window& w, std::int64_t from) {
+  return {w.letters.lower_bound(from), w.letters.end()};
+}
+
+std::optional<StoredOffset> PartitionProgress::to_store(
+    const TopicPartition& tp, std::span<const std::int64_t> done_on_commit) const {
+  const auto it = windows_.find(tp);
+  const Window none;
+  const Window& w = it == windows_.end() ? none : it->second;
+  // The records held and those the transaction decides, in offset order: the position
+  // moves over each done one and stops at the first that is not (a gap between them is
+  // the log's own, as in done()).
+  std::int64_t position = w.commit;
+  auto held = w.held.begin();
+  auto decided = done_on_commit.begin();
+  while (held != w.held.end() || decided != done_on_commit.end()) {
+    std::int64_t offset = 0;
+    bool done = true;
+    if (decided == done_on_commit.end() || (held != w.held.end() && held->first < *decided)) {
+      offset = held->first;
+      done = held->second;
+      ++held;
+    } else {
+      offset = *decided;
+      if (held != w.held.end() && held->first == offset) ++held;
+      ++decided;
+    }
+    if (offset < position) continue;
+    if (!done) {
+      if (position < 0) position = offset;
+      break;
+    }
+    position = offset + 1;
+  }
+  if (position < 0) return std::nullopt;
+  StoredOffset row{tp.topic, tp.partition, position, letters_from(w, position), {}};
+  if (w.stored && *w.stored == row) return std::nullopt;  // nothing new to write
+  return row;
+}
+
+void PartitionProgress::stored(const StoredOffset& row) {
+  windows_[{row.topic, row.partition}].stored = row;
+}
+
+void PartitionProgress::restore(const StoredOffset& row) {
+  Window& w = windows_[{row.topic, row.partition}];
+  w.stored = row;
+  w.letters.insert(row.acknowledged_letters.begin(), row.acknowledged_letters.end());
+}
+
+std::vector<StoredOffset> PartitionProgress::unstored() const {
+  std::vector<StoredOffset> out;
+  for (const auto& [tp, w] : windows_) {
+    std::optional<StoredOffset> now = to_store(tp, {});
+    if (!now) continue;
+    // Never behind what is stored: a position read at assignment is not taken back by one
+    // that started lower (records the store already counts as done, delivered again).
+    if (w.stored && w.stored->next_offset > now->next_offset) continue;
+    out.push_back(std::move(*now));
+  }
+  return out;
+}
+
+std::optional<std::int64_t> PartitionProgress::first_seen(const TopicPartition& tp) const {
+  const auto it = windows_.find(tp);
+  if (it == windows_.end() || it->second.first < 0) return std::nullopt;
+  return it->second.first;
 }
 
 std::optional<std::int64_t> PartitionProgress::commit_position(const TopicPartition& tp) const {

@@ -210,6 +210,34 @@ void PollLoop::seek_and_resume(const PartitionOffset& at) {
   rd_kafka_resume_partitions(rk_.get(), list.get());
 }
 
+std::vector<std::optional<std::int64_t>> PollLoop::committed(
+    std::span<const TopicPartition> partitions, std::chrono::milliseconds timeout) {
+  std::vector<std::optional<std::int64_t>> out(partitions.size());
+  if (partitions.empty()) return out;
+  PartitionList list = make_partition_list(static_cast<int>(partitions.size()));
+  for (const auto& tp : partitions)
+    rd_kafka_topic_partition_list_add(list.get(), tp.topic.c_str(), tp.partition);
+  const rd_kafka_resp_err_t err = rd_kafka_committed(rk_.get(), list.get(), to_kafka_ms(timeout));
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw Error(err == RD_KAFKA_RESP_ERR__TIMED_OUT ? ErrorCode::Timeout : ErrorCode::Connection,
+                ErrorSource::Kafka,
+                fmt::format("cannot read the group's committed offsets: {}", rd_kafka_err2str(err)),
+                rd_kafka_err2name(err));
+  }
+  for (std::size_t i = 0; i < partitions.size(); ++i) {
+    const rd_kafka_topic_partition_t& e = list->elems[i];
+    if (e.err == RD_KAFKA_RESP_ERR_NO_ERROR && e.offset >= 0) out[i] = e.offset;
+  }
+  return out;
+}
+
+std::vector<TopicPartition> PollLoop::assignment() const {
+  rd_kafka_topic_partition_list_t* list = nullptr;
+  if (rd_kafka_assignment(rk_.get(), &list) != RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+  const PartitionList owned(list);
+  return to_vector(owned.get());
+}
+
 rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, bool async) {
   if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
   const PartitionList list = partition_list(offsets);
@@ -304,6 +332,21 @@ void PollLoop::on_rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_li
   std::exception_ptr listener_error;
 
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (listener_.start_offsets) {
+      // Assigned with a start offset, a partition is fetched from there, not from the
+      // group's committed offset ("Storing Offsets Outside Kafka").
+      try {
+        const std::vector<std::optional<std::int64_t>> starts = listener_.start_offsets(tps);
+        for (std::size_t i = 0; i < starts.size() && i < tps.size(); ++i) {
+          if (starts[i]) partitions->elems[i].offset = *starts[i];
+        }
+      } catch (...) {
+        // Not assigned: Kafka's committed offset is no safe start when the store's
+        // could not be read. The error stops the consumer (rethrown below).
+        if (!pending_) pending_ = std::current_exception();
+        return;
+      }
+    }
     if (cooperative) {
       if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk, partitions)) {
         log_line(fmt::format("idem consumer: incremental assign: {}", kafka_error(e)));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ class PollLoop final : private CallbackContext, public FetchControl {
     std::function<void(std::span<const TopicPartition> partitions, bool lost)> revoked;
     /// `partitions` were assigned; they resume from the committed offsets.
     std::function<void(std::span<const TopicPartition> partitions)> assigned;
+    /// `partitions` are about to be assigned: where each starts (nullopt: at Kafka's
+    /// committed offset, else auto.offset.reset). May be empty.
+    std::function<std::vector<std::optional<std::int64_t>>(
+        std::span<const TopicPartition> partitions)>
+        start_offsets;
   };
 
   /// Creates the consumer handle. `log` must outlive the PollLoop; librdkafka's own log
@@ -56,6 +62,14 @@ class PollLoop final : private CallbackContext, public FetchControl {
 
   void pause_and_seek(const PartitionOffset& at) override;
   void seek_and_resume(const PartitionOffset& at) override;
+
+  /// The group's committed offsets of `partitions` as the coordinator answers within
+  /// `timeout` (nullopt: none committed). \throws Error(Timeout or Connection, Kafka) when
+  /// it does not answer.
+  [[nodiscard]] std::vector<std::optional<std::int64_t>> committed(
+      std::span<const TopicPartition> partitions, std::chrono::milliseconds timeout);
+  /// The partitions assigned now.
+  [[nodiscard]] std::vector<TopicPartition> assignment() const;
 
   /// Commits `offsets` (each the next offset to consume). Async returns at once (errors
   /// are logged from the commit callback); sync blocks until the broker answered.

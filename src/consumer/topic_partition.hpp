@@ -18,6 +18,8 @@ struct TopicPartition {
 struct PartitionOffset {
   TopicPartition tp;
   std::int64_t offset = 0;
+
+  friend bool operator==(const PartitionOffset&, const PartitionOffset&) = default;
 };
 
 struct TopicPartitionHash {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/consumer_offsets.hpp"
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
 
@@ -18,7 +19,7 @@ using detail::PartitionList;
 using detail::Property;
 using detail::to_kafka_ms;
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 KafkaHandle consumer_handle(const std::string& bootstrap_servers, const std::string& group,
                             std::vector<Property> extra = {}) {
@@ -140,8 +141,8 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
     throw_kafka(err, "assign " + topic);
   }
   std::vector<KafkaRecord> out;
-  const auto deadline = Clock::now() + timeout;
-  while (out.size() < count && Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (out.size() < count && SteadyClock::now() < deadline) {
     detail::KafkaMessage m(rd_kafka_consumer_poll(rk.get(), 100));
     if (!m || m->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
     KafkaRecord r;
@@ -169,15 +170,18 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
   return out;
 }
 
-void rewind_group(const std::string& bootstrap_servers, const std::string& group,
-                  const std::string& topic, int partitions, std::chrono::milliseconds timeout,
-                  const std::vector<std::pair<std::string, std::string>>& kafka) {
+void commit_group_offsets(const std::string& bootstrap_servers, const std::string& group,
+                          const std::string& topic,
+                          const std::map<std::int32_t, std::int64_t>& offsets,
+                          std::chrono::milliseconds timeout,
+                          const std::vector<std::pair<std::string, std::string>>& kafka) {
+  const int partitions = partition_count(bootstrap_servers, topic, timeout);
   // Not rd_kafka_DeleteConsumerGroupOffsets: librdkafka 2.0.2's mock cluster has no
   // OffsetDelete handler, and the admin request against it ABORTS the calling process
   // ("rdkafka_queue.h:1038: rd_kafka_enq_once_del_source_return: Assertion
   // `eonce->refcnt > 0' failed"). Nor a plain commit from a client outside the group:
   // once the group exists, the mock answers UNKNOWN_MEMBER_ID to an OffsetCommit from a
-  // non-member. So: join the group as its only member and commit offset 0 everywhere.
+  // non-member. So: join the group as its only member and commit the offsets.
   std::vector<Property> props{{"session.timeout.ms", "6000"}, {"heartbeat.interval.ms", "1000"}};
   props.insert(props.end(), kafka.begin(), kafka.end());
   KafkaHandle rk = consumer_handle(bootstrap_servers, group, std::move(props));
@@ -189,8 +193,8 @@ void rewind_group(const std::string& bootstrap_servers, const std::string& group
       throw_kafka(err, "subscribe to " + topic);
   }
   std::string failure = "not every partition was assigned";
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
     // Default rebalance handling (no callback): librdkafka assigns by itself. Records
     // that arrive are dropped unprocessed; nothing is stored or committed for them.
     detail::KafkaMessage m(rd_kafka_consumer_poll(rk.get(), 100));
@@ -199,10 +203,10 @@ void rewind_group(const std::string& bootstrap_servers, const std::string& group
     const int cnt = assigned->cnt;
     rd_kafka_topic_partition_list_destroy(assigned);
     if (cnt < partitions) continue;
-    PartitionList zero = detail::make_partition_list(partitions);
-    for (int p = 0; p < partitions; ++p)
-      rd_kafka_topic_partition_list_add(zero.get(), topic.c_str(), p)->offset = 0;
-    const rd_kafka_resp_err_t err = rd_kafka_commit(rk.get(), zero.get(), 0);
+    PartitionList list = detail::make_partition_list(static_cast<int>(offsets.size()));
+    for (const auto& [p, offset] : offsets)
+      rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p)->offset = offset;
+    const rd_kafka_resp_err_t err = rd_kafka_commit(rk.get(), list.get(), 0);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_consumer_close(rk.get());
       return;
@@ -211,8 +215,30 @@ void rewind_group(const std::string& bootstrap_servers, const std::string& group
   }
   rd_kafka_consumer_close(rk.get());
   throw Error(ErrorCode::Timeout, ErrorSource::Kafka,
-              fmt::format("rewinding group {} on {}: {} within {} ms", group, topic, failure,
-                          timeout.count()));
+              fmt::format("committing offsets of group {} on {}: {} within {} ms", group, topic,
+                          failure, timeout.count()));
+}
+
+void rewind_group(const std::string& bootstrap_servers, const std::string& group,
+                  const std::string& topic, int partitions, std::chrono::milliseconds timeout,
+                  const std::vector<std::pair<std::string, std::string>>& kafka) {
+  std::map<std::int32_t, std::int64_t> zero;
+  for (int p = 0; p < partitions; ++p) zero[p] = 0;
+  commit_group_offsets(bootstrap_servers, group, topic, zero, timeout, kafka);
+}
+
+void reset_group_offsets(Store& store, const std::string& bootstrap_servers,
+                         const std::string& group, const std::string& topic,
+                         const std::map<std::int32_t, std::int64_t>& offsets,
+                         std::chrono::milliseconds timeout,
+                         const std::vector<std::pair<std::string, std::string>>& kafka) {
+  commit_group_offsets(bootstrap_servers, group, topic, offsets, timeout, kafka);
+  std::vector<StoredOffset> rows;
+  rows.reserve(offsets.size());
+  for (const auto& [p, offset] : offsets) rows.push_back({topic, p, offset, {}, {}});
+  auto tx = store.begin();
+  write_stored_offsets(*tx, group, rows);
+  tx->commit();
 }
 
 }  // namespace idem

@@ -82,6 +82,18 @@ class ConsumerCollector final : public prometheus::Collectable {
          &ConsumerStats::dead_letters_refused},
         {metric::kTransactions, "Database transactions committed", &ConsumerStats::transactions},
         {metric::kOffsetCommits, "Offset commits issued", &ConsumerStats::offset_commits},
+        {metric::kOffsetDisagreements,
+         "Partitions whose stored offset disagreed with Kafka's committed offset (or the "
+         "consumer's position after a reconnect); the store won",
+         &ConsumerStats::offset_disagreements},
+        {metric::kOffsetRecordsReadAgain,
+         "Records read again because the stored offset was behind (a failover, a reset "
+         "forward with Kafka's tools)",
+         &ConsumerStats::offset_records_read_again},
+        {metric::kOffsetRecordsNotReadAgain,
+         "Records not read again because the stored offset was ahead of Kafka's committed "
+         "offset (a lost offset commit, a reset back with Kafka's tools)",
+         &ConsumerStats::offset_records_not_read_again},
     };
     std::vector<MetricFamily> out;
     for (const Def& d : kCounters)

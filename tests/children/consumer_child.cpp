@@ -26,7 +26,7 @@
 //   "first-batch"                 the first non-empty batch was polled (it owns partitions)
 //   "crash <point> after <n> calls" written just before raise(SIGKILL)
 //   "stats delivered=.. processed=.. duplicates=.. dead_lettered=.. retries=.. transactions=..
-//          calls=.. retry_topic_sends=.."
+//          calls=.. retry_topic_sends=.. offset_disagreements=.. offset_records_not_read_again=.."
 //                                 an answer to the stdin line "stats", and once more on exit
 //   "stopped"                     after a graceful stop (SIGTERM/SIGINT); exit status 0
 // The consumer's log lines go to stderr. Exit status 2 on a bad argument or a setup error,
@@ -180,9 +180,9 @@ Options parse(int argc, char** argv) {
 std::string stats_line(const idem::ConsumerStats& s) {
   return fmt::format(
       "stats delivered={} processed={} duplicates={} dead_lettered={} retries={} transactions={} "
-      "calls={} retry_topic_sends={}",
+      "calls={} retry_topic_sends={} offset_disagreements={} offset_records_not_read_again={}",
       s.delivered, s.processed, s.duplicates, s.dead_lettered, s.retries, s.transactions, s.calls,
-      s.retry_topic_sends);
+      s.retry_topic_sends, s.offset_disagreements, s.offset_records_not_read_again);
 }
 
 }  // namespace

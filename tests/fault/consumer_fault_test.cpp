@@ -34,6 +34,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "idem/devtools/kafka_admin.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
@@ -426,12 +427,30 @@ TEST_P(ConsumerScenario, OffsetResetToEarliestAppliesNoEffectTwice) {
   EXPECT_EQ(idem::test::effect_rows(db_url_, group), effects) << "the first group got new effects";
   EXPECT_TRUE(invariant(group));
 
-  // (ii) The SAME group, its committed offsets taken back to the beginning: everything is
-  // delivered again and every record is a duplicate.
+  // (ii) The SAME group, its committed offsets taken back to the beginning with Kafka's
+  // own means only: the store's offsets win, so nothing is read again, and the consumer
+  // reports by how much the two disagreed (and commits the store's to Kafka again).
   const std::string how = idem::test::rewind_group(bootstrap(), group, topic_, kPartitions);
   RecordProperty("rewind", how);
-  const auto rewound = idem::test::committed_offsets(bootstrap(), group, topic_, kPartitions);
-  for (const auto o : rewound) ASSERT_LE(o, 0) << "rewind (" << how << ") left offsets " << o;
+  for (const auto o : idem::test::committed_offsets(bootstrap(), group, topic_, kPartitions))
+    ASSERT_LE(o, 0) << "rewind (" << how << ") left offsets " << o;
+  const auto kept = drain(group);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(kept.at("delivered"), 0u) << "a reset made in Kafka alone was followed";
+  EXPECT_EQ(kept.at("offset_disagreements"), static_cast<std::uint64_t>(kPartitions));
+  EXPECT_EQ(kept.at("offset_records_not_read_again"), workload_.records.size())
+      << "the reset was not reported by how much";
+
+  // (iii) The same reset in both places (Kafka's committed offsets and the store's, as
+  // `idem offsets reset` does): everything is delivered again and every record is a
+  // duplicate.
+  {
+    auto store = idem::open_store(db_url_);
+    std::map<std::int32_t, std::int64_t> zero;
+    for (int p = 0; p < kPartitions; ++p) zero[p] = 0;
+    idem::reset_group_offsets(*store, bootstrap(), group, topic_, zero, 60s,
+                              idem::test::mock_group_properties());
+  }
   const auto stats = drain(group);
   ASSERT_FALSE(stats.empty());
   EXPECT_GE(stats.at("delivered"), workload_.records.size()) << "the topic was not re-consumed";

@@ -4,10 +4,12 @@
 // `idem dev-broker`; `idem provider --latency-ms 4000`; `idem consume --handler billing`.
 // One partition: a valid order first, whose charge takes 4 s, then malformed records. The
 // malformed ones are dead-lettered at once, but their offsets cannot be committed before
-// the order ahead of them is applied. The consumer is SIGKILLed once their letters are
-// on the DLQ topic, in that window, and started again. Afterwards the DLQ topic holds each
-// malformed record's letter once, the order is charged once with one ledger row, and the
-// group committed the partition to its end.
+// the order ahead of them is applied. The consumer records the acknowledged letters in the
+// store (idem_consumer_offsets) and is SIGKILLed once they are recorded, in that window,
+// and started again. (Between a letter's acknowledgement and its record in the store a
+// kill still sends it again: that window is not this test's.) Afterwards the DLQ topic
+// holds each malformed record's letter once, the order is charged once with one ledger
+// row, and the group committed the partition to its end.
 #include <signal.h>
 
 #include <chrono>
@@ -78,11 +80,10 @@ class DeadLetterResend : public ::testing::Test {
 
 TYPED_TEST_SUITE(DeadLetterResend, AllBackends, BackendName);
 
-// Disabled until the letters acknowledged above a partition's committed position are kept
-// in the store, so that a restart knows them: today the restart sends them again (three
-// malformed records, six letters on the DLQ topic; the order is charged once either way).
-// docs/dlq.md says which headers a DLQ consumer that is not idem deduplicates on meanwhile.
-TYPED_TEST(DeadLetterResend, DISABLED_DeadLettersNotSentAgainAfterACrash) {
+// Before the letters acknowledged above a partition's committed position were kept in the
+// store, the restart sent them again (three malformed records, six letters on the DLQ
+// topic; the order was charged once either way).
+TYPED_TEST(DeadLetterResend, DeadLettersNotSentAgainAfterACrash) {
   if (this->IsSkipped() || this->HasFatalFailure()) return;
   IDEM_REQUIRE_CLI();
   OrderConfirmed order;
@@ -104,6 +105,17 @@ TYPED_TEST(DeadLetterResend, DISABLED_DeadLettersNotSentAgainAfterACrash) {
   ChildProcess first = this->start_consumer(provider.url());
   ASSERT_TRUE(eventually([&] { return this->dlq_end() >= kMalformed; }, 30s, 20ms))
       << "the malformed records were not dead-lettered";
+  // Recorded above the partition's stored position (the order at offset 0 is not applied).
+  ASSERT_TRUE(eventually(
+      [&] {
+        return TypeParam::read_scalar(
+                   *this->observer_,
+                   fmt::format("SELECT count(*) FROM idem_consumer_offsets WHERE consumer_group = "
+                               "'{}' AND next_offset = 0 AND acknowledged_letters = '1,2,3'",
+                               this->group_)) == 1;
+      },
+      30s, 20ms))
+      << "the acknowledged letters were not recorded in the store";
   // The order's charge is still in flight: no offset of the partition is committed yet.
   first.kill(SIGKILL);
   ASSERT_EQ(first.wait(30s), -SIGKILL);

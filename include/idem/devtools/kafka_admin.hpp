@@ -10,11 +10,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "idem/store.hpp"
 
 namespace idem {
 
@@ -74,5 +77,26 @@ void rewind_group(const std::string& bootstrap_servers, const std::string& group
                   const std::string& topic, int partitions,
                   std::chrono::milliseconds timeout = std::chrono::seconds(60),
                   const std::vector<std::pair<std::string, std::string>>& kafka = {});
+
+/// Commits `offsets` (partition -> next offset) of `topic` as `group`'s committed offsets,
+/// the way rewind_group() does (joining the group as its only member: call it while no
+/// member runs). \throws like rewind_group().
+void commit_group_offsets(const std::string& bootstrap_servers, const std::string& group,
+                          const std::string& topic,
+                          const std::map<std::int32_t, std::int64_t>& offsets,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                          const std::vector<std::pair<std::string, std::string>>& kafka = {});
+
+/// Sets `group`'s position in `topic` to `offsets` (partition -> next offset) in both
+/// places a consumer reads it from: Kafka's committed offsets (commit_group_offsets) and
+/// the store's (idem_consumer_offsets, with no acknowledged letters), so that a consumer
+/// with offsets in the store follows it (docs/consumer-offsets.md). Kafka first: it
+/// refuses while a member runs, and then nothing is written. \throws like
+/// commit_group_offsets(), or Error from the store.
+void reset_group_offsets(Store& store, const std::string& bootstrap_servers,
+                         const std::string& group, const std::string& topic,
+                         const std::map<std::int32_t, std::int64_t>& offsets,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                         const std::vector<std::pair<std::string, std::string>>& kafka = {});
 
 }  // namespace idem

@@ -42,6 +42,13 @@ inline constexpr std::string_view kBatchRecords = "idem_consumer_batch_records";
 inline constexpr std::string_view kHandlerSeconds =
     "idem_consumer_handler_duration_seconds";  // + topic
 inline constexpr std::string_view kOffsetCommits = "idem_consumer_offset_commits_total";
+/// Offsets in the store: partitions where the stored offset and Kafka's committed offset
+/// (or the consumer's position after a reconnect) disagreed, and by how many records.
+inline constexpr std::string_view kOffsetDisagreements = "idem_consumer_offset_disagreements_total";
+inline constexpr std::string_view kOffsetRecordsReadAgain =
+    "idem_consumer_offset_records_read_again_total";
+inline constexpr std::string_view kOffsetRecordsNotReadAgain =
+    "idem_consumer_offset_records_not_read_again_total";
 inline constexpr std::string_view kLag = "idem_consumer_lag_records";  // + topic, partition
 inline constexpr std::string_view kAssignedPartitions = "idem_consumer_assigned_partitions";
 // Routes of sinks declared in a file (ConsumerStats::routes); labels `group`, `route`

@@ -1,0 +1,81 @@
+#pragma once
+// Offsets in the store (ConsumerConfig::offsets_in_store; docs/consumer-offsets.md): what
+// the consumer does with the rows of idem_consumer_offsets besides writing them in each
+// transaction (BatchProcessor::commit). It reads them at assignment, where they win over
+// Kafka's committed offsets, and after the store connection was replaced, where they show
+// how far a failover took the consumer's work back; it reports each disagreement (a log
+// line, the offset_* counters of ConsumerStats); and it writes positions that moved with
+// no transaction of their own (letters acknowledged after their transaction committed).
+// Consumer::Impl does the seeking and the forgetting these decisions call for.
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "consumer/batch_processor.hpp"
+#include "consumer/partition_progress.hpp"
+#include "consumer/topic_partition.hpp"
+#include "idem/consumer.hpp"
+#include "idem/consumer_offsets.hpp"
+#include "idem/store.hpp"
+#include "kafka/kafka_handle.hpp"
+
+namespace idem::detail {
+
+class StoredPositions {
+ public:
+  /// Everything must outlive this. `store` is the consumer's first connection.
+  StoredPositions(const ConsumerConfig& config, Store& store, PartitionProgress& progress,
+                  const LogFn& log)
+      : config_(config), store_(store), progress_(progress), log_(log) {}
+
+  [[nodiscard]] bool enabled() const noexcept { return config_.offsets_in_store; }
+
+  /// The group's rows, read on the first connection; a transient failure is tried again
+  /// up to `attempts` times in all (backoff of ConsumerConfig::retry), unless `stop` is
+  /// set. \throws what the last attempt threw, or stopping_error when the store refuses
+  /// for good (no table: `idem migrate` not run).
+  [[nodiscard]] std::vector<StoredOffset> read(const std::atomic<bool>& stop,
+                                               std::uint32_t attempts);
+
+  /// After the store connection was replaced: the rows, read once; nullopt (logged) when
+  /// the store does not answer. \throws stopping_error as read() does.
+  [[nodiscard]] std::optional<std::vector<StoredOffset>> read_again();
+
+  /// At assignment: where each of `partitions` starts. A partition with a row starts at
+  /// its next_offset (its letters are known as acknowledged); one without, at Kafka's
+  /// committed offset (nullopt). `kafka` holds Kafka's committed offsets (nullopt: none
+  /// or unknown); a disagreement is logged and counted in `delta`.
+  [[nodiscard]] std::vector<std::optional<std::int64_t>> starts(
+      std::span<const TopicPartition> partitions, std::span<const StoredOffset> rows,
+      std::span<const std::optional<std::int64_t>> kafka, ConsumerStats& delta);
+
+  /// After the store connection was replaced: where each of `owned` goes back to (its
+  /// row's next_offset, or the first record received since its assignment when the store
+  /// lost even the row), for those the consumer received anything of. Logged, and counted
+  /// in `delta` where the consumer's position differs.
+  [[nodiscard]] std::vector<PartitionOffset> rewinds(std::span<const TopicPartition> owned,
+                                                     std::span<const StoredOffset> rows,
+                                                     ConsumerStats& delta);
+  /// Restores the rows of `partitions` (after PartitionProgress::forget of them).
+  void restore(std::span<const TopicPartition> partitions, std::span<const StoredOffset> rows);
+
+  /// Writes the positions that moved with no transaction (PartitionProgress::unstored)
+  /// through `processor` (the first connection, nothing in flight on it). Returns false
+  /// when its connection was replaced since the offsets were read (read them again).
+  /// A failure is logged; the rows are written at the next call.
+  bool write_unstored(BatchProcessor& processor);
+
+ private:
+  void report(const TopicPartition& tp, std::int64_t stored, std::int64_t other,
+              std::string_view what, ConsumerStats& delta) const;
+
+  const ConsumerConfig& config_;
+  Store& store_;
+  PartitionProgress& progress_;
+  const LogFn& log_;
+};
+
+}  // namespace idem::detail
