@@ -7,6 +7,8 @@
 //   ceiling    the relay's claims sent through idem::Producer with no mark at all
 //   producer   a plain idempotent librdkafka producer sending the same payloads (warm)
 //   enqueue    UPDATE orders (the confirm) with vs without outbox.enqueue, per transaction
+//   replicated the warm relay with publish_after = replicated, when the primary has a
+//              synchronous standby (run under bench/with-sync-standby.sh)
 //
 // Usage: idem_bench_relay [EVENTS]   (default 100000)
 // PostgreSQL is measured when IDEM_BENCH_PG_DSN or IDEM_TEST_PG_DSN is set (e.g. under
@@ -230,8 +232,10 @@ idem::ProducerConfig producer_config(const std::string& bootstrap) {
 
 /// Builds a relay for the benchmark's store and broker.
 idem::RelayConfig relay_config(const std::string& url, const std::string& bootstrap,
-                               std::size_t mark_connections) {
+                               std::size_t mark_connections,
+                               idem::PublishAfter publish_after = idem::PublishAfter::Committed) {
   idem::RelayConfig c;
+  c.publish_after = publish_after;
   c.store_url = url;
   c.producer = producer_config(bootstrap);
   c.batch_size = kBatch;
@@ -276,13 +280,24 @@ double relay_cold_run(idem::Store& store, bool postgres, const std::string& url,
 /// of the table is set back to unpublished and the clock starts.
 double relay_warm_run(idem::Store& store, bool postgres, const std::string& url,
                       const std::string& bootstrap, std::int64_t n, long postmaster,
-                      std::size_t mark_connections) {
+                      std::size_t mark_connections,
+                      idem::PublishAfter publish_after = idem::PublishAfter::Committed) {
   reset_outbox_to_first(store, postgres, kWarmUpRows);
-  idem::Relay relay(relay_config(url, bootstrap, mark_connections));
+  idem::Relay relay(relay_config(url, bootstrap, mark_connections, publish_after));
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain the warm-up rows\n");
   unpublish_after_first(store, postgres, kWarmUpRows);
-  return timed_drain(relay, n - kWarmUpRows, postmaster,
-                     fmt::format("warm, {} mark connection(s)", mark_connections));
+  const bool replicated = publish_after == idem::PublishAfter::Replicated;
+  const double rate =
+      timed_drain(relay, n - kWarmUpRows, postmaster,
+                  fmt::format("warm, {} mark connection(s){}", mark_connections,
+                              replicated ? ", publish_after = replicated" : ""));
+  if (replicated) {
+    const idem::RelayProgress p = relay.progress();
+    std::printf("  replication waits: %llu batches, %lld ms in all\n",
+                static_cast<unsigned long long>(p.replication_waits),
+                static_cast<long long>(p.replication_wait_total.count()));
+  }
+  return rate;
 }
 
 /// Up to `limit` unpublished rows after `cursor`, with the relay's claim statement in a
@@ -501,6 +516,15 @@ std::pair<double, double> enqueue_cost(idem::Store& store, int n) {
   return {without / done * 1e6, with / done * 1e6};
 }
 
+/// Whether the primary of `store` has a standby in synchronous_standby_names, streaming.
+bool has_sync_standby(idem::Store& store) {
+  auto tx = store.begin_read();
+  const idem::Rows rows = tx->execute(
+      "SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')");
+  tx->commit();
+  return rows[0].int64(0) > 0;
+}
+
 void bench_backend(const std::string& name, const std::string& url, const std::string& bootstrap,
                    idem::DevBroker& broker, std::int64_t n, int* topic_seq) {
   auto store = idem::open_store(url);
@@ -569,7 +593,11 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
       {"relay, warm, marks inline (mark_connections=0)", {}},
       {"claim + produce with no mark (a free mark's ceiling)", {}},
       {"plain idempotent producer", {}},
-      {"idem::Producer alone", {}}};
+      {"idem::Producer alone", {}},
+      {fmt::format("relay, warm, {} mark connection(s), publish_after = replicated", marks), {}}};
+  // The replicated row runs when the primary has a synchronous standby
+  // (bench/with-sync-standby.sh): there its wait should cost nothing.
+  const bool sync_standby = postgres && has_sync_standby(*store);
   for (int round = 0; round < rounds; ++round) {
     std::printf("%s round %d of %d:\n", name.c_str(), round + 1, rounds);
     rows[0].second.push_back(
@@ -589,6 +617,10 @@ void bench_backend(const std::string& name, const std::string& url, const std::s
     const std::string itopic = fmt::format("bench-idem-producer-{}-{}", name, (*topic_seq)++);
     broker.create_topic(itopic, kPartitions);
     rows[6].second.push_back(idem_producer_run(bootstrap, itopic, payloads));
+    if (sync_standby) {
+      rows[7].second.push_back(relay_warm_run(*store, postgres, url, bootstrap, n, postmaster,
+                                              marks, idem::PublishAfter::Replicated));
+    }
   }
   const auto best = [&](std::size_t row) {
     const std::vector<double>& v = rows[row].second;
