@@ -33,6 +33,21 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// In the order of enum class Problem; Internal (the last) is kInternalProblem.
+constexpr ProblemType kProblemTypes[] = {
+    {400, "urn:idem:problem:idempotency-key-missing", "Idempotency-Key missing"},
+    {400, "urn:idem:problem:idempotency-key-malformed", "Idempotency-Key malformed"},
+    {400, "urn:idem:problem:invalid-request", "Invalid request"},
+    {409, "urn:idem:problem:idempotency-key-in-flight", "Idempotency-Key in flight"},
+    {422, "urn:idem:problem:idempotency-key-reused", "Idempotency-Key reused"},
+    {402, "urn:idem:problem:card-declined", "Card declined"},
+    {503, "urn:idem:problem:unavailable", "Service unavailable"},
+    {429, "urn:idem:problem:too-many-requests", "Too many requests"},
+    {404, "urn:idem:problem:not-found", "Not found"},
+};
+constexpr ProblemType kInternalProblem{500, "urn:idem:problem:internal-error", "Internal error"};
+static_assert(std::size(kProblemTypes) == static_cast<std::size_t>(Problem::Internal));
+
 // RFC 8941 section 3.3.3: an sf-string holds printable ASCII (%x20-7E) only.
 bool printable_ascii(char c) noexcept {
   const auto u = static_cast<unsigned char>(c);
@@ -74,20 +89,8 @@ std::optional<std::string> unquote_sf_string(std::string_view rest, std::string&
 }  // namespace
 
 const ProblemType& problem_type(Problem problem) {
-  static const ProblemType kInternal{500, "urn:idem:problem:internal-error", "Internal error"};
-  static const ProblemType kTypes[] = {
-      {400, "urn:idem:problem:idempotency-key-missing", "Idempotency-Key missing"},
-      {400, "urn:idem:problem:idempotency-key-malformed", "Idempotency-Key malformed"},
-      {400, "urn:idem:problem:invalid-request", "Invalid request"},
-      {409, "urn:idem:problem:idempotency-key-in-flight", "Idempotency-Key in flight"},
-      {422, "urn:idem:problem:idempotency-key-reused", "Idempotency-Key reused"},
-      {402, "urn:idem:problem:card-declined", "Card declined"},
-      {503, "urn:idem:problem:unavailable", "Service unavailable"},
-      {429, "urn:idem:problem:too-many-requests", "Too many requests"},
-      {404, "urn:idem:problem:not-found", "Not found"},
-  };
   const auto index = static_cast<std::size_t>(problem);
-  return index < std::size(kTypes) ? kTypes[index] : kInternal;
+  return index < std::size(kProblemTypes) ? kProblemTypes[index] : kInternalProblem;
 }
 
 std::string problem_body(Problem problem, std::string_view detail, const json& extensions) {
