@@ -48,6 +48,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "idem/reference/payment_provider.hpp"
+#include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
 
 #include "postgres_durable.hpp"
@@ -217,11 +218,15 @@ class OldProvider {
   int port_ = 0;
 };
 
+// Empties the provider's tables by dropping them and forgetting their migrations, so the
+// next provider creates them again. Migrating first makes the record table exist.
 void drop_provider_tables(const std::string& url) {
   auto store = idem::open_store(url);
+  (void)store->migrate_set(idem::payment_provider_migrations());
   auto tx = store->begin();
   tx->execute("DROP TABLE IF EXISTS provider_charge");
   tx->execute("DROP TABLE IF EXISTS provider_idempotency_key");
+  tx->execute("DELETE FROM idem_schema_migrations WHERE migration_set = 'payment_provider'");
   tx->commit();
 }
 

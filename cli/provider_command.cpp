@@ -39,6 +39,11 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
     std::string latency_ms;
     std::string decline;
     std::string seed;
+    std::string client_header;
+    std::string too_many_requests;
+    std::string retry_after;
+    std::string unavailable_retry_after;
+    std::string key_reused;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -74,9 +79,29 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                       "once (provider.latency)"),
       "provider.latency", "ms");
   cfg->bind(cmd->add_option("--decline", opts->decline,
-                            "Share of orders declined with 402 card_declined, by hash of order_id "
+                            "Share of orders declined with 402 card-declined, by hash of order_id "
                             "and seed (provider.decline)"),
             "provider.decline");
+  cfg->bind(cmd->add_option("--client-header", opts->client_header,
+                            "Request header naming the client; stored Idempotency-Keys are scoped "
+                            "by it (provider.client_header, default Authorization)"),
+            "provider.client_header");
+  cfg->bind(cmd->add_option("--too-many-requests", opts->too_many_requests,
+                            "Share of charge requests answered 429 with Retry-After "
+                            "(provider.too_many_requests)"),
+            "provider.too_many_requests");
+  cfg->bind(cmd->add_option("--retry-after", opts->retry_after,
+                            "Retry-After of those 429 answers, e.g. 2s; a bare number is seconds "
+                            "(provider.retry_after, default 1s)"),
+            "provider.retry_after", "s");
+  cfg->bind(cmd->add_option("--unavailable-retry-after", opts->unavailable_retry_after,
+                            "Retry-After of the 503 answers of --unavailable; a bare number is "
+                            "seconds, 0: none (provider.unavailable_retry_after)"),
+            "provider.unavailable_retry_after", "s");
+  cfg->bind(cmd->add_option("--key-reused", opts->key_reused,
+                            "Share of charge requests answered 422 idempotency-key-reused "
+                            "(provider.key_reused)"),
+            "provider.key_reused");
   cfg->bind(
       cmd->add_option("--seed", opts->seed,
                       "Seed of the fault draws and the decline hash (provider.seed, default 42)"),

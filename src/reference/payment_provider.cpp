@@ -21,8 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/error.hpp"
-#include "idem/http/idempotent_client.hpp"
-#include "idem/timestamp.hpp"
 #include "reference/payment_provider_ledger.hpp"
 #include "reference/payment_provider_rules.hpp"
 #include "reference/payment_provider_server.hpp"
@@ -35,6 +33,7 @@ using detail::HttpRequest;
 using detail::HttpResponse;
 using detail::LedgerAnswer;
 using detail::LedgerOutcome;
+using detail::Problem;
 using detail::Reply;
 
 namespace {
@@ -53,8 +52,23 @@ HttpResponse response(int status, std::string body,
   return res;
 }
 
-HttpResponse error_response(int status, std::string_view error, std::string_view message) {
-  return response(status, detail::error_body(error, message));
+HttpResponse problem_response(Problem problem, std::string_view what) {
+  return response(detail::problem_type(problem).status, detail::problem_body(problem, what),
+                  detail::kProblemContentType);
+}
+
+// A stored or ledger answer: an error status is a problem document (the 402 decline).
+HttpResponse stored_response(int status, std::string body) {
+  return response(status, std::move(body),
+                  status >= 400 ? detail::kProblemContentType : "application/json");
+}
+
+// Who is asking, for scoping stored keys; empty (anonymous) without the header.
+std::string client_id_of(const HttpRequest& req, std::string_view client_header) {
+  if (client_header.empty()) return {};
+  const auto it = req.find(beast_view(client_header));
+  if (it == req.end()) return {};
+  return detail::client_identity(std::string_view(it->value().data(), it->value().size()));
 }
 
 std::string header(const HttpRequest& req, std::string_view name) {
@@ -74,43 +88,6 @@ std::optional<std::string_view> query_param(std::string_view query, std::string_
     query.remove_prefix(amp + 1);
   }
   return std::nullopt;
-}
-
-std::string ms_to_rfc3339(std::int64_t ms) {
-  return format_rfc3339(Timestamp(std::chrono::milliseconds(ms)));
-}
-
-ProviderSummary read_summary(Transaction& tx) {
-  ProviderSummary r;
-  const Rows totals = tx.execute("SELECT count(*), count(DISTINCT order_id) FROM provider_charge");
-  r.charges = totals[0].int64(0);
-  r.orders = totals[0].int64(1);
-  for (const RowView row : tx.execute("SELECT order_id FROM provider_charge GROUP BY order_id "
-                                      "HAVING count(*) > 1 ORDER BY order_id")) {
-    r.orders_charged_more_than_once.push_back(row.int64(0));
-  }
-  return r;
-}
-
-std::vector<Charge> read_charges(Transaction& tx, std::optional<std::int64_t> order_id) {
-  constexpr std::string_view kColumns =
-      "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
-      "FROM provider_charge ";
-  const Rows rows =
-      order_id
-          ? tx.execute(std::string(kColumns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
-          : tx.execute(std::string(kColumns) + "ORDER BY payment_id");
-  std::vector<Charge> out;
-  out.reserve(rows.size());
-  for (const RowView row : rows) {
-    out.push_back(Charge{.payment_id = std::string(row.text(0)),
-                         .order_id = row.int64(1),
-                         .amount = std::string(row.text(2)),
-                         .idempotency_key = std::string(row.text(3)),
-                         .traceparent = row.is_null(4) ? std::string() : std::string(row.text(4)),
-                         .created_at = ms_to_rfc3339(row.int64(5))});
-  }
-  return out;
 }
 
 }  // namespace
@@ -137,6 +114,11 @@ struct PaymentProvider::Impl {
   void handle_list(std::string_view query, Reply reply);
   void handle_summary(Reply reply);
   void handle_faults(const HttpRequest& req, Reply reply);
+  void handle_policy(Reply reply);
+  /// Answers a request of the charge route: every answer names the key retention.
+  void send_charge_answer(Reply& reply, HttpResponse res, bool break_off = false);
+  /// A fault drawn for a charge request, answered before anything is stored; false: none.
+  bool answer_with_fault(const ProviderFaults& now_faults, Reply& reply);
   void on_claim(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer answer);
   void start_latency(const std::shared_ptr<ChargeFlow>& flow);
   void claim_ready(const std::shared_ptr<ChargeFlow>& flow);
@@ -167,6 +149,7 @@ struct PaymentProvider::Impl {
   std::atomic<std::int64_t> conflicts{0};
   std::atomic<std::int64_t> resets{0};
   std::atomic<std::int64_t> unavailable{0};
+  std::atomic<std::int64_t> too_many_requests{0};
   std::atomic<std::int64_t> in_progress_answers{0};  // 409s of the in_progress fault
   std::atomic<std::int64_t> declines{0};
   std::atomic<std::int64_t> in_progress{0};  // requests waiting for the ledger or a timer
@@ -185,6 +168,7 @@ struct PaymentProvider::Impl {
   bool started = false;
   std::thread loop_thread;
   std::string url;
+  std::string key_retention_seconds;  // kKeyExpiresAfterHeader's value
 };
 
 PaymentProvider::Impl::Impl(std::unique_ptr<Store> store, ProviderConfig c)
@@ -194,6 +178,8 @@ PaymentProvider::Impl::Impl(std::unique_ptr<Store> store, ProviderConfig c)
       server(io, [this](HttpRequest& req, Reply reply) { handle(req, std::move(reply)); }),
       ledger(std::move(store), *config.clock, config.key_retention) {
   if (config.after_claim) hooks = std::make_unique<asio::thread_pool>(1);
+  key_retention_seconds = std::to_string(
+      std::chrono::duration_cast<std::chrono::seconds>(config.key_retention).count());
 }
 
 ProviderFaults PaymentProvider::Impl::current_faults() const {
@@ -242,45 +228,92 @@ void PaymentProvider::Impl::handle(HttpRequest& req, Reply reply) {
   const bool post = req.method() == beast_http::verb::post;
   try {
     if (post && path == "/payments/charge") return handle_charge(req, std::move(reply));
+    if (get && path == kIdempotencyPolicyPath) return handle_policy(std::move(reply));
     if (get && path == "/payments/summary") return handle_summary(std::move(reply));
     if (get && path == "/payments") return handle_list(query, std::move(reply));
     if (post && path == "/admin/faults") return handle_faults(req, std::move(reply));
     if (get && path == "/healthz") return reply.send(response(200, "ok\n", "text/plain"));
-    reply.send(error_response(404, "not_found", fmt::format("no route for {}", path)));
+    reply.send(problem_response(
+        Problem::NotFound,
+        fmt::format("no route for {} {}", std::string(req.method_string()), path)));
   } catch (const std::exception& e) {  // before the request was handed on: answer here
-    reply.send(error_response(500, "internal_error", e.what()));
+    reply.send(problem_response(Problem::Internal, e.what()));
   }
 }
 
-void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
-  if (req.find("Idempotency-Key") == req.end()) {
-    return reply.send(
-        error_response(400, "missing_idempotency_key", "Idempotency-Key header is required"));
+void PaymentProvider::Impl::send_charge_answer(Reply& reply, HttpResponse res, bool break_off) {
+  res.set(beast_view(kKeyExpiresAfterHeader), key_retention_seconds);
+  if (break_off) {
+    reply.break_off(std::move(res));
+  } else {
+    reply.send(std::move(res));
   }
-  std::string key = header(req, "Idempotency-Key");
-  try {
-    validate_idempotency_key(key);
-  } catch (const Error& e) {
-    return reply.send(error_response(400, "invalid_idempotency_key", e.what()));
-  }
-  std::string why;
-  const auto charge_request = detail::parse_charge(req.body(), why);
-  if (!charge_request) return reply.send(error_response(400, "invalid_request", why));
-  const ProviderFaults now_faults = current_faults();
+}
+
+// Shares of charge requests answered before anything is stored, so that a client's test
+// can meet each answer on demand.
+bool PaymentProvider::Impl::answer_with_fault(const ProviderFaults& now_faults, Reply& reply) {
   if (draw(now_faults.unavailable)) {
     ++unavailable;
-    return reply.send(error_response(503, "unavailable", "injected fault: provider unavailable"));
+    HttpResponse res =
+        problem_response(Problem::Unavailable, "injected fault: provider unavailable");
+    if (now_faults.unavailable_retry_after.count() > 0)
+      res.set(beast_http::field::retry_after,
+              std::to_string(now_faults.unavailable_retry_after.count()));
+    send_charge_answer(reply, std::move(res));
+    return true;
+  }
+  if (draw(now_faults.too_many_requests)) {
+    ++too_many_requests;
+    HttpResponse res =
+        problem_response(Problem::TooManyRequests, "injected fault: too many requests");
+    res.set(beast_http::field::retry_after, std::to_string(now_faults.retry_after.count()));
+    send_charge_answer(reply, std::move(res));
+    return true;
   }
   if (draw(now_faults.in_progress)) {
     ++in_progress_answers;
-    return reply.send(error_response(409, "request_in_progress",
-                                     "injected fault: a request with this key is in progress"));
+    send_charge_answer(reply, problem_response(Problem::KeyInFlight,
+                                               "injected fault: a request with this "
+                                               "Idempotency-Key is still being processed"));
+    return true;
   }
+  if (draw(now_faults.key_reused)) {
+    ++conflicts;
+    send_charge_answer(reply, problem_response(Problem::KeyReused,
+                                               "injected fault: this Idempotency-Key was "
+                                               "used for a different request"));
+    return true;
+  }
+  return false;
+}
+
+void PaymentProvider::Impl::handle_charge(HttpRequest& req, Reply reply) {
+  if (req.count("Idempotency-Key") == 0) {
+    return send_charge_answer(
+        reply, problem_response(Problem::KeyMissing, "the Idempotency-Key header is required"));
+  }
+  std::string why;
+  if (req.count("Idempotency-Key") > 1) {
+    return send_charge_answer(
+        reply, problem_response(Problem::KeyMalformed, "one Idempotency-Key per request"));
+  }
+  auto key = detail::parse_idempotency_key(header(req, "Idempotency-Key"), why);
+  if (!key) return send_charge_answer(reply, problem_response(Problem::KeyMalformed, why));
+  const auto charge_request = detail::parse_charge(req.body(), why);
+  if (!charge_request) {
+    return send_charge_answer(reply, problem_response(Problem::InvalidRequest, why));
+  }
+  const ProviderFaults now_faults = current_faults();
+  if (answer_with_fault(now_faults, reply)) return;
 
   // Without latency or a hook between claim and charge, both commit in one transaction.
   const bool at_once = now_faults.latency.count() == 0 && !config.after_claim;
   auto flow = std::make_shared<ChargeFlow>(ChargeFlow{
-      .attempt = {.key = std::move(key),
+      .attempt = {.key = std::move(*key),
+                  .client_id = client_id_of(req, config.client_header),
+                  .method = std::string(req.method_string()),
+                  .path = "/payments/charge",
                   .fingerprint = charge_request->fingerprint(),
                   .order_id = charge_request->order_id,
                   .amount = charge_request->amount.to_string(),
@@ -338,7 +371,7 @@ void PaymentProvider::Impl::charge_or_give_up(const std::shared_ptr<ChargeFlow>&
 // The provider stops while `flow` holds a claimed key and nothing was charged: the key
 // is released, so the client's retry (to this or another provider) charges once.
 void PaymentProvider::Impl::give_up(const std::shared_ptr<ChargeFlow>& flow) {
-  ledger.release(flow->attempt.key);
+  ledger.release(flow->attempt);
   answer(flow, {LedgerOutcome::Failed, 503, {}, "the payment provider is stopping"});
 }
 
@@ -352,44 +385,49 @@ void PaymentProvider::Impl::charge(const std::shared_ptr<ChargeFlow>& flow) {
 void PaymentProvider::Impl::answer(const std::shared_ptr<ChargeFlow>& flow, LedgerAnswer a) {
   Reply& reply = flow->reply;
   switch (a.outcome) {
-    case LedgerOutcome::Charged:
-      if (draw(flow->faults.reset_after_commit)) {
-        // Committed, and now the answer breaks off: "the provider charged, and the
-        // answer was lost" of the design documents.
-        ++resets;
-        reply.break_off(response(a.status, std::move(a.body)));
-      } else {
-        reply.send(response(a.status, std::move(a.body)));
-      }
+    case LedgerOutcome::Charged: {
+      // Committed; with the fault the answer then breaks off: "the provider charged, and
+      // the answer was lost" of the design documents.
+      const bool lose_answer = draw(flow->faults.reset_after_commit);
+      if (lose_answer) ++resets;
+      send_charge_answer(reply, stored_response(a.status, std::move(a.body)), lose_answer);
       break;
+    }
     case LedgerOutcome::Declined:
       ++declines;
-      reply.send(response(a.status, std::move(a.body)));
+      send_charge_answer(reply, stored_response(a.status, std::move(a.body)));
       break;
     case LedgerOutcome::InFlight:
       ++conflicts;
-      reply.send(error_response(409, "request_in_progress",
-                                "a request with this Idempotency-Key is still being processed"));
+      send_charge_answer(reply,
+                         problem_response(Problem::KeyInFlight,
+                                          "a request with this Idempotency-Key is still being "
+                                          "processed; retry later with the same key"));
       break;
     case LedgerOutcome::DifferentRequest:
       ++conflicts;
-      reply.send(error_response(422, "idempotency_key_reused",
-                                "this Idempotency-Key was used for a different request"));
+      send_charge_answer(reply, problem_response(Problem::KeyReused,
+                                                 "this Idempotency-Key was used for a different "
+                                                 "request (another order_id or amount)"));
       break;
     case LedgerOutcome::Replayed: {
-      HttpResponse res = response(a.status, std::move(a.body));
+      HttpResponse res = stored_response(a.status, std::move(a.body));
       res.set("Idempotent-Replayed", "true");
       ++replays;
-      reply.send(std::move(res));
+      send_charge_answer(reply, std::move(res));
       break;
     }
     case LedgerOutcome::Claimed:  // not an answer; on_claim() goes on instead
     case LedgerOutcome::Failed:
-      reply.send(a.status == 503 ? error_response(503, "unavailable", a.error)
-                                 : error_response(500, "internal_error", a.error));
+      send_charge_answer(reply, a.status == 503 ? problem_response(Problem::Unavailable, a.error)
+                                                : problem_response(Problem::Internal, a.error));
       break;
   }
   end_work();
+}
+
+void PaymentProvider::Impl::handle_policy(Reply reply) {
+  reply.send(response(200, detail::idempotency_policy_json(config).dump()));
 }
 
 void PaymentProvider::Impl::handle_list(std::string_view query, Reply reply) {
@@ -398,8 +436,8 @@ void PaymentProvider::Impl::handle_list(std::string_view query, Reply reply) {
     std::int64_t id = 0;
     const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), id);
     if (ec != std::errc() || ptr != text->data() + text->size()) {
-      return reply.send(error_response(400, "invalid_request",
-                                       fmt::format("order_id '{}' is not an integer", *text)));
+      return reply.send(problem_response(Problem::InvalidRequest,
+                                         fmt::format("order_id '{}' is not an integer", *text)));
     }
     order_id = id;
   }
@@ -409,11 +447,12 @@ void PaymentProvider::Impl::handle_list(std::string_view query, Reply reply) {
     try {
       auto tx = store.begin_read();
       nlohmann::json list = nlohmann::json::array();
-      for (const Charge& c : read_charges(*tx, order_id)) list.push_back(detail::charge_to_json(c));
+      for (const Charge& c : detail::ChargeLedger::read_charges(*tx, order_id))
+        list.push_back(detail::charge_to_json(c));
       tx->commit();
       res = response(200, list.dump());
     } catch (const std::exception& e) {
-      res = error_response(500, "internal_error", e.what());
+      res = problem_response(Problem::Internal, e.what());
     }
     asio::post(io, [this, reply = std::move(reply), res = std::move(res)]() mutable {
       reply.send(std::move(res));
@@ -428,17 +467,18 @@ void PaymentProvider::Impl::handle_summary(Reply reply) {
     HttpResponse res;
     try {
       auto tx = store.begin_read();
-      ProviderSummary s = read_summary(*tx);
+      ProviderSummary s = detail::ChargeLedger::read_summary(*tx);
       tx->commit();
       s.replays = replays.load();
       s.conflicts = conflicts.load();
       s.resets_after_commit = resets.load();
       s.unavailable = unavailable.load();
+      s.too_many_requests = too_many_requests.load();
       s.in_progress = in_progress_answers.load();
       s.declined = declines.load();
       res = response(200, detail::summary_to_json(s).dump());
     } catch (const std::exception& e) {
-      res = error_response(500, "internal_error", e.what());
+      res = problem_response(Problem::Internal, e.what());
     }
     asio::post(io, [this, reply = std::move(reply), res = std::move(res)]() mutable {
       reply.send(std::move(res));
@@ -451,7 +491,7 @@ void PaymentProvider::Impl::handle_faults(const HttpRequest& req, Reply reply) {
   std::string why;
   std::lock_guard lock(faults_mutex);
   const auto next = detail::apply_fault_changes(faults, req.body(), why);
-  if (!next) return reply.send(error_response(400, "invalid_request", why));
+  if (!next) return reply.send(problem_response(Problem::InvalidRequest, why));
   faults = *next;
   reply.send(response(200, detail::faults_to_json(faults).dump()));
 }
@@ -464,6 +504,7 @@ PaymentProvider::PaymentProvider(std::unique_ptr<Store> store, ProviderConfig co
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
                 "payment provider: key_retention must be positive");
   }
+  detail::validate_client_header(config.client_header);
   if (config.clock == nullptr) config.clock = &SystemClock::instance();
   detail::validate_faults(config.faults);
   impl_ = std::make_unique<Impl>(std::move(store), std::move(config));
@@ -506,18 +547,21 @@ ProviderFaults PaymentProvider::faults() const {
 }
 
 ProviderSummary PaymentProvider::summary() const {
-  ProviderSummary s = impl_->ledger.read([](Transaction& tx) { return read_summary(tx); });
+  ProviderSummary s =
+      impl_->ledger.read([](Transaction& tx) { return detail::ChargeLedger::read_summary(tx); });
   s.replays = impl_->replays.load();
   s.conflicts = impl_->conflicts.load();
   s.resets_after_commit = impl_->resets.load();
   s.unavailable = impl_->unavailable.load();
+  s.too_many_requests = impl_->too_many_requests.load();
   s.in_progress = impl_->in_progress_answers.load();
   s.declined = impl_->declines.load();
   return s;
 }
 
 std::vector<Charge> PaymentProvider::charges(std::optional<std::int64_t> order_id) const {
-  return impl_->ledger.read([&](Transaction& tx) { return read_charges(tx, order_id); });
+  return impl_->ledger.read(
+      [&](Transaction& tx) { return detail::ChargeLedger::read_charges(tx, order_id); });
 }
 
 ProviderStats PaymentProvider::stats() const {

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "idem/reference/schema.hpp"
+#include "idem/timestamp.hpp"
 #include "idem/uuid.hpp"
 #include "reference/payment_provider_rules.hpp"
 
@@ -15,28 +17,8 @@ namespace idem::http::detail {
 
 namespace {
 
-// Portable between SQLite and PostgreSQL, so `--db` may name either.
-constexpr std::string_view kCreateKeys =
-    "CREATE TABLE IF NOT EXISTS provider_idempotency_key ("
-    " idempotency_key text PRIMARY KEY,"
-    " fingerprint text NOT NULL,"  // what the request asked for
-    " state text NOT NULL,"        // 'in_flight' or 'done'
-    " response_status bigint,"     // the stored first answer, once done
-    " response_body text,"
-    " created_at_ms bigint NOT NULL)";
-constexpr std::string_view kCreateCharges =
-    "CREATE TABLE IF NOT EXISTS provider_charge ("
-    " payment_id text PRIMARY KEY,"  // pay_<UUIDv7>: sorts by creation
-    " order_id bigint NOT NULL,"
-    " amount text NOT NULL,"
-    " idempotency_key text NOT NULL,"
-    " traceparent text,"
-    " created_at_ms bigint NOT NULL)";
-constexpr std::string_view kCreateChargesIndex =
-    "CREATE INDEX IF NOT EXISTS provider_charge_order_id_idx ON provider_charge (order_id)";
-
 // Jobs per transaction at most: bounds a transaction's statements and parameters
-// (6 per row, far below SQLite's 32,766 and PostgreSQL's 65,535 per statement).
+// (9 per row at most, far below SQLite's 32,766 and PostgreSQL's 65,535 per statement).
 constexpr std::size_t kMaxBatch = 1024;
 // A batch's rows go out in statements of these sizes (greedy), so a connection
 // prepares a few fixed SQL texts instead of one per batch size.
@@ -74,6 +56,29 @@ Param optional_text(const std::string& text) {
   return text.empty() ? Param(nullptr) : Param(text);
 }
 
+std::string scoped_identity(std::string_view client_id, std::string_view method,
+                            std::string_view path, std::string_view key) {
+  return fmt::format("{}\n{}\n{}\n{}", client_id, method, path, key);
+}
+
+// "$k, ..." (the first of each row's parameters) and "($k,$c,$m,$p), ..." for `count`
+// scoped keys whose four parameters start at $first: a DELETE names both, so the plain
+// IN list on the key (the primary key's leading column) lets PostgreSQL use the index.
+std::string key_placeholders(std::size_t first, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    out += fmt::format("{}${}", i == 0 ? "" : ",", first + i * 4);
+  }
+  return out;
+}
+std::string scoped_rows(std::size_t first, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    out += fmt::format("{}({})", i == 0 ? "" : ",", placeholders(first + i * 4, 4));
+  }
+  return out;
+}
+
 struct KeyRow {
   std::string fingerprint;
   std::string state;
@@ -82,7 +87,8 @@ struct KeyRow {
   std::int64_t created_at_ms = 0;
 };
 
-// The rows of `keys` that exist, by key.
+// The rows of `keys` that exist, of any client, by scoped identity. The lookup names the
+// key alone (the primary key's leading column); a key is rarely shared by two scopes.
 std::unordered_map<std::string, KeyRow> lookup_keys(Transaction& tx,
                                                     const std::vector<std::string>& keys) {
   std::unordered_map<std::string, KeyRow> found;
@@ -91,7 +97,8 @@ std::unordered_map<std::string, KeyRow> lookup_keys(Transaction& tx,
                                     keys.begin() + static_cast<std::ptrdiff_t>(at + n));
     const Rows rows = tx.execute_params(
         fmt::format("SELECT idempotency_key, fingerprint, state, response_status, response_body, "
-                    "created_at_ms FROM provider_idempotency_key WHERE idempotency_key IN ({})",
+                    "created_at_ms, client_id, request_method, request_path "
+                    "FROM provider_idempotency_key WHERE idempotency_key IN ({})",
                     placeholders(1, n)),
         params);
     for (const RowView row : rows) {
@@ -101,23 +108,30 @@ std::unordered_map<std::string, KeyRow> lookup_keys(Transaction& tx,
       if (!row.is_null(3)) k.status = static_cast<int>(row.int64(3));
       if (!row.is_null(4)) k.body = std::string(row.text(4));
       k.created_at_ms = row.int64(5);
-      found.emplace(std::string(row.text(0)), std::move(k));
+      found.emplace(scoped_identity(row.text(6), row.text(7), row.text(8), row.text(0)),
+                    std::move(k));
     }
   });
   return found;
 }
 
-// DELETE ... WHERE <condition> AND idempotency_key IN (keys), deferred: nobody needs
-// its count. `leading` are the condition's parameters ($1...).
+// DELETE ... WHERE <condition> AND the scoped key is one of `keys`, deferred: nobody
+// needs its count. `leading` are the condition's parameters ($1...).
 void delete_keys(Transaction& tx, std::string_view condition, const std::vector<Param>& leading,
-                 const std::vector<std::string>& keys) {
+                 const std::vector<const ChargeAttempt*>& keys) {
   for_each_chunk(keys.size(), [&](std::size_t at, std::size_t n) {
     std::vector<Param> params = leading;
-    params.insert(params.end(), keys.begin() + static_cast<std::ptrdiff_t>(at),
-                  keys.begin() + static_cast<std::ptrdiff_t>(at + n));
+    for (std::size_t i = at; i < at + n; ++i) {
+      const ChargeAttempt& a = *keys[i];
+      params.insert(params.end(),
+                    {Param(a.key), Param(a.client_id), Param(a.method), Param(a.path)});
+    }
+    const std::size_t first = leading.size() + 1;
     tx.execute_deferred_params(
-        fmt::format("DELETE FROM provider_idempotency_key WHERE {} AND idempotency_key IN ({})",
-                    condition, placeholders(leading.size() + 1, n)),
+        fmt::format("DELETE FROM provider_idempotency_key WHERE {} AND idempotency_key IN ({}) "
+                    "AND (idempotency_key, client_id, request_method, request_path) IN "
+                    "(VALUES {})",
+                    condition, key_placeholders(first, n), scoped_rows(first, n)),
         params);
   });
 }
@@ -130,29 +144,67 @@ struct ChargeRow {
 void insert_charges(Transaction& tx, const std::vector<ChargeRow>& charges, std::int64_t now_ms) {
   for_each_chunk(charges.size(), [&](std::size_t at, std::size_t n) {
     std::vector<Param> params;
-    params.reserve(n * 6);
+    params.reserve(n * 7);
     for (std::size_t i = at; i < at + n; ++i) {
       const ChargeAttempt& a = *charges[i].attempt;
-      params.insert(params.end(), {Param(charges[i].payment_id), Param(a.order_id), Param(a.amount),
-                                   Param(a.key), optional_text(a.traceparent), Param(now_ms)});
+      params.insert(params.end(),
+                    {Param(charges[i].payment_id), Param(a.order_id), Param(a.amount), Param(a.key),
+                     optional_text(a.traceparent), Param(now_ms), Param(a.client_id)});
     }
     tx.execute_deferred_params(
         fmt::format("INSERT INTO provider_charge(payment_id, order_id, amount, idempotency_key, "
-                    "traceparent, created_at_ms) VALUES {}",
-                    value_rows(n, 6)),
+                    "traceparent, created_at_ms, client_id) VALUES {}",
+                    value_rows(n, 7)),
         params);
   });
 }
 
 }  // namespace
 
+std::string ChargeAttempt::identity() const {
+  return scoped_identity(client_id, method, path, key);
+}
+
+ProviderSummary ChargeLedger::read_summary(Transaction& tx) {
+  ProviderSummary r;
+  const Rows totals = tx.execute("SELECT count(*), count(DISTINCT order_id) FROM provider_charge");
+  r.charges = totals[0].int64(0);
+  r.orders = totals[0].int64(1);
+  for (const RowView row : tx.execute("SELECT order_id FROM provider_charge GROUP BY order_id "
+                                      "HAVING count(*) > 1 ORDER BY order_id")) {
+    r.orders_charged_more_than_once.push_back(row.int64(0));
+  }
+  return r;
+}
+
+std::vector<Charge> ChargeLedger::read_charges(Transaction& tx,
+                                               std::optional<std::int64_t> order_id) {
+  constexpr std::string_view kColumns =
+      "SELECT payment_id, order_id, amount, idempotency_key, traceparent, created_at_ms "
+      "FROM provider_charge ";
+  const Rows rows =
+      order_id
+          ? tx.execute(std::string(kColumns) + "WHERE order_id = $1 ORDER BY payment_id", *order_id)
+          : tx.execute(std::string(kColumns) + "ORDER BY payment_id");
+  std::vector<Charge> out;
+  out.reserve(rows.size());
+  for (const RowView row : rows) {
+    out.push_back(
+        Charge{.payment_id = std::string(row.text(0)),
+               .order_id = row.int64(1),
+               .amount = std::string(row.text(2)),
+               .idempotency_key = std::string(row.text(3)),
+               .traceparent = row.is_null(4) ? std::string() : std::string(row.text(4)),
+               .created_at = format_rfc3339(Timestamp(std::chrono::milliseconds(row.int64(5))))});
+  }
+  return out;
+}
+
 ChargeLedger::ChargeLedger(std::unique_ptr<Store> store, const Clock& clock,
                            std::chrono::milliseconds key_retention)
     : store_(std::move(store)), clock_(clock), key_retention_(key_retention) {
+  (void)store_->migrate_set(payment_provider_migrations());
   auto tx = store_->begin();
-  tx->execute(kCreateKeys);
-  tx->execute(kCreateCharges);
-  tx->execute(kCreateChargesIndex);
   tx->execute("DELETE FROM provider_idempotency_key WHERE state = 'in_flight'");
   tx->commit();
   thread_ = std::thread([this] { run(); });
@@ -175,9 +227,7 @@ void ChargeLedger::charge(ChargeAttempt attempt, LedgerCompletion done) {
   enqueue(JobKind::Charge, std::move(attempt), std::move(done), {});
 }
 
-void ChargeLedger::release(std::string key) {
-  ChargeAttempt attempt;
-  attempt.key = std::move(key);
+void ChargeLedger::release(ChargeAttempt attempt) {
   enqueue(JobKind::Release, std::move(attempt), {}, {});
 }
 
@@ -230,7 +280,7 @@ std::vector<ChargeLedger::Job> ChargeLedger::take_batch(std::unique_lock<std::mu
   for (Job& job : queue_) {
     const bool is_read = job.kind == JobKind::Read;
     const bool take =
-        is_read ? left.empty() : writes < kMaxBatch && keys.insert(job.attempt.key).second;
+        is_read ? left.empty() : writes < kMaxBatch && keys.insert(job.attempt.identity()).second;
     if (take) {
       writes += is_read ? 0 : 1;
       batch.push_back(std::move(job));
@@ -266,7 +316,7 @@ void ChargeLedger::commit_writes(std::vector<Job>& jobs) {
         // Nothing was charged: release the key so that a retry can claim it.
         try {
           auto tx = store_->begin();
-          delete_keys(*tx, "state = 'in_flight'", {}, {job.attempt.key});
+          delete_keys(*tx, "state = 'in_flight'", {}, {&job.attempt});
           tx->commit();
         } catch (...) {  // the store is gone: a restart forgets in-flight claims anyway
         }
@@ -292,7 +342,7 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   const std::int64_t now_ms = to_ms(clock_.now());
   std::vector<LedgerAnswer> answers(jobs.size());
   std::vector<ChargeRow> charges;
-  std::vector<std::string> released;
+  std::vector<const ChargeAttempt*> released;
 
   // Claims: INSERT ... ON CONFLICT DO NOTHING. A claim that charges at once inserts its
   // key as done, with the answer: claim and charge commit together. A declined one
@@ -321,41 +371,46 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   const auto insert_claims = [&](const std::vector<std::size_t>& rows) {
     for_each_chunk(rows.size(), [&](std::size_t at, std::size_t n) {
       std::vector<Param> params;
-      params.reserve(n * 6);
+      params.reserve(n * 9);
       for (std::size_t j = at; j < at + n; ++j) {
         const std::size_t i = rows[j];
         const ChargeAttempt& a = jobs[i].attempt;
         const bool done = a.charge_at_claim;
-        params.insert(params.end(),
-                      {Param(a.key), Param(a.fingerprint), Param(done ? "done" : "in_flight"),
-                       done ? Param(kCharged) : Param(nullptr),
-                       done ? Param(answers[i].body) : Param(nullptr), Param(now_ms)});
+        params.insert(
+            params.end(),
+            {Param(a.key), Param(a.client_id), Param(a.method), Param(a.path), Param(a.fingerprint),
+             Param(done ? "done" : "in_flight"), done ? Param(kCharged) : Param(nullptr),
+             done ? Param(answers[i].body) : Param(nullptr), Param(now_ms)});
       }
       const Rows rows_claimed = tx.execute_params(
-          fmt::format("INSERT INTO provider_idempotency_key(idempotency_key, fingerprint, state, "
-                      "response_status, response_body, created_at_ms) VALUES {} "
-                      "ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-                      value_rows(n, 6)),
+          fmt::format("INSERT INTO provider_idempotency_key(idempotency_key, client_id, "
+                      "request_method, request_path, fingerprint, state, response_status, "
+                      "response_body, created_at_ms) VALUES {} ON CONFLICT (idempotency_key, "
+                      "client_id, request_method, request_path) DO NOTHING RETURNING "
+                      "idempotency_key, client_id, request_method, request_path",
+                      value_rows(n, 9)),
           params);
-      for (const RowView row : rows_claimed) claimed.emplace(row.text(0));
+      for (const RowView row : rows_claimed)
+        claimed.emplace(scoped_identity(row.text(1), row.text(2), row.text(3), row.text(0)));
     });
   };
   insert_claims(inserting);
   std::vector<std::string> existing_keys;
   for (const std::size_t i : claims) {
-    if (claimed.count(jobs[i].attempt.key) == 0) existing_keys.push_back(jobs[i].attempt.key);
+    if (claimed.count(jobs[i].attempt.identity()) == 0)
+      existing_keys.push_back(jobs[i].attempt.key);
   }
   auto existing = lookup_keys(tx, existing_keys);
   const std::int64_t expired_before = now_ms - key_retention_.count();
-  std::vector<std::string> expired_keys;
+  std::vector<const ChargeAttempt*> expired_keys;
   std::vector<std::size_t> claiming_again;  // a declined charge only forgets the key
   for (const std::size_t i : claims) {
     const ChargeAttempt& a = jobs[i].attempt;
-    const auto it = existing.find(a.key);
+    const auto it = existing.find(a.identity());
     if (it == existing.end() || it->second.state != "done" ||
         it->second.created_at_ms >= expired_before)
       continue;
-    expired_keys.push_back(it->first);
+    expired_keys.push_back(&a);
     if (!(a.charge_at_claim && a.declined)) claiming_again.push_back(i);
     existing.erase(it);
   }
@@ -366,14 +421,15 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   }
   for (const std::size_t i : claims) {
     const ChargeAttempt& a = jobs[i].attempt;
-    if (claimed.count(a.key) != 0) {
+    const std::string identity = a.identity();
+    if (claimed.count(identity) != 0) {
       if (a.charge_at_claim)
         charges.push_back({payment_ids[i], &a});
       else
         answers[i] = {LedgerOutcome::Claimed, 0, {}, {}};
       continue;
     }
-    const auto it = existing.find(a.key);
+    const auto it = existing.find(identity);
     if (it == existing.end()) {
       // Only a declined charge inserts no key; another provider process that just
       // released the key is the other way here, and a retry sorts it out.
@@ -394,11 +450,11 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     const ChargeAttempt& a = jobs[i].attempt;
     if (jobs[i].kind == JobKind::Release) {
-      released.push_back(a.key);
+      released.push_back(&a);
     } else if (jobs[i].kind == JobKind::Charge && a.declined) {
       // A decline charges nothing, so it is not stored: the same key may charge once
       // the customer fixed the cause. That is what replaying a declined event relies on.
-      released.push_back(a.key);
+      released.push_back(&a);
       answers[i] = {LedgerOutcome::Declined, kDeclined, declined_body(a.order_id), {}};
     } else if (jobs[i].kind == JobKind::Charge) {
       const std::string payment_id = "pay_" + new_uuid_v7().to_string();
@@ -406,8 +462,9 @@ std::vector<LedgerAnswer> ChargeLedger::write(Transaction& tx, std::vector<Job>&
           LedgerOutcome::Charged, kCharged, charged_body(payment_id, a.order_id, a.amount), {}};
       tx.execute_deferred(
           "UPDATE provider_idempotency_key SET state = 'done', response_status = $2, "
-          "response_body = $3 WHERE idempotency_key = $1",
-          a.key, kCharged, answers[i].body);
+          "response_body = $3 WHERE idempotency_key = $1 AND client_id = $4 AND "
+          "request_method = $5 AND request_path = $6",
+          a.key, kCharged, answers[i].body, a.client_id, a.method, a.path);
       charges.push_back({payment_id, &a});
     }
   }

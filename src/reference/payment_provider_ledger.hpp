@@ -15,19 +15,25 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "idem/clock.hpp"
+#include "idem/reference/payment_provider.hpp"
 #include "idem/store.hpp"
 
 namespace idem::http::detail {
 
-/// One charge request as the ledger sees it.
+/// One charge request as the ledger sees it. A stored key's identity is its scope and
+/// the key: (client_id, method, path, key).
 struct ChargeAttempt {
   std::string key;
+  std::string client_id;  ///< digest of the client identity header; empty: anonymous
+  std::string method = "POST";
+  std::string path = "/payments/charge";
   std::string fingerprint;
   std::int64_t order_id = 0;
   std::string amount;       ///< canonical decimal text
@@ -36,6 +42,10 @@ struct ChargeAttempt {
   /// between). false: only claim the key; charge() follows.
   bool charge_at_claim = false;
   bool declined = false;  ///< charge nothing, keep no key (only when charging)
+
+  /// The scoped key as one string, for maps and sets: no part holds a newline (a key
+  /// holds no control character).
+  [[nodiscard]] std::string identity() const;
 };
 
 enum class LedgerOutcome {
@@ -66,7 +76,7 @@ struct LedgerStats {
 
 class ChargeLedger {
  public:
-  /// Creates the tables if missing and forgets the claims a previous process left in
+  /// Applies the provider's migrations and forgets the claims a previous process left in
   /// flight, on the calling thread; then starts the store thread.
   ChargeLedger(std::unique_ptr<Store> store, const Clock& clock,
                std::chrono::milliseconds key_retention);
@@ -79,8 +89,8 @@ class ChargeLedger {
   /// Second step of a Claimed attempt: charge, or (declined) release the key. A charge
   /// that fails releases the key too, so a retry can claim it again.
   void charge(ChargeAttempt attempt, LedgerCompletion done);
-  /// Releases a claimed key: nothing was charged under it.
-  void release(std::string key);
+  /// Releases the claimed key of `attempt`: nothing was charged under it.
+  void release(ChargeAttempt attempt);
 
   /// Runs `fn(Transaction&)` in a read-only transaction on the store thread, after the
   /// writes queued before it committed; returns its result (rethrows its exception).
@@ -90,6 +100,11 @@ class ChargeLedger {
   void read_async(std::function<void(Store&)> fn);
 
   [[nodiscard]] LedgerStats stats() const;
+
+  /// The audit's reads, for read(): GET /payments/summary and GET /payments.
+  [[nodiscard]] static ProviderSummary read_summary(Transaction& tx);
+  [[nodiscard]] static std::vector<Charge> read_charges(Transaction& tx,
+                                                        std::optional<std::int64_t> order_id);
 
  private:
   enum class JobKind { Claim, Charge, Release, Read };

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include "idem/config.hpp"
+#include "idem/error.hpp"
 #include "idem/reference/billing.hpp"
 #include "idem/reference/payment_provider.hpp"
+#include "reference/payment_provider_rules.hpp"
 
 namespace idem {
 
@@ -18,8 +20,20 @@ void declare_provider_keys(SectionKeys<ProviderSettings>& keys) {
       return std::invoke(member, p.provider.faults);
     };
   };
-  keys.number("provider.decline", faults(&ProviderFaults::decline),
-              "share of orders declined with 402 card_declined (by hash of order_id and seed)", 0,
+  keys.text(
+          "provider.client_header",
+          [](ProviderSettings & p) -> auto& { return p.provider.client_header; },
+          "request header naming the client: stored Idempotency-Keys are scoped by it (empty: "
+          "every request is the anonymous client)")
+      .check([](ProviderSettings& p, SectionProblems& problems) {
+        try {
+          detail::validate_client_header(p.provider.client_header);
+        } catch (const Error& e) {
+          problems.fail("provider.client_header", e.what());
+        }
+      })
+      .number("provider.decline", faults(&ProviderFaults::decline),
+              "share of orders declined with 402 card-declined (by hash of order_id and seed)", 0,
               1)
       .duration(
           "provider.key_retention",
@@ -28,17 +42,28 @@ void declare_provider_keys(SectionKeys<ProviderSettings>& keys) {
           3650 * kConfigDay)
       .number("provider.in_progress", faults(&ProviderFaults::in_progress),
               "share of charge requests answered 409 (a request with this key in progress)", 0, 1)
+      .number("provider.key_reused", faults(&ProviderFaults::key_reused),
+              "share of charge requests answered 422 idempotency-key-reused, nothing stored", 0, 1)
       .duration("provider.latency", faults(&ProviderFaults::latency), "added to every new charge",
                 0, 600 * kConfigSecond)
       .listen("provider.listen", &ProviderSettings::listen,
               "host:port to listen on (port 0: any free port)")
       .number("provider.reset_after_commit", faults(&ProviderFaults::reset_after_commit),
               "share of new charges committed and then answered with a dropped connection", 0, 1)
+      .duration("provider.retry_after", faults(&ProviderFaults::retry_after),
+                "Retry-After of the too_many_requests fault's 429 answers (whole seconds)", 0,
+                3600 * kConfigSecond)
       .integer(
           "provider.seed", [](ProviderSettings & p) -> auto& { return p.provider.seed; },
           "seed of the fault draws and the decline hash", 0, 9.0e15)
+      .number("provider.too_many_requests", faults(&ProviderFaults::too_many_requests),
+              "share of charge requests answered 429 with Retry-After, nothing stored", 0, 1)
       .number("provider.unavailable", faults(&ProviderFaults::unavailable),
-              "share of charge requests answered 503", 0, 1);
+              "share of charge requests answered 503", 0, 1)
+      .duration("provider.unavailable_retry_after",
+                faults(&ProviderFaults::unavailable_retry_after),
+                "Retry-After of the unavailable fault's 503 answers (whole seconds; 0: none)", 0,
+                3600 * kConfigSecond);
 }
 
 }  // namespace http

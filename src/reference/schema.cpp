@@ -11,6 +11,13 @@ const MigrationSet& reference_migrations() {
   return set;
 }
 
+const MigrationSet& payment_provider_migrations() {
+  static const MigrationSet set{.name = "payment_provider",
+                                .postgres = reference::detail::provider_postgres_migrations(),
+                                .sqlite = reference::detail::provider_sqlite_migrations()};
+  return set;
+}
+
 MigrationReport migrate_reference_system(Store& store, const MigrateOptions& options) {
   MigrationReport report = store.migrate(options);
   (void)store.migrate_set(reference_migrations());

@@ -153,7 +153,7 @@ TYPED_TEST(BillingTest, DeclinedIsADeadLetterWithTheProvidersAnswer) {
   const auto [outcome, reason] = this->run(this->billing(), this->event(3));
   EXPECT_EQ(outcome, Outcome::DeadLetter);
   EXPECT_NE(reason.find("402"), std::string::npos) << reason;
-  EXPECT_NE(reason.find("card_declined"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("urn:idem:problem:card-declined"), std::string::npos) << reason;
   EXPECT_EQ(scalar(*this->store_, "SELECT count(*) FROM billing_ledger"), 0);
   EXPECT_TRUE(this->provider_->charges(3).empty());
 }

@@ -219,6 +219,12 @@ INSTANTIATE_TEST_SUITE_P(
                     "2h",
                     "--key-retention"},
         CommandFlag{{"provider", "--latency-ms", "20"}, "provider.latency", "20ms", "--latency-ms"},
+        CommandFlag{
+            {"provider", "--retry-after", "4"}, "provider.retry_after", "4s", "--retry-after"},
+        CommandFlag{{"provider", "--client-header", "X-Client"},
+                    "provider.client_header",
+                    "X-Client",
+                    "--client-header"},
         CommandFlag{{"dev-broker", "--brokers", "3"}, "dev_broker.brokers", "3", "--brokers"},
         CommandFlag{{"dev-broker", "--no-stdin"}, "dev_broker.read_stdin", "false", "--no-stdin"},
         CommandFlag{{"demo", "--orders", "50"}, "demo.orders", "50", "--orders"},

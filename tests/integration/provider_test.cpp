@@ -139,18 +139,18 @@ TEST_F(ProviderTest, RequiresAValidIdempotencyKeyAndBody) {
   start();
   const auto no_key = http_post(provider_->base_url(), "/payments/charge", charge_body(1, "5.00"));
   EXPECT_EQ(no_key.status, 400);
-  EXPECT_EQ(no_key.body.value("error", ""), "missing_idempotency_key");
+  EXPECT_EQ(no_key.body.value("type", ""), "urn:idem:problem:idempotency-key-missing");
   const auto long_key = http_post(provider_->base_url(), "/payments/charge", charge_body(1, "5.00"),
                                   {{"Idempotency-Key", std::string(256, 'k')}});
   EXPECT_EQ(long_key.status, 400);
-  EXPECT_EQ(long_key.body.value("error", ""), "invalid_idempotency_key");
+  EXPECT_EQ(long_key.body.value("type", ""), "urn:idem:problem:idempotency-key-malformed");
   for (const std::string body :
        {"not json", R"({"order_id":1})", R"({"order_id":0,"amount":"1"})",
         R"({"order_id":1,"amount":1.5})", R"({"order_id":1,"amount":"1.234"})"}) {
     const auto bad =
         http_post(provider_->base_url(), "/payments/charge", body, {{"Idempotency-Key", "k"}});
     EXPECT_EQ(bad.status, 400) << body;
-    EXPECT_EQ(bad.body.value("error", ""), "invalid_request") << body;
+    EXPECT_EQ(bad.body.value("type", ""), "urn:idem:problem:invalid-request") << body;
   }
   EXPECT_EQ(provider_->summary().charges, 0);
 }
@@ -286,7 +286,7 @@ TEST_F(ProviderTest, DeclinesAreDeterministicAndReleaseTheKey) {
     if (r.http_status == 402) {
       ++declined;
       EXPECT_EQ(r.status, CallStatus::Permanent);
-      EXPECT_NE(r.body.find("card_declined"), std::string::npos);
+      EXPECT_NE(r.body.find("urn:idem:problem:card-declined"), std::string::npos);
       EXPECT_TRUE(provider_->charges(order).empty());
       // Another key for the same order is declined too: the decision belongs to the order.
       EXPECT_EQ(charge(key + "-b", order, "2.00").http_status, 402);

@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "idem/store.hpp"
@@ -48,11 +50,25 @@ JsonAnswer to_answer(const httplib::Result& r) {
   JsonAnswer a;
   if (!r) return a;
   a.status = r->status;
+  for (const auto& [name, value] : r->headers) a.headers.emplace_back(name, value);
   a.body = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
   if (a.body.is_discarded()) a.body = nullptr;
   return a;
 }
 }  // namespace
+
+std::string JsonAnswer::header(std::string_view name) const {
+  const auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  for (const auto& [n, value] : headers) {
+    if (same(n, name)) return value;
+  }
+  return {};
+}
 
 JsonAnswer http_get(const std::string& base_url, const std::string& path) {
   httplib::Client client(base_url);
@@ -72,7 +88,9 @@ std::vector<ProviderCharge> provider_charges(const std::string& provider_db_url)
   auto tx = store->begin_read();
   const Rows rows = tx->execute(
       "SELECT c.payment_id, c.order_id, c.idempotency_key, k.created_at_ms, c.created_at_ms "
-      "FROM provider_charge c JOIN provider_idempotency_key k USING (idempotency_key) "
+      "FROM provider_charge c JOIN provider_idempotency_key k "
+      "ON k.idempotency_key = c.idempotency_key AND k.client_id = c.client_id "
+      "AND k.request_method = 'POST' AND k.request_path = '/payments/charge' "
       "ORDER BY c.payment_id");
   std::vector<ProviderCharge> out;
   for (const RowView row : rows)

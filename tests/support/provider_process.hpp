@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +39,9 @@ class ProviderProcess {
 struct JsonAnswer {
   int status = 0;  ///< 0: no answer (connection failed or broke off)
   nlohmann::json body;
+  std::vector<std::pair<std::string, std::string>> headers;  ///< as received
+  /// The first header named `name` (ASCII case-insensitive); "" when there is none.
+  [[nodiscard]] std::string header(std::string_view name) const;
 };
 
 /// GET `base_url` + `path`.
