@@ -122,6 +122,19 @@ TEST(HttpCheck, EndpointSharingKeysAcrossClientsFailsClientScoping) {
   EXPECT_FALSE(report.required_cases_passed());
 }
 
+// A server that makes the second request wait for the first and then replays it never
+// shows a 409: the in-flight case cannot pass there, and reports n/a rather than guessing.
+TEST(HttpCheck, InFlightIsNotApplicableWhereTheServerQueuesTheSecondRequest) {
+  PaymentEndpoint endpoint(EndpointBehaviour{.queues_requests_in_flight = true});
+  ProbeOptions o = options_for(endpoint.url());
+  hold_in_flight_case(o, endpoint);
+  const ProbeReport report = probe(o);
+  const CaseReport& in_flight = case_of(report, CaseId::InFlight);
+  EXPECT_EQ(in_flight.result, CaseResult::NotApplicable) << in_flight.reason;
+  EXPECT_EQ(case_of(report, CaseId::Concurrency).result, CaseResult::Pass);
+  EXPECT_TRUE(report.required_cases_passed()) << "n/a does not fail a run";
+}
+
 TEST(HttpCheck, RefusesAPlanOverTheRequestBoundAndSendsNothing) {
   PaymentEndpoint endpoint;
   ProbeOptions o = options_for(endpoint.url());

@@ -134,10 +134,11 @@ void PaymentEndpoint::serve(const httplib::Request& req, httplib::Response& res)
     if (behaviour_.compares_payload && stored.body_fingerprint != req.body) {
       return problem(res, 422, "idempotency-key-reused", "this key was used with another request");
     }
-    if (stored.in_flight) {
+    if (stored.in_flight && !behaviour_.queues_requests_in_flight) {
       return problem(res, 409, "idempotency-key-in-flight",
                      "a request with this key is being processed");
     }
+    changed_.wait(lock, [&] { return stopping_ || !keys_.at(scoped).in_flight; });
     res.status = stored.status;
     res.set_header("Idempotent-Replayed", "true");
     res.set_content(stored.body, "application/json");
@@ -154,6 +155,7 @@ void PaymentEndpoint::serve(const httplib::Request& req, httplib::Response& res)
   stored.in_flight = false;
   stored.status = res.status;
   stored.body = res.body;
+  changed_.notify_all();
 }
 
 }  // namespace idem::test

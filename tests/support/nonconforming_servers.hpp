@@ -29,6 +29,10 @@ struct EndpointBehaviour {
   /// false: keys are one namespace for every client (the Authorization header is ignored),
   /// so a second client with the same key gets the first client's stored answer.
   bool scopes_keys_by_client = true;
+  /// true: a request meeting its key in flight waits for the first to finish and gets its
+  /// answer replayed, instead of 409 (the draft's SHOULD): nothing is charged twice, but
+  /// no 409 can be observed.
+  bool queues_requests_in_flight = false;
 };
 
 /// `POST /payments` with a JSON body: 201 `{"payment_id": "pay_N", "body": ...}`; 400 for
