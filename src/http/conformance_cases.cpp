@@ -51,6 +51,7 @@ std::string status_counts(const std::vector<ObservedAnswer>& answers) {
   std::map<long, int> counts;
   for (const auto& a : answers) ++counts[a.status];
   std::vector<std::string> parts;
+  parts.reserve(counts.size());
   for (const auto& [status, n] : counts) {
     parts.push_back(
         fmt::format("{}×{}", status == 0 ? std::string("no answer") : std::to_string(status), n));
@@ -254,6 +255,7 @@ CaseVerdict judge_concurrency(const std::vector<ObservedAnswer>& answers) {
   }
   if (distinct.size() > 1) {
     std::vector<std::string> ids;
+    ids.reserve(distinct.size());
     for (const auto* d : distinct) ids.push_back(identity(*d));
     return fail(fmt::format("{} parallel requests with one key made {} resources: {}",
                             answers.size(), distinct.size(), fmt::join(ids, ", ")));
