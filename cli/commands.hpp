@@ -25,5 +25,6 @@ void register_console(CLI::App& app, ExitCode& exit_code);
 
 void register_config(CLI::App& app, ExitCode& exit_code);
 void register_provider(CLI::App& app, ExitCode& exit_code);
+void register_http_check(CLI::App& app, ExitCode& exit_code);
 
 }  // namespace idem::cli

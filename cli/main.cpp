@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   idem::cli::register_console(app, exit_code);
   idem::cli::register_config(app, exit_code);
   idem::cli::register_provider(app, exit_code);
+  idem::cli::register_http_check(app, exit_code);
 
   try {
     app.parse(argc, argv);
