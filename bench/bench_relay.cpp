@@ -287,10 +287,9 @@ double relay_warm_run(idem::Store& store, bool postgres, const std::string& url,
   if (!relay.run_until_empty(600s)) std::fprintf(stderr, "relay did not drain the warm-up rows\n");
   unpublish_after_first(store, postgres, kWarmUpRows);
   const bool replicated = publish_after == idem::PublishAfter::Replicated;
-  const double rate =
-      timed_drain(relay, n - kWarmUpRows, postmaster,
-                  fmt::format("warm, {} mark connection(s){}", mark_connections,
-                              replicated ? ", publish_after = replicated" : ""));
+  const double rate = timed_drain(relay, n - kWarmUpRows, postmaster,
+                                  fmt::format("warm, {} mark connection(s){}", mark_connections,
+                                              replicated ? ", publish_after = replicated" : ""));
   if (replicated) {
     const idem::RelayProgress p = relay.progress();
     std::printf("  replication waits: %llu batches, %lld ms in all\n",
