@@ -13,6 +13,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "idem/error.hpp"
+#include "reference/payment_provider_rules.hpp"
 
 namespace idem::http::detail {
 
@@ -82,7 +83,25 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
  private:
   void on_read(beast::error_code ec) {
-    if (ec) {  // the client left, sent garbage or idled out: nothing to answer
+    const bool unparseable =
+        ec &&
+        ec.category() == beast::http::make_error_code(beast::http::error::bad_method).category() &&
+        ec != beast::http::error::end_of_stream && ec != beast::http::error::partial_message;
+    if (unparseable) {
+      // A request that cannot be parsed (a control character in a header value, a bad
+      // field, a body over the limit) is refused with a 400 the client can read, then the
+      // connection closes: dropping it silently would look like a crash to the client.
+      HttpResponse refusal{beast::http::status::bad_request, 11};
+      refusal.set(beast::http::field::content_type,
+                  beast::string_view(kProblemContentType.data(), kProblemContentType.size()));
+      refusal.body() =
+          problem_body(Problem::InvalidRequest,
+                       fmt::format("the request could not be parsed: {}", ec.message()));
+      keep_alive_ = false;
+      send(std::move(refusal));
+      return;
+    }
+    if (ec) {  // the client left or idled out: nothing to answer
       shut();
       return;
     }
