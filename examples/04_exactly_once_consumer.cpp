@@ -12,6 +12,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -58,6 +59,12 @@ int main(int argc, char** argv) {
   const std::string bootstrap = argv[1];
   const std::string topic = argv[2];
   const std::string db_url = std::string("sqlite://") + argv[3];
+  // The store keeps the group's position in the topic with the effects (offsets in the
+  // store), and each run of this example starts a new broker whose topic begins at offset
+  // 0 again: a store left by an earlier run would place the group past the new records.
+  // So every run starts from a new store, as it starts from a new broker.
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::remove((std::string(argv[3]) + suffix).c_str());
 
   const auto read_balance = [&] {
     auto store = idem::open_store(db_url);
