@@ -29,6 +29,7 @@
 
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "support/billing_processes.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/mock_group.hpp"
@@ -48,20 +49,13 @@ constexpr int kKeys = 60;
 constexpr int kPartitions = 4;
 
 template <class Backend>
-class BillingForcedAnswers : public ::testing::Test {
+class BillingForcedAnswers : public BillingProcessesTest {
  protected:
+  BillingForcedAnswers() : BillingProcessesTest(kPartitions, &Backend::fresh_url) {}
+
   void SetUp() override {
-    billing_db_ = Backend::fresh_url();
+    BillingProcessesTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    provider_db_ = Backend::fresh_url();
-    if (IsSkipped() || HasFatalFailure()) return;
-    migrate_reference_system(*open_store(billing_db_));
-    observer_ = open_store(billing_db_);
-    broker_ = std::make_unique<DevBrokerProcess>(IDEM_CLI_PATH);
-    topic_ = unique_name("orders");
-    group_ = unique_name("billing");
-    broker_->create_topic(topic_, kPartitions);
-    broker_->create_topic(topic_ + ".dlq", 1);
     orders_ = produce_keyed_order_events(
         broker_->bootstrap(), topic_, kOrders,
         [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
@@ -118,12 +112,6 @@ class BillingForcedAnswers : public ::testing::Test {
                       30s);
   }
 
-  std::string billing_db_;
-  std::string provider_db_;
-  std::unique_ptr<Store> observer_;
-  std::unique_ptr<DevBrokerProcess> broker_;
-  std::string topic_;
-  std::string group_;
   KeyedOrderEvents orders_;
 };
 

@@ -50,6 +50,7 @@
 
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "support/billing_processes.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/mock_group.hpp"
@@ -71,21 +72,9 @@ constexpr int kPartitions = 8;
 constexpr int kKills = 10;
 
 template <class Backend>
-class BillingKillFault : public ::testing::Test {
+class BillingKillFault : public BillingProcessesTest {
  protected:
-  void SetUp() override {
-    billing_db_ = Backend::fresh_url();
-    if (IsSkipped() || HasFatalFailure()) return;
-    provider_db_ = Backend::fresh_url();
-    if (IsSkipped() || HasFatalFailure()) return;
-    migrate_reference_system(*open_store(billing_db_));
-    observer_ = open_store(billing_db_);
-    broker_ = std::make_unique<DevBrokerProcess>(IDEM_CLI_PATH);
-    topic_ = unique_name("orders");
-    group_ = unique_name("billing");
-    broker_->create_topic(topic_, kPartitions);
-    broker_->create_topic(topic_ + ".dlq", 1);
-  }
+  BillingKillFault() : BillingProcessesTest(kPartitions, &Backend::fresh_url) {}
 
   ChildProcess start_consumer(const std::string& provider_url,
                               const std::vector<std::string>& extra_args = {}) {
@@ -198,13 +187,6 @@ class BillingKillFault : public ::testing::Test {
     })) << "an order has more than one ledger row";
     EXPECT_EQ(mismatched, 0) << "ledger rows that do not name the provider's charge of their order";
   }
-
-  std::string billing_db_;
-  std::string provider_db_;
-  std::unique_ptr<Store> observer_;
-  std::unique_ptr<DevBrokerProcess> broker_;
-  std::string topic_;
-  std::string group_;
 };
 
 TYPED_TEST_SUITE(BillingKillFault, AllBackends, BackendName);

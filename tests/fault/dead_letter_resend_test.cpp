@@ -25,6 +25,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
 #include "idem/store.hpp"
+#include "support/billing_processes.hpp"
 #include "support/consumer_scenario.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/process.hpp"
@@ -41,21 +42,9 @@ using namespace std::chrono_literals;
 constexpr int kMalformed = 3;
 
 template <class Backend>
-class DeadLetterResend : public ::testing::Test {
+class DeadLetterResend : public BillingProcessesTest {
  protected:
-  void SetUp() override {
-    billing_db_ = Backend::fresh_url();
-    if (IsSkipped() || HasFatalFailure()) return;
-    provider_db_ = Backend::fresh_url();
-    if (IsSkipped() || HasFatalFailure()) return;
-    migrate_reference_system(*open_store(billing_db_));
-    observer_ = open_store(billing_db_);
-    broker_ = std::make_unique<DevBrokerProcess>(IDEM_CLI_PATH);
-    topic_ = unique_name("orders");
-    group_ = unique_name("billing");
-    broker_->create_topic(topic_, 1);
-    broker_->create_topic(topic_ + ".dlq", 1);
-  }
+  DeadLetterResend() : BillingProcessesTest(1, &Backend::fresh_url) {}
 
   ChildProcess start_consumer(const std::string& provider_url) {
     ChildProcess child = ChildProcess::spawn(
@@ -69,13 +58,6 @@ class DeadLetterResend : public ::testing::Test {
   }
 
   std::int64_t dlq_end() { return end_offsets(broker_->bootstrap(), topic_ + ".dlq", 1).at(0); }
-
-  std::string billing_db_;
-  std::string provider_db_;
-  std::unique_ptr<Store> observer_;
-  std::unique_ptr<DevBrokerProcess> broker_;
-  std::string topic_;
-  std::string group_;
 };
 
 TYPED_TEST_SUITE(DeadLetterResend, AllBackends, BackendName);
