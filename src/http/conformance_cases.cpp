@@ -1,7 +1,6 @@
 #include "http/conformance_cases.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <string>
 #include <string_view>
@@ -57,13 +56,6 @@ std::string status_counts(const std::vector<ObservedAnswer>& answers) {
         fmt::format("{}×{}", status == 0 ? std::string("no answer") : std::to_string(status), n));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 }  // namespace
@@ -289,11 +281,9 @@ CaseVerdict judge_problem_details(const std::vector<CaseAnswer>& answers) {
   for (const auto& [case_id, answer] : answers) {
     if (answer == nullptr || answer->status < 400) continue;
     ++errors;
-    const auto type = find_header(answer->headers, "Content-Type");
-    std::string_view media = type ? type->substr(0, type->find(';')) : std::string_view();
-    while (!media.empty() && media.back() == ' ') media.remove_suffix(1);
     std::string why;
-    if (!iequals(media, "application/problem+json")) {
+    if (!is_problem_json(answer->headers)) {
+      const auto type = find_header(answer->headers, "Content-Type");
       why = fmt::format("Content-Type {}", type ? printable(*type, 60) : std::string("missing"));
     } else {
       const json body = json::parse(answer->body, nullptr, false);

@@ -1,7 +1,6 @@
 // Planning a conformance probe: every request of every case is built before the first is
 // sent, so a dry run lists exactly what a run sends and the request bound is checked once.
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -16,6 +15,7 @@
 #include "http/curl_support.hpp"
 #include "idem/error.hpp"
 #include "idem/http/conformance_probe.hpp"
+#include "idem/http/response_policy.hpp"
 #include "idem/uuid.hpp"
 
 namespace idem::http {
@@ -95,13 +95,6 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& why) {
   throw Error(ErrorCode::InvalidArgument, ErrorSource::Config, "http-check: " + why);
-}
-
-bool same_name(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 // Values of one logical request: its key and what its body's placeholders become.
@@ -204,7 +197,7 @@ class Planner {
                      .body = std::move(body)};
     if (!r.body.empty()) r.headers.emplace_back("Content-Type", options_.content_type);
     for (const auto& h : options_.headers) {
-      if (client && same_name(h.first, client->first)) continue;
+      if (client && equals_ignoring_case(h.first, client->first)) continue;
       r.headers.push_back(h);
     }
     if (client) r.headers.push_back(*client);

@@ -12,13 +12,6 @@ namespace idem::http {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 std::string one_line(std::string_view text, std::size_t max) {
   std::string out;
   for (const char c : text.substr(0, max))
@@ -34,21 +27,27 @@ Verdict verdict_of(long status) noexcept {
   return Verdict::DeadLetter;
 }
 
-// RFC 9457: `application/problem+json`, parameters (charset) allowed after `;`.
+}  // namespace
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 bool is_problem_json(const ResponseHeaders& headers) {
   const auto type = find_header(headers, "Content-Type");
   if (!type) return false;
   std::string_view media = type->substr(0, type->find(';'));
   while (!media.empty() && media.back() == ' ') media.remove_suffix(1);
-  return iequals(media, "application/problem+json");
+  return equals_ignoring_case(media, "application/problem+json");
 }
-
-}  // namespace
 
 std::optional<std::string_view> find_header(const ResponseHeaders& headers,
                                             std::string_view name) noexcept {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return std::string_view(v);
+    if (equals_ignoring_case(n, name)) return std::string_view(v);
   }
   return std::nullopt;
 }

@@ -57,7 +57,8 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
                        const CallCompletion<CallAnswer>& done) {
   http::Request request = *event.request;
   request.not_before = next_slot();
-  const AtStart then{successes_.load(std::memory_order_acquire), !paused_reason().empty()};
+  const AtStart then{successes_.load(std::memory_order_acquire),
+                     paused_.load(std::memory_order_acquire)};
   const auto started = std::chrono::steady_clock::now();
   try {
     // The callback runs on the client's loop thread and only completes `done` (never
@@ -111,19 +112,23 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, 
 
 void RouteCalls::pause(const std::string& reason) {
   std::lock_guard lock(mutex_);
-  if (paused_.empty()) {
+  if (pause_reason_.empty()) {
     if (observers_.log)
       observers_.log(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
                                  route_.name, reason));
     if (observers_.on_pause) observers_.on_pause(route_.name, true);
   }
-  paused_ = reason;
+  pause_reason_ = reason;
+  paused_.store(true, std::memory_order_release);
 }
 
 void RouteCalls::resume() {
+  // Every successful call comes here: the flag spares them the lock while nothing is paused.
+  if (!paused_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mutex_);
-  if (paused_.empty()) return;
-  paused_.clear();
+  if (pause_reason_.empty()) return;
+  pause_reason_.clear();
+  paused_.store(false, std::memory_order_release);
   if (observers_.log)
     observers_.log(fmt::format("route {} resumed: a call succeeded", route_.name));
   if (observers_.on_pause) observers_.on_pause(route_.name, false);
@@ -131,7 +136,7 @@ void RouteCalls::resume() {
 
 std::string RouteCalls::paused_reason() const {
   std::lock_guard lock(mutex_);
-  return paused_;
+  return pause_reason_;
 }
 
 Outcome apply_statements(const SinkEvent& event, const CallAnswer* answer, Transaction& tx) {

@@ -58,8 +58,11 @@ class RouteCalls {
   const SinkObservers& observers_;                     // the ConfiguredSinks', which outlives this
   std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
   std::atomic<std::uint64_t> successes_{0};
+  /// Whether pause_reason_ is set, readable without the lock: each call's start and
+  /// each success read it. Written under mutex_ with pause_reason_.
+  std::atomic<bool> paused_{false};
   mutable std::mutex mutex_;
-  std::string paused_;  // guarded by mutex_
+  std::string pause_reason_;  // guarded by mutex_
 };
 
 /// The apply phase: the route's statements with the answer's values in place.

@@ -38,6 +38,13 @@ namespace idem::http {
 /// Response header fields in the order received (names as the server wrote them).
 using ResponseHeaders = std::vector<std::pair<std::string, std::string>>;
 
+/// Whether `a` and `b` are equal ignoring ASCII case (header names, media types).
+[[nodiscard]] bool equals_ignoring_case(std::string_view a, std::string_view b) noexcept;
+
+/// Whether the answer's Content-Type is `application/problem+json` (RFC 9457), parameters
+/// such as charset allowed after `;`.
+[[nodiscard]] bool is_problem_json(const ResponseHeaders& headers);
+
 /// The value of the first header named `name` (ASCII case-insensitive), or nullopt.
 [[nodiscard]] std::optional<std::string_view> find_header(const ResponseHeaders& headers,
                                                           std::string_view name) noexcept;
