@@ -5,9 +5,9 @@
 #include <string_view>
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 
 #include "consumer/retry_topics.hpp"
+#include "core/sha256.hpp"
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
 
@@ -40,18 +40,6 @@ constexpr std::array<std::string_view, 16> kConsumerOnly = {"group.id",
 
 bool consumer_only(std::string_view key) {
   return std::find(kConsumerOnly.begin(), kConsumerOnly.end(), key) != kConsumerOnly.end();
-}
-
-// SHA-256 of the original payload, hex: with idem.original.size it identifies the
-// record a truncated letter stands for (OpenSSL's libcrypto; librdkafka links it too).
-std::string sha256_hex(const void* data, std::size_t size) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  if (EVP_Digest(data, size, digest.data(), &length, EVP_sha256(), nullptr) != 1) return "";
-  std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
-  return hex;
 }
 
 }  // namespace
@@ -148,7 +136,8 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id,
     payload_size = std::min(m.len, kDeadLetterPayloadPrefix);
     add("idem.payload.truncated", "true");
     add("idem.original.size", std::to_string(m.len));
-    add("idem.original.sha256", sha256_hex(m.payload, m.len));
+    add("idem.original.sha256",
+        idem::detail::sha256_hex(std::string_view(static_cast<const char*>(m.payload), m.len)));
   }
 
   // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.

@@ -1,13 +1,12 @@
 #include "reference/payment_provider_rules.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cctype>
 #include <iterator>
 
 #include <fmt/format.h>
 
+#include "core/sha256.hpp"
 #include "idem/error.hpp"
 #include "idem/http/idempotent_client.hpp"
 
@@ -126,15 +125,9 @@ std::optional<std::string> parse_idempotency_key(std::string_view value, std::st
 
 std::string client_identity(std::string_view header_value) {
   if (header_value.empty()) return {};
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(header_value.data(), header_value.size(), digest, &length, EVP_sha256(),
-                 nullptr) != 1) {
+  std::string hex = idem::detail::sha256_hex(header_value);
+  if (hex.empty())
     throw Error(ErrorCode::Internal, ErrorSource::Http, "payment provider: SHA-256 failed");
-  }
-  std::string hex;
-  hex.reserve(std::size_t{length} * 2);
-  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
   return hex;
 }
 
