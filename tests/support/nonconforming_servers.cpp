@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "support/loopback_http.hpp"
+
 namespace idem::test {
 
 std::optional<std::string> parse_key_field(std::string_view value) {
@@ -55,25 +57,9 @@ PaymentEndpoint::PaymentEndpoint(EndpointBehaviour behaviour) : behaviour_(behav
   server_.Post("/payments",
                [this](const httplib::Request& req, httplib::Response& res) { serve(req, res); });
   server_.set_tcp_nodelay(true);
-  // cpp-httplib creates the task queue once it is about to accept: from then on stop()
-  // works. Enough threads for the probe's parallel case and a held request together.
-  server_.new_task_queue = [this]() -> httplib::TaskQueue* {
-    auto* queue = new httplib::ThreadPool(80);
-    accepting_.set_value();
-    return queue;
-  };
-  int listening = -1;
-  server_.set_socket_options([&listening](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listening = sock;
-  });
-  port_ = server_.bind_to_any_port("127.0.0.1");
-  if (port_ < 0) throw std::runtime_error("payment endpoint: cannot bind a loopback port");
-  // cpp-httplib 0.11 listens with a backlog of 5; the parallel case connects at once.
-  if (::listen(listening, SOMAXCONN) != 0) throw std::runtime_error("listen failed");
-  std::future<void> accepting = accepting_.get_future();
-  thread_ = std::thread([this] { server_.listen_after_bind(); });
-  accepting.wait();
+  // Enough threads for the probe's parallel case and a held request together.
+  port_ = start_on_loopback(server_, thread_,
+                            []() -> httplib::TaskQueue* { return new httplib::ThreadPool(80); });
 }
 
 PaymentEndpoint::~PaymentEndpoint() {

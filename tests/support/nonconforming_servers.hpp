@@ -77,7 +77,6 @@ class PaymentEndpoint {
   std::map<std::pair<std::string, std::string>, StoredAnswer> keys_;
   std::set<std::string> held_;               // raw header values to hold
   std::set<std::string> duplicate_arrived_;  // raw header values of known keys seen again
-  std::promise<void> accepting_;
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;

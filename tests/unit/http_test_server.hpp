@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "support/loopback_http.hpp"
+
 namespace idem::http::test {
 
 /// cpp-httplib runs each accepted connection, from accept to close, as one task of its
@@ -88,27 +90,10 @@ class LoopbackServer {
     // cpp-httplib writes an answer's headers and body separately: without this, Nagle
     // holds the body back until the client's delayed ACK, some 40 ms per call.
     server_.set_tcp_nodelay(true);
-    // cpp-httplib creates the task queue after it marked itself running, just before its
-    // accept loop: from then on stop() works (0.11 ignores an earlier stop()).
-    server_.new_task_queue = [this, threads]() -> httplib::TaskQueue* {
-      auto* queue = new CountingTaskQueue(threads, counter_);
-      accepting_.set_value();
-      return queue;
-    };
-    int listening = -1;
-    server_.set_socket_options([&listening](socket_t sock) {
-      httplib::default_socket_options(sock);
-      listening = sock;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    if (port_ < 0) throw std::runtime_error("test server: cannot bind a loopback port");
-    // cpp-httplib 0.11 listens with a backlog of 5: a client opening dozens of
-    // connections at once would see SYNs dropped and connects retried a second later.
-    // listen() again on Linux only raises the backlog of the bound socket.
-    if (::listen(listening, SOMAXCONN) != 0) throw std::runtime_error("test server: listen failed");
-    std::future<void> accepting = accepting_.get_future();
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    accepting.wait();
+    port_ =
+        idem::test::start_on_loopback(server_, thread_, [this, threads]() -> httplib::TaskQueue* {
+          return new CountingTaskQueue(threads, counter_);
+        });
   }
   ~LoopbackServer() {
     server_.stop();
@@ -125,7 +110,6 @@ class LoopbackServer {
 
  private:
   ConnectionCounter counter_;
-  std::promise<void> accepting_;
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
