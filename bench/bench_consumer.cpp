@@ -1081,6 +1081,16 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
 
 // ---- the table -------------------------------------------------------------------------
 
+/// The settings in the order round `round` runs them: each round starts at the next, so
+/// that none always runs right after another's leftovers (a server still writing).
+std::vector<bool> in_turn(const std::vector<bool>& settings, int round) {
+  std::vector<bool> out;
+  for (std::size_t k = 0; k < settings.size(); ++k) {
+    out.push_back(settings[(k + static_cast<std::size_t>(round)) % settings.size()]);
+  }
+  return out;
+}
+
 void print_table() {
   std::printf(
       "\n| config | handler | batch | events | events/s (best) | every round | load at best | vs "
@@ -1132,6 +1142,26 @@ void print_table() {
         r.config.c_str(), r.handler.c_str(), r.batch, r.events, r.rate(), rounds.c_str(), r.load,
         vs_a.c_str(), vs_d.c_str(), vs_count.c_str(), cpu.c_str(), cpu_vs_count.c_str(), r.rss[0],
         r.rss[1], r.rss[2], r.rss[3], r.hwm);
+  }
+  // Offsets in the store, on against off: each round's pair ran side by side (taking turns
+  // at going first), so their ratio is free of the machine's round-to-round swing.
+  for (const Result& off : g_results) {
+    constexpr std::string_view kOff = " offsets off";
+    if (!off.config.ends_with(kOff)) continue;
+    const std::string on_config = off.config.substr(0, off.config.size() - kOff.size());
+    for (const Result& on : g_results) {
+      if (on.config != on_config || on.handler != off.handler || on.batch != off.batch) continue;
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < std::min(on.rounds.size(), off.rounds.size()); ++i) {
+        ratios.push_back(100.0 * on.rounds[i] / off.rounds[i]);
+      }
+      if (ratios.empty()) continue;
+      std::sort(ratios.begin(), ratios.end());
+      std::printf(
+          "offsets in store on / off, %s %s batch %zu, per round (sorted): %s; median %.0f%%\n",
+          on_config.c_str(), on.handler.c_str(), on.batch,
+          fmt::format("{:.0f}%", fmt::join(ratios, "% / ")).c_str(), ratios[ratios.size() / 2]);
+    }
   }
   std::fflush(stdout);
 }
@@ -1213,7 +1243,7 @@ int main(int argc, char** argv) {
           }
           if (sqlite && listed(o.only, "b")) {
             for (const std::size_t depth : o.depths) {
-              for (const bool in_store : o.offsets_in_store) {
+              for (const bool in_store : in_turn(o.offsets_in_store, round)) {
                 keep([&] {
                   return run_idem(broker.bootstrap_servers(), topic,
                                   "sqlite://" + (dir / fmt::format("idem-{}.db", sq++)).string(),
@@ -1234,7 +1264,7 @@ int main(int argc, char** argv) {
           }
           if (listed(o.only, "c")) {
             for (const std::size_t depth : o.depths) {
-              for (const bool in_store : o.offsets_in_store) {
+              for (const bool in_store : in_turn(o.offsets_in_store, round)) {
                 keep([&] {
                   return run_idem(broker.bootstrap_servers(), topic, fresh_pg_url(o.pg_dsn),
                                   "postgres", h, batch, target, depth, in_store);

@@ -561,6 +561,8 @@ void Relay::request_stop() noexcept {
 RelayProgress Relay::progress() const {
   RelayProgress p = impl_->prog;
   p.producer_rebuilds = impl_->producer->rebuilds();
+  // The gate's figures as they are now, not as of the last periodic report.
+  if (impl_->gate) impl_->gate->report(p, SteadyClock::now());
   return p;
 }
 
