@@ -84,8 +84,9 @@ struct RelayConfig {
   /// only.
   std::chrono::milliseconds stop_timeout{30'000};
   /// When a claimed batch may be produced: committed (at once) or replicated (once its
-  /// rows' commits are flushed on the standbys below). A batch waiting for the standbys
-  /// counts against max_batches_in_flight; the wait is reported in RelayProgress.
+  /// rows' commits are flushed on the standbys below). Up to max_batches_in_flight
+  /// batches wait for the standbys besides those in flight, so the wait delays a batch
+  /// without narrowing the pipeline; it is reported in RelayProgress.
   PublishAfter publish_after = PublishAfter::Committed;
   /// Replicated: the standbys that count, by their application_name in
   /// pg_stat_replication (set it in each standby's primary_conninfo). Empty: every

@@ -421,8 +421,8 @@ bool Relay::Impl::turn(bool draining) {
   // once it is empty, when the cursor returns to the oldest unpublished row).
   const bool caught_up = last_claim_empty && !pipeline_empty();
   if (!claims->outstanding() && !came_back_empty && !draining && !due && !caught_up &&
-      !ownership.owned().empty() &&
-      in_flight.size() + held_for_standbys() < config.max_batches_in_flight) {
+      !ownership.owned().empty() && in_flight.size() < config.max_batches_in_flight &&
+      held_for_standbys() < config.max_batches_in_flight) {
     claims->request(cursor, ownership.filter());  // read while this turn serves the producer
   }
   if (!pipeline_empty()) {

@@ -22,6 +22,11 @@ using std::chrono::milliseconds;
 // nothing waits. After a failed read (the primary is gone, say), the pause is longer.
 constexpr milliseconds kPollInterval{1};
 constexpr milliseconds kRetryInterval{200};
+// The primary's flush standing still this long below a waiting batch's position means
+// no commit is about to flush it (group commits under load come within a few
+// milliseconds); then the gate commits to flush it, instead of waiting up to
+// wal_writer_delay (200 ms by default) for the WAL writer.
+constexpr milliseconds kFlushStandingStill{10};
 // A batch waiting this long is logged, and again after as long.
 constexpr milliseconds kStallReport{10'000};
 
@@ -234,9 +239,13 @@ std::optional<std::string> ReplicationGate::stalled(Clock::time_point now) {
 
 void ReplicationGate::watch() noexcept {
   std::unique_lock lock(mutex_);
+  // The primary's flush position as last read, and when it was first read there.
+  std::uint64_t primary_flushed = 0;
+  Clock::time_point primary_flushed_since = Clock::now();
   while (true) {
     wake_.wait(lock, [&] { return quit_ || uncovered(); });
     if (quit_) return;
+    const WalPosition target = *target_;
     lock.unlock();
     std::optional<ReplicationView> view;
     std::string error;
@@ -245,6 +254,20 @@ void ReplicationGate::watch() noexcept {
       // (whose session lives on) rather than one that is gone.
       if (!store_) store_ = open_store(url_, options_);
       view = read_replication(*store_);
+      // The claim's position may lie in WAL nobody has committed after (the claim's own
+      // page pruning, say). When the primary's flush stands still below it, no commit is
+      // coming to flush it, and the standbys cannot have it before the WAL writer's next
+      // round: flush it now, and a next read finds it on the standbys. While commits
+      // flow, the flush moves on its own and nothing is added to them.
+      const auto now = Clock::now();
+      if (view->primary_flush_lsn != primary_flushed) {
+        primary_flushed = view->primary_flush_lsn;
+        primary_flushed_since = now;
+      } else if (view->timeline == target.timeline && primary_flushed < target.lsn &&
+                 now - primary_flushed_since >= kFlushStandingStill) {
+        flush_primary_wal(*store_);
+        primary_flushed_since = now;  // once per standstill
+      }
     } catch (const std::exception& e) {
       error = e.what();
       store_.reset();

@@ -47,6 +47,9 @@ struct ReplicationView {
   /// synchronous_commit as this session has it (the database's and role's default):
   /// `local` and `off` commits do not wait for synchronous standbys.
   std::string synchronous_commit;
+  /// How far the primary itself has flushed its WAL. A walsender sends a standby only
+  /// flushed WAL, so no standby can report a position past this one.
+  std::uint64_t primary_flush_lsn = 0;
 };
 
 /// The end of the WAL inserted so far on the server `tx` runs on. Every commit visible to
@@ -58,6 +61,15 @@ struct ReplicationView {
 /// The physical standbys of the primary `store` is connected to.
 /// \throws Error(InvalidArgument) on SQLite; Error like any statement.
 [[nodiscard]] ReplicationView read_replication(Store& store);
+
+/// Makes the primary flush its WAL up to at least the position it has inserted now, so
+/// that its walsenders can send it: a commit of a transaction that wrote one logical
+/// decoding message (prefix "idem"), flushed locally whatever synchronous_commit says. Without it,
+/// WAL inserted by work that does not commit (a read pruning a page, a transaction still
+/// open) waits for the next commit or for the WAL writer (wal_writer_delay, 200 ms by
+/// default) before any standby can hold it. Uses one transaction id.
+/// \throws Error(InvalidArgument) on SQLite; Error like any statement.
+void flush_primary_wal(Store& store);
 
 /// True when this session's role may read pg_stat_replication's LSN columns (a
 /// superuser, or a member of pg_read_all_stats, e.g. through pg_monitor).

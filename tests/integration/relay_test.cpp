@@ -30,6 +30,7 @@
 #include "idem/reference/order_service.hpp"
 #include "idem/store.hpp"
 #include "stores/postgres/pg_conninfo.hpp"
+#include "stores/replication.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/shared_broker.hpp"
 #include "support/store_backends.hpp"
@@ -499,6 +500,36 @@ TEST_F(RelayPostgres, NotifyWakesARelayThatWouldNotPollForAnHour) {
   relay.request_stop();
   runner.join();
   check_topic(expected, /*exactly_once=*/true);
+}
+
+TEST_F(RelayPostgres, FlushingThePrimaryCoversTheWalAnOpenTransactionInserted) {
+  if (url_.empty()) return;
+  // The replication gate's way out when a batch's position lies in WAL that nobody
+  // commits after: an open transaction writes WAL that no commit flushes.
+  // (The WAL writer may flush it meanwhile too: this shows the flush suffices, not that
+  // nothing else would.)
+  std::string table = unique_topic("wal_filler");
+  std::replace(table.begin(), table.end(), '-', '_');  // a plain identifier
+  {
+    auto tx = store_->begin();
+    tx->execute(fmt::format("CREATE TABLE {} (n bigint)", table));
+    tx->commit();
+  }
+  const auto writer = open_store(url_);
+  auto open_tx = writer->begin();
+  open_tx->execute(fmt::format("INSERT INTO {} SELECT g FROM generate_series(1, 20000) g", table));
+  detail::WalPosition inserted;
+  {
+    auto tx = store_->begin_read();
+    inserted = detail::wal_insert_position(*tx);
+    tx->commit();
+  }
+  detail::flush_primary_wal(*store_);
+  const detail::ReplicationView view = detail::read_replication(*store_);
+  EXPECT_EQ(view.timeline, inserted.timeline);
+  EXPECT_GE(view.primary_flush_lsn, inserted.lsn)
+      << "the primary had not flushed what it had inserted before the flush";
+  open_tx->rollback();
 }
 
 TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys) {

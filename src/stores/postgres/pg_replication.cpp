@@ -50,13 +50,15 @@ ReplicationView read_replication(Store& store) {
   const Rows rows = tx->execute(
       std::string("SELECT ") + std::string(kTimelineSql) +
       ", r.pid, r.application_name, pg_wal_lsn_diff(r.flush_lsn, '0/0')::bigint, r.sync_state, "
-      "current_setting('synchronous_commit') "
+      "current_setting('synchronous_commit'), "
+      "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint "
       "FROM (SELECT 1) one LEFT JOIN pg_stat_replication r ON NOT EXISTS (SELECT 1 FROM "
       "pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')");
   tx->commit();
   ReplicationView view;
   view.timeline = parse_timeline(rows[0].text(0));
   view.synchronous_commit = std::string(rows[0].text(5));
+  view.primary_flush_lsn = static_cast<std::uint64_t>(rows[0].int64(6));
   for (const auto row : rows) {
     if (row.is_null(1)) continue;  // no walsender at all
     StandbyReplication standby;
@@ -66,6 +68,18 @@ ReplicationView read_replication(Store& store) {
     view.standbys.push_back(std::move(standby));
   }
   return view;
+}
+
+void flush_primary_wal(Store& store) {
+  require_postgres(store);
+  auto tx = store.begin();
+  // SET LOCAL: a session whose default is synchronous_commit = off would not flush.
+  tx->execute_deferred("SET LOCAL synchronous_commit = local");
+  // A commit flushes only when its transaction wrote WAL (one that merely took a
+  // transaction id commits asynchronously): a transactional logical message is the
+  // smallest such write, and readable by any role.
+  tx->execute("SELECT pg_logical_emit_message(true, 'idem', 'flush')");
+  tx->commit();
 }
 
 bool can_read_replication(Store& store) {
