@@ -262,6 +262,18 @@ struct Result {
 
 std::vector<Result> g_results;  // the best round of each configuration, in first-run order
 
+/// `items` in the order round `round` runs them: each round starts at the next, so that
+/// whatever one run leaves behind (a PostgreSQL server still writing, dirty pages of
+/// another file to flush) does not always fall on the same next configuration.
+template <typename T>
+std::vector<T> in_turn(const std::vector<T>& items, int round) {
+  std::vector<T> out;
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    out.push_back(items[(k + static_cast<std::size_t>(round)) % items.size()]);
+  }
+  return out;
+}
+
 /// Keeps `r` if it beats the configuration's best round so far.
 void keep_best(Result r) {
   for (Result& best : g_results) {
@@ -1081,16 +1093,6 @@ Result run_raw_pg(const std::string& url, const std::string& topic, const std::s
 
 // ---- the table -------------------------------------------------------------------------
 
-/// The settings in the order round `round` runs them: each round starts at the next, so
-/// that none always runs right after another's leftovers (a server still writing).
-std::vector<bool> in_turn(const std::vector<bool>& settings, int round) {
-  std::vector<bool> out;
-  for (std::size_t k = 0; k < settings.size(); ++k) {
-    out.push_back(settings[(k + static_cast<std::size_t>(round)) % settings.size()]);
-  }
-  return out;
-}
-
 void print_table() {
   std::printf(
       "\n| config | handler | batch | events | events/s (best) | every round | load at best | vs "
@@ -1228,11 +1230,7 @@ int main(int argc, char** argv) {
       for (int round = 0; round < o.repeat; ++round) {
         if (listed(o.only, "a"))
           keep([&] { return run_plain(broker.bootstrap_servers(), topic, batch, target); });
-        // Each round starts at the next handler, so that whatever one run leaves behind
-        // (a PostgreSQL server still writing, dirty pages of another file to flush) does
-        // not always fall on the same next configuration.
-        for (std::size_t k = 0; k < handlers.size(); ++k) {
-          const std::string& h = handlers[(k + static_cast<std::size_t>(round)) % handlers.size()];
+        for (const std::string& h : in_turn(handlers, round)) {
           // The raw loops and pgbench know the compiled handlers only.
           const bool compiled = h == "dedup" || h == "count";
           if (sqlite && compiled && listed(o.only, "d")) {

@@ -49,6 +49,13 @@ std::string unique_topic(std::string_view prefix) {
   return fmt::format("{}-{:012x}", prefix, rng() & 0xffffffffffffULL);
 }
 
+/// A name for a table or role of this run: a plain SQL identifier (no '-' to quote).
+std::string unique_identifier(std::string_view prefix) {
+  std::string name = unique_topic(prefix);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 RelayConfig relay_config(const std::string& url, const std::string& bootstrap) {
   RelayConfig c;
   c.store_url = url;
@@ -508,8 +515,7 @@ TEST_F(RelayPostgres, FlushingThePrimaryCoversTheWalAnOpenTransactionInserted) {
   // commits after: an open transaction writes WAL that no commit flushes.
   // (The WAL writer may flush it meanwhile too: this shows the flush suffices, not that
   // nothing else would.)
-  std::string table = unique_topic("wal_filler");
-  std::replace(table.begin(), table.end(), '-', '_');  // a plain identifier
+  const std::string table = unique_identifier("wal_filler");
   {
     auto tx = store_->begin();
     tx->execute(fmt::format("CREATE TABLE {} (n bigint)", table));
@@ -535,8 +541,7 @@ TEST_F(RelayPostgres, FlushingThePrimaryCoversTheWalAnOpenTransactionInserted) {
 TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys) {
   if (url_.empty()) return;
   // A role that may read the outbox but not pg_stat_replication's positions.
-  std::string role = unique_topic("idem_nomon");
-  std::replace(role.begin(), role.end(), '-', '_');  // a plain identifier
+  const std::string role = unique_identifier("idem_nomon");
   {
     auto tx = store_->begin();
     tx->execute(fmt::format("CREATE ROLE {} LOGIN", role));
