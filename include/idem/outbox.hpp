@@ -52,6 +52,23 @@ struct OutboxMessage {
 /// A factory that builds the message for a freshly generated event_id.
 using OutboxEventFactory = std::function<OutboxMessage(const Uuid& event_id)>;
 
+/// An outbox row as Outbox::enqueue() writes it, for a writer that inserts it through a
+/// database connection of its own (a service in another language holding its own
+/// connection and transaction): insert it with outbox_insert_statement().
+struct OutboxRow {
+  Uuid event_id;             ///< born once, in Outbox::prepare() (IDEM-1)
+  OutboxMessage message;     ///< as the factory made it, `traceparent` added when absent
+  std::string message_key;   ///< message.message_key, or message.aggregate_id
+  int shard = 0;             ///< outbox_shard(message_key)
+  std::string headers_json;  ///< outbox_headers_to_json(message.headers)
+};
+
+/// The INSERT of one outbox row, with placeholders `$1`..`$8` for, in this order: event_id
+/// (uuid on PostgreSQL, a 16-byte BLOB on SQLite), aggregate_type, aggregate_id, topic,
+/// message_key, shard, payload and headers_json (jsonb on PostgreSQL) of an OutboxRow.
+/// The same text on both backends.
+[[nodiscard]] std::string_view outbox_insert_statement() noexcept;
+
 /// Writes outbox rows through the caller's transaction.
 ///
 /// Thread-safe: enqueue() may be called from several threads on different
@@ -72,6 +89,11 @@ class Outbox {
   ///   whatever `tx.execute` throws (the transaction is then unusable, as always);
   ///   whatever `factory` throws.
   Uuid enqueue(Transaction& tx, const OutboxEventFactory& factory);
+
+  /// What enqueue() inserts, without inserting it: the id born now, the factory's message
+  /// checked and its `traceparent` added, the key, its shard and the headers' JSON.
+  /// \throws as enqueue() does, before anything is written.
+  [[nodiscard]] OutboxRow prepare(const OutboxEventFactory& factory);
 
  private:
   UuidV7Generator* generator_ = nullptr;

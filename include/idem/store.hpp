@@ -54,6 +54,33 @@ class Param {
   Value value_;
 };
 
+/// What a result's values are, as the backend describes them, so that a caller that does
+/// not know the schema (a binding to another language, a generic tool) can give each value
+/// its natural type. PostgreSQL types a column (the OID of its type); SQLite types each
+/// value (its storage class), refined by the column's declared type where the statement
+/// reads a table column (sqlite3_column_decltype). RowView::type() gives a cell's.
+enum class ValueType : std::uint8_t {
+  Null,            ///< a NULL cell (only a cell's type, never a column's)
+  Integer,         ///< int2, int4, int8, oid; SQLite INTEGER
+  Decimal,         ///< numeric: exact decimal text (SQLite has no exact decimal type)
+  Real,            ///< float4, float8; SQLite REAL
+  Boolean,         ///< bool ("t"/"f"); SQLite INTEGER in a column declared BOOLEAN or BOOL
+  UuidValue,       ///< uuid; SQLite TEXT or a 16-byte BLOB in a column declared UUID
+  TimestampValue,  ///< timestamp, timestamptz; SQLite TEXT in a column declared TIMESTAMP, DATETIME
+  Json,            ///< json, jsonb; SQLite TEXT in a column declared JSON
+  Bytes,           ///< bytea (its text form: `\x` and hex digits); SQLite BLOB (the raw bytes)
+  Text,            ///< anything else, as the backend prints it
+};
+[[nodiscard]] std::string_view to_string(ValueType type) noexcept;
+
+/// A result column: its name as the statement gives it (the column's, or its `AS` alias)
+/// and the type of its values (for SQLite, of the values its declared type does not
+/// decide: ValueType::Text, and RowView::type() tells each cell's).
+struct Column {
+  std::string name;
+  ValueType type = ValueType::Text;
+};
+
 /// One row of a result; a view into Rows, valid while the Rows lives.
 class RowView {
  public:
@@ -69,6 +96,9 @@ class RowView {
   [[nodiscard]] Uuid uuid(std::size_t col) const;           ///< accepts text or 16-byte blob
   [[nodiscard]] Amount amount(std::size_t col) const;       ///< exact decimal text
   [[nodiscard]] bool boolean(std::size_t col) const;        ///< t/f, true/false, 1/0
+  /// The type of this cell's value: ValueType::Null for NULL, the column's type on
+  /// PostgreSQL, the value's own on SQLite. Throws Error(Query) for a column out of range.
+  [[nodiscard]] ValueType type(std::size_t col) const;
 
  private:
   const class Rows* rows_;
@@ -79,14 +109,27 @@ class RowView {
 class Rows {
  public:
   Rows() = default;
-  Rows(std::size_t columns, std::vector<std::optional<std::string>> cells, std::int64_t affected)
-      : columns_(columns), cells_(std::move(cells)), affected_(affected) {}
+  /// `value_types`: one per cell (row-major) when the backend types each value (SQLite);
+  /// empty when every value of a column has the column's type (PostgreSQL).
+  Rows(std::vector<Column> columns, std::vector<std::optional<std::string>> cells,
+       std::int64_t affected, std::vector<ValueType> value_types = {})
+      : columns_(columns.size()),
+        column_info_(std::move(columns)),
+        cells_(std::move(cells)),
+        value_types_(std::move(value_types)),
+        affected_(affected) {}
 
   [[nodiscard]] std::size_t size() const noexcept {
     return columns_ ? cells_.size() / columns_ : 0;
   }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] std::size_t columns() const noexcept { return columns_; }
+  /// Each column's name and type, in the statement's order.
+  [[nodiscard]] const std::vector<Column>& column_info() const noexcept { return column_info_; }
+  /// The index of the first column named `name` (exactly as the statement names it).
+  [[nodiscard]] std::optional<std::size_t> column_index(std::string_view name) const noexcept;
+  /// The type of cell (row, col); see RowView::type().
+  [[nodiscard]] ValueType type(std::size_t row, std::size_t col) const;
   /// Rows inserted, updated or deleted by the statement.
   [[nodiscard]] std::int64_t affected() const noexcept { return affected_; }
   [[nodiscard]] RowView operator[](std::size_t row) const noexcept { return RowView(*this, row); }
@@ -111,7 +154,9 @@ class Rows {
 
  private:
   std::size_t columns_ = 0;
+  std::vector<Column> column_info_;
   std::vector<std::optional<std::string>> cells_;  // row-major
+  std::vector<ValueType> value_types_;             // row-major, or empty: the column's type
   std::int64_t affected_ = 0;
 };
 

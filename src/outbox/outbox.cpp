@@ -77,12 +77,14 @@ std::vector<std::pair<std::string, std::string>> outbox_headers_from_json(std::s
   return out;
 }
 
-Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
+OutboxRow Outbox::prepare(const OutboxEventFactory& factory) {
   // Born here, once (IDEM-1): the factory puts it into the payload, and the row keeps it.
-  const Uuid event_id = generator_ != nullptr ? generator_->next() : new_uuid_v7();
-  OutboxMessage m = factory(event_id);
-  const std::string& key = m.message_key ? *m.message_key : m.aggregate_id;
-  if (m.topic.empty() || key.empty() || m.aggregate_type.empty()) {
+  OutboxRow row;
+  row.event_id = generator_ != nullptr ? generator_->next() : new_uuid_v7();
+  row.message = factory(row.event_id);
+  OutboxMessage& m = row.message;
+  row.message_key = m.message_key ? *m.message_key : m.aggregate_id;
+  if (m.topic.empty() || row.message_key.empty() || m.aggregate_type.empty()) {
     throw Error(ErrorCode::InvalidArgument, ErrorSource::Internal,
                 "outbox: topic, aggregate_type and the message key must not be empty");
   }
@@ -98,9 +100,15 @@ Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
   // a caller's value is kept as given (consumers ignore an invalid one).
   if (!has_trace)
     m.headers.emplace_back(kTraceparentHeader, TraceContext::new_root().traceparent());
-  detail::insert_outbox_row(tx, event_id, m, key, outbox_shard(key),
-                            outbox_headers_to_json(m.headers));
-  return event_id;
+  row.shard = outbox_shard(row.message_key);
+  row.headers_json = outbox_headers_to_json(m.headers);
+  return row;
+}
+
+Uuid Outbox::enqueue(Transaction& tx, const OutboxEventFactory& factory) {
+  const OutboxRow row = prepare(factory);
+  detail::insert_outbox_row(tx, row);
+  return row.event_id;
 }
 
 }  // namespace idem

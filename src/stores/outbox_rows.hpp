@@ -9,9 +9,8 @@
 
 namespace idem::detail {
 
-/// Inserts the row of `message` (born with `event_id`, published under `key` to
-/// `shard`, with its headers already as JSON) inside `tx`. Throws like execute().
-void insert_outbox_row(Transaction& tx, const Uuid& event_id, const OutboxMessage& message,
-                       std::string_view key, int shard, std::string_view headers_json);
+/// Inserts `row` (Outbox::prepare) inside `tx` with outbox_insert_statement(). Throws like
+/// execute().
+void insert_outbox_row(Transaction& tx, const OutboxRow& row);
 
 }  // namespace idem::detail

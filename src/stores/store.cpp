@@ -48,6 +48,23 @@ const std::optional<std::string>& Rows::cell(std::size_t row, std::size_t col) c
   return cells_[row * columns_ + col];
 }
 
+std::optional<std::size_t> Rows::column_index(std::string_view name) const noexcept {
+  for (std::size_t i = 0; i < column_info_.size(); ++i) {
+    if (column_info_[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+ValueType Rows::type(std::size_t row, std::size_t col) const {
+  if (!cell(row, col)) return ValueType::Null;
+  if (!value_types_.empty()) return value_types_[row * columns_ + col];
+  return column_info_[col].type;
+}
+
+ValueType RowView::type(std::size_t col) const {
+  return rows_->type(row_, col);
+}
+
 std::size_t RowView::size() const noexcept {
   return rows_->columns();
 }
@@ -138,6 +155,22 @@ void Savepoint::rollback() {
   done_ = true;
   tx_.rollback_to_savepoint(name_);
   tx_.release_savepoint(name_);
+}
+
+std::string_view to_string(ValueType type) noexcept {
+  switch (type) {
+    case ValueType::Null: return "null";
+    case ValueType::Integer: return "integer";
+    case ValueType::Decimal: return "decimal";
+    case ValueType::Real: return "real";
+    case ValueType::Boolean: return "boolean";
+    case ValueType::UuidValue: return "uuid";
+    case ValueType::TimestampValue: return "timestamp";
+    case ValueType::Json: return "json";
+    case ValueType::Bytes: return "bytes";
+    case ValueType::Text: return "text";
+  }
+  return "unknown";
 }
 
 std::string_view to_string(Backend backend) noexcept {

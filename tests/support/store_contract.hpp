@@ -539,6 +539,40 @@ TYPED_TEST_P(StoreContract, ExecuteBindsParametersAndReturnsRows) {
   tx->commit();
 }
 
+// A caller that does not know the schema (a binding to another language) gives each value
+// its natural type from the result alone: the column names and each cell's type.
+TYPED_TEST_P(StoreContract, ResultsNameTheirColumnsAndTypeTheirValues) {
+  auto tx = this->store_->begin();
+  tx->execute(
+      "CREATE TABLE typed (n BIGINT, flag BOOLEAN, id UUID, at TIMESTAMP, doc JSON, s TEXT, "
+      "absent TEXT)");
+  const Uuid id = new_uuid_v7();
+  tx->execute("INSERT INTO typed VALUES ($1, $2, $3, $4, $5, $6, $7)", std::int64_t{42}, true, id,
+              "2026-12-05 19:50:35", R"({"fee": 0.00005})", "text", nullptr);
+  const Rows rows = tx->execute("SELECT n, flag, id, at, doc, s, absent, n + 1 AS next FROM typed");
+  tx->commit();
+  ASSERT_EQ(rows.size(), 1U);
+  std::vector<std::string> names;
+  for (const Column& c : rows.column_info()) names.push_back(c.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"n", "flag", "id", "at", "doc", "s", "absent", "next"}));
+  EXPECT_EQ(rows.column_index("doc"), std::optional<std::size_t>(4));
+  EXPECT_EQ(rows.column_index("missing"), std::nullopt);
+  const RowView row = rows[0];
+  EXPECT_EQ(row.type(0), ValueType::Integer);
+  EXPECT_EQ(row.type(1), ValueType::Boolean);
+  EXPECT_TRUE(row.boolean(1));
+  EXPECT_EQ(row.type(2), ValueType::UuidValue);
+  EXPECT_EQ(row.uuid(2), id);
+  EXPECT_EQ(row.type(3), ValueType::TimestampValue);
+  EXPECT_EQ(row.type(4), ValueType::Json);
+  EXPECT_EQ(row.type(5), ValueType::Text);
+  EXPECT_EQ(row.type(6), ValueType::Null);
+  EXPECT_EQ(row.type(7), ValueType::Integer);  // an expression: its value's type
+  EXPECT_EQ(row.int64(7), 43);
+  EXPECT_THROW(static_cast<void>(row.type(8)), Error);
+}
+
 TYPED_TEST_P(StoreContract, ExecuteReportsAffectedRows) {
   auto tx = this->store_->begin();
   const char* insert_order =
@@ -995,8 +1029,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     LargeBatchWithDuplicatesAcrossItsWholeLength, EmptyBatch, BatchRollsBackWithItsTransaction,
     ConcurrentMarkersExactlyOneWins, ConcurrentProcessesExactlyOneWins,
     SavepointRollbackKeepsTheRestOfTheTransaction, SavepointReleaseKeepsWork,
-    ExecuteBindsParametersAndReturnsRows, ExecuteReportsAffectedRows,
-    ExecuteRejectsAMissingOrExtraParameter, SqlErrorNamesTheProblem,
+    ExecuteBindsParametersAndReturnsRows, ResultsNameTheirColumnsAndTypeTheirValues,
+    ExecuteReportsAffectedRows, ExecuteRejectsAMissingOrExtraParameter, SqlErrorNamesTheProblem,
     ConstraintViolationIsClassified, MigrateCreatesTheSchemaOnAnEmptyDatabase,
     MigrationSetsAreVersionedApart, MigrateIsIdempotent, ConcurrentMigratorsApplyEachMigrationOnce,
     LazySavepointFailingStatementRollsBackOnlyItsEvent, LazySavepointsNestAndUndoInnerWork,

@@ -109,6 +109,55 @@ TEST_F(OutboxTest, RejectsAnEventIdHeaderAndEmptyTopic) {
                Error);
 }
 
+// A writer with a connection of its own (idem for Python) inserts what prepare() makes with
+// outbox_insert_statement(): the row is the one enqueue() would have written.
+TEST_F(OutboxTest, PreparedRowInsertedWithTheStatementIsWhatEnqueueWrites) {
+  Outbox outbox;
+  OutboxRow row = outbox.prepare([](const Uuid& event_id) {
+    OutboxMessage m;
+    m.aggregate_type = "order";
+    m.aggregate_id = "42";
+    m.message_key = "customer-7";
+    m.topic = "t";
+    m.payload = event_id.to_string();
+    return m;
+  });
+  EXPECT_TRUE(row.event_id.is_v7());
+  EXPECT_EQ(row.message.payload, row.event_id.to_string());
+  EXPECT_EQ(row.message_key, "customer-7");
+  EXPECT_EQ(row.shard, outbox_shard("customer-7"));
+  ASSERT_EQ(row.message.headers.size(), 1U);  // the trace starts with the event
+  EXPECT_EQ(row.message.headers[0].first, "traceparent");
+  EXPECT_EQ(row.headers_json, outbox_headers_to_json(row.message.headers));
+
+  auto tx = store_->begin();
+  tx->execute(outbox_insert_statement(), row.event_id, row.message.aggregate_type,
+              row.message.aggregate_id, row.message.topic, row.message_key,
+              static_cast<std::int64_t>(row.shard), row.message.payload, row.headers_json);
+  tx->commit();
+  auto read = store_->begin();
+  const Rows rows = read->execute("SELECT event_id, message_key, shard, headers FROM idem_outbox");
+  ASSERT_EQ(rows.size(), 1U);
+  EXPECT_EQ(rows[0].uuid(0), row.event_id);
+  EXPECT_EQ(rows[0].text(1), "customer-7");
+  EXPECT_EQ(rows[0].int64(2), row.shard);
+  EXPECT_EQ(outbox_headers_from_json(rows[0].text(3)), row.message.headers);
+}
+
+TEST_F(OutboxTest, PrepareRefusesWhatEnqueueRefusesBeforeWriting) {
+  Outbox outbox;
+  EXPECT_THROW(static_cast<void>(outbox.prepare([](const Uuid&) {
+                 return OutboxMessage{.aggregate_type = "order", .aggregate_id = "1", .topic = ""};
+               })),
+               Error);
+  EXPECT_THROW(static_cast<void>(outbox.prepare([](const Uuid&) {
+                 OutboxMessage m{.aggregate_type = "order", .aggregate_id = "1", .topic = "t"};
+                 m.headers = {{"event_id", "x"}};
+                 return m;
+               })),
+               Error);
+}
+
 TEST(OutboxShard, IsAStableHashOfTheKey) {
   // FNV-1a 32: these values are stored in rows, so they must never change.
   EXPECT_EQ(outbox_shard(""), static_cast<int>(2166136261U % 64));

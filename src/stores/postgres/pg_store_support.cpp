@@ -27,9 +27,41 @@ std::int64_t affected_rows(const PGresult* r) {
   return v;
 }
 
+namespace {
+
+// The built-in types' OIDs (PostgreSQL's pg_type.dat; fixed across releases). A domain or
+// an array reports its own OID, so it reads as text.
+ValueType value_type_of(Oid type) noexcept {
+  switch (type) {
+    case 16: return ValueType::Boolean;  // bool
+    case 20:
+    case 21:
+    case 23:
+    case 26: return ValueType::Integer;    // int8 int2 int4 oid
+    case 1700: return ValueType::Decimal;  // numeric
+    case 700:
+    case 701: return ValueType::Real;        // float4 float8
+    case 2950: return ValueType::UuidValue;  // uuid
+    case 1114:
+    case 1184: return ValueType::TimestampValue;  // timestamp(tz)
+    case 114:
+    case 3802: return ValueType::Json;  // json jsonb
+    case 17: return ValueType::Bytes;   // bytea
+    default: return ValueType::Text;
+  }
+}
+
+}  // namespace
+
 Rows to_rows(const PGresult* r) {
   const int nrows = PQntuples(r);
   const int ncols = PQnfields(r);
+  std::vector<Column> columns;
+  columns.reserve(static_cast<std::size_t>(ncols));
+  for (int j = 0; j < ncols; ++j) {
+    const char* name = PQfname(r, j);
+    columns.push_back(Column{name != nullptr ? name : "", value_type_of(PQftype(r, j))});
+  }
   std::vector<std::optional<std::string>> cells;
   cells.reserve(static_cast<std::size_t>(nrows) * static_cast<std::size_t>(ncols));
   for (int i = 0; i < nrows; ++i) {
@@ -42,7 +74,7 @@ Rows to_rows(const PGresult* r) {
       }
     }
   }
-  return Rows(static_cast<std::size_t>(ncols), std::move(cells), affected_rows(r));
+  return Rows(std::move(columns), std::move(cells), affected_rows(r));
 }
 
 void validate_savepoint_name(std::string_view name) {

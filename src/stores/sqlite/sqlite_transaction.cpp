@@ -61,13 +61,18 @@ Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Par
 
   sqlite3_stmt* s = st.get();
   if (sqlite3_stmt_readonly(s) == 0) require_writable(sql);
-  const int columns = sqlite3_column_count(s);
+  std::vector<Column> columns = describe_columns(s);
   std::vector<std::optional<std::string>> cells;
+  std::vector<ValueType> value_types;
   const sqlite3_int64 changes_before = sqlite3_total_changes64(db);
   for (;;) {
     const int rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
-      for (int c = 0; c < columns; ++c) cells.push_back(column_value(s, c));
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        const int col = static_cast<int>(c);
+        value_types.push_back(value_type(s, col, columns[c].type));
+        cells.push_back(column_value(s, col));
+      }
       continue;
     }
     if (rc == SQLITE_DONE) break;
@@ -82,7 +87,7 @@ Rows SqliteTransaction::execute_params(std::string_view sql, std::span<const Par
   if (sqlite3_stmt_readonly(s) == 0 && sqlite3_total_changes64(db) != changes_before) {
     affected = sqlite3_changes64(db);
   }
-  return Rows(static_cast<std::size_t>(columns), std::move(cells), affected);
+  return Rows(std::move(columns), std::move(cells), affected, std::move(value_types));
 }
 
 void SqliteTransaction::execute_deferred_params(std::string_view sql,

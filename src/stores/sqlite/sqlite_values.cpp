@@ -2,6 +2,7 @@
 #include "stores/sqlite/sqlite_values.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <variant>
 
@@ -59,6 +60,59 @@ void validate_savepoint_name(std::string_view name) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
       });
   if (!ok) invalid(fmt::format("sqlite: invalid savepoint name '{}'", name.substr(0, 64)));
+}
+
+namespace {
+
+// SQLite's own rule for a declared type's affinity also reads substrings ("INT" anywhere
+// means INTEGER affinity), so a name such as "BOOLEAN NOT NULL" or "uuid_text" counts.
+bool declares(std::string_view declared, std::string_view word) {
+  return std::search(declared.begin(), declared.end(), word.begin(), word.end(),
+                     [](char a, char b) {
+                       return std::toupper(static_cast<unsigned char>(a)) == b;
+                     }) != declared.end();
+}
+
+ValueType declared_type(const char* declared) {
+  if (declared == nullptr) return ValueType::Text;
+  const std::string_view d(declared);
+  if (declares(d, "BOOL")) return ValueType::Boolean;
+  if (declares(d, "UUID")) return ValueType::UuidValue;
+  if (declares(d, "TIMESTAMP") || declares(d, "DATETIME")) return ValueType::TimestampValue;
+  if (declares(d, "JSON")) return ValueType::Json;
+  return ValueType::Text;
+}
+
+}  // namespace
+
+std::vector<Column> describe_columns(sqlite3_stmt* s) {
+  const int n = sqlite3_column_count(s);
+  std::vector<Column> columns;
+  columns.reserve(static_cast<std::size_t>(n));
+  for (int c = 0; c < n; ++c) {
+    const char* name = sqlite3_column_name(s, c);
+    columns.push_back(
+        Column{name != nullptr ? name : "", declared_type(sqlite3_column_decltype(s, c))});
+  }
+  return columns;
+}
+
+ValueType value_type(sqlite3_stmt* s, int col, ValueType declared) noexcept {
+  switch (sqlite3_column_type(s, col)) {
+    case SQLITE_NULL: return ValueType::Null;
+    case SQLITE_INTEGER:
+      return declared == ValueType::Boolean ? ValueType::Boolean : ValueType::Integer;
+    case SQLITE_FLOAT: return ValueType::Real;
+    case SQLITE_BLOB:
+      return declared == ValueType::UuidValue && sqlite3_column_bytes(s, col) == 16
+                 ? ValueType::UuidValue
+                 : ValueType::Bytes;
+    default:
+      return declared == ValueType::UuidValue || declared == ValueType::TimestampValue ||
+                     declared == ValueType::Json
+                 ? declared
+                 : ValueType::Text;
+  }
 }
 
 std::optional<std::string> column_value(sqlite3_stmt* s, int col) {
