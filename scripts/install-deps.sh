@@ -12,6 +12,8 @@ packages=(
   clang libclang-rt-14-dev clang-format clang-tidy
   postgresql-15 postgresql-client-15
   python3-confluent-kafka
+  python3-dev pybind11-dev python3-venv python3-setuptools python3-wheel python3-pytest
+  python3-psycopg python3-psycopg2 python3-asyncpg python3-pydantic
   chromium chromium-driver
 )
 

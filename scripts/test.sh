@@ -28,8 +28,8 @@ step_done "format and size checks"
 # They are compiled last, beside the tests and the fuzzing (below): nothing the tests run
 # needs them, and those steps leave a core mostly idle.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
-  -DIDEM_BUILD_BENCH=ON
-cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all
+  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON
+cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all python/all
 step_done "build (all but the benchmarks)"
 "$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
 step_done "clang-tidy"
