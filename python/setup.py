@@ -3,10 +3,14 @@ builds (target ``idem_python``, option ``IDEM_PYTHON``). There is no separate na
 here: the module is the same code, flags and core library as the rest of idem.
 
 Where the module comes from, first found:
-1. ``IDEM_BUILD_PYTHON_MODULE``: the path of a built ``_idem*.so``;
+1. ``IDEM_BUILD_PYTHON_MODULE``: the path of a built ``_idem*.so``, taken as it is;
 2. ``IDEM_BUILD_DIR`` (default: ``build`` at the repository's root): ``python/idem/_idem*.so``
-   in it, built first with ``cmake --build`` when the build directory exists but lacks it;
-3. otherwise the build directory is configured (``-DIDEM_PYTHON=ON``, Release) and built.
+   in it, brought up to date with ``cmake --build --target idem_python`` (the option
+   ``IDEM_PYTHON`` is turned on there first when the directory lacks the module);
+3. a build directory that does not exist is configured (``-DIDEM_PYTHON=ON``, Release).
+
+(``IDEM_BUILD_*``: idem's commands ignore that prefix in the environment; any other
+``IDEM_*`` variable they do not know makes them refuse to start.)
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ def _find_or_build_module() -> Path:
         subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
                                "-DCMAKE_BUILD_TYPE=Release", "-DIDEM_PYTHON=ON",
                                f"-DPYTHON_EXECUTABLE={sys.executable}"])
-    else:
+    elif _built_module(build_dir) is None:
         subprocess.check_call(["cmake", str(build_dir), "-DIDEM_PYTHON=ON"])
+    # Up to date with the sources (a no-op when it is).
     jobs = os.environ.get("IDEM_JOBS", "2")
     subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs,
                            "--target", "idem_python"])
