@@ -146,16 +146,19 @@ TEST_F(OutboxTest, PreparedRowInsertedWithTheStatementIsWhatEnqueueWrites) {
 
 TEST_F(OutboxTest, PrepareRefusesWhatEnqueueRefusesBeforeWriting) {
   Outbox outbox;
-  EXPECT_THROW(static_cast<void>(outbox.prepare([](const Uuid&) {
-                 return OutboxMessage{.aggregate_type = "order", .aggregate_id = "1", .topic = ""};
-               })),
-               Error);
-  EXPECT_THROW(static_cast<void>(outbox.prepare([](const Uuid&) {
-                 OutboxMessage m{.aggregate_type = "order", .aggregate_id = "1", .topic = "t"};
-                 m.headers = {{"event_id", "x"}};
-                 return m;
-               })),
-               Error);
+  const auto message = [](std::string topic, std::string header) {
+    return [topic = std::move(topic), header = std::move(header)](const Uuid&) {
+      OutboxMessage m;
+      m.aggregate_type = "order";
+      m.aggregate_id = "1";
+      m.topic = topic;
+      if (!header.empty()) m.headers = {{header, "x"}};
+      return m;
+    };
+  };
+  EXPECT_THROW(static_cast<void>(outbox.prepare(message("", ""))), Error);
+  EXPECT_THROW(static_cast<void>(outbox.prepare(message("t", "event_id"))), Error);
+  EXPECT_NO_THROW(static_cast<void>(outbox.prepare(message("t", "tenant"))));
 }
 
 TEST(OutboxShard, IsAStableHashOfTheKey) {
