@@ -12,9 +12,9 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "console_options.hpp"
 #include "idem/config.hpp"
 #include "idem/console/console.hpp"
+#include "idem/service/admin_endpoints.hpp"
 #include "stop_signals.hpp"
 
 namespace idem::cli {

@@ -1,6 +1,7 @@
 // `idem consume`: run an idempotent consumer until SIGTERM/SIGINT. Settings with a
 // configuration key come from the loader (file, environment, flags: docs/operations.md);
-// with `admin.listen` set it serves /metrics, /healthz and /readyz.
+// the run itself (watchdog, maintenance, metrics, what `admin.listen` serves) is
+// idem::ConsumerService, which embeddings share; this file chooses the handlers.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -18,12 +19,9 @@
 #include "commands.hpp"
 #include "config_options.hpp"
 #include "configured_sinks_wiring.hpp"
-#include "console_options.hpp"
 #include "idem/config.hpp"
-#include "idem/console/console.hpp"
 #include "idem/consumer.hpp"
 #include "idem/error.hpp"
-#include "idem/logging.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/reference/analytics.hpp"
 #include "idem/reference/billing.hpp"
@@ -31,7 +29,7 @@
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/order_service.hpp"
 #include "idem/reference/payment_provider.hpp"
-#include "idem/retention.hpp"
+#include "idem/service/consumer_service.hpp"
 #include "idem/store.hpp"
 #include "stop_signals.hpp"
 #include "store_schema.hpp"
@@ -218,51 +216,26 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                   "--no-idempotency-key only applies to --handler billing");
     }
 
-    // Consumer::run() returns within the stop timeout by itself unless the consumer's
-    // thread is inside a call to a database that stopped answering; a second past it,
-    // this ends the process (declared before the consumer and the maintenance task, so
-    // their destruction is covered too).
-    StopWatchdog watchdog(
-        config.stop_timeout + std::chrono::seconds(1),
-        fmt::format("idem: error: consumer stop not finished within {}: a call to the database "
-                    "or the broker has not returned. The offsets of the batch in progress are not "
-                    "committed: "
-                    "its events will be redelivered and deduplicated",
-                    format_duration(config.stop_timeout)));
+    // The watchdog, the maintenance task, the logger and the metrics; declared before the
+    // store and the routes, so the watchdog covers their destruction too.
+    ConsumerService service(settings, config);
     auto store = open_store(settings.store_url, settings.store_options);
-    std::unique_ptr<sinks::ConfiguredSinks> configured;
+    // The routes' handlers refer to them: the service keeps them until after the consumer.
+    sinks::ConfiguredSinks* configured = nullptr;
     if (routes) {
-      configured = start_configured_sinks(std::move(*routes), *store);
+      configured = &service.own(start_configured_sinks(std::move(*routes), *store));
     } else {
       static_cast<void>(migrate_store(*store, {}, /*reference=*/true));
     }
-    std::optional<MaintenanceTask> maintenance;
-    if (settings.maintenance.interval.count() > 0) {
-      maintenance.emplace(
-          settings.store_url, settings.retention_policy(), settings.maintenance.interval,
-          [](const MaintenanceReport& r) {
-            std::cerr << "idem maintenance: " << r.summary() << '\n';
-          },
-          [](std::string_view line) { std::cerr << line << '\n'; });
-    }
-
-    const Logger logger(settings.log);
-    ConsumerHooks hooks;
-    hooks.log = logger.lines("consumer");
-    // admin.listen set: metrics (batch and handler histograms, counters read from stats()
-    // at scrape time) and /readyz with the consumer and the store.
-    const auto& admin_settings = settings.get<AdminSettings>();
-    const bool admin_enabled = !admin_settings.listen.empty();
-    Metrics metrics;
-    if (admin_enabled) hooks = metrics.instrument(config.group_id, std::move(hooks));
-
-    Consumer consumer(config, std::move(store), std::move(hooks));
+    Consumer& consumer = service.start(std::move(store));
+    Metrics* metrics = service.metrics();
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
     if (configured) {
       configured->install(consumer, config.max_in_flight,
-                          route_observers(configured->config(), admin_enabled ? &metrics : nullptr,
-                                          config.group_id, logger.lines("sinks")));
+                          route_observers(configured->config(), metrics, config.group_id,
+                                          service.logger().lines("sinks")));
+      service.add_readiness(routes_readiness(*configured));
     } else if (handler_kind == HandlerKind::Billing) {
       const auto billing = billing_effect(billing_config(
           settings.get<BillingSettings>(), config.max_in_flight, opts->no_idempotency_key));
@@ -271,31 +244,16 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
       const Handler<OrderConfirmed> handler = make_handler(handler_kind);
       for (const auto& topic : config.topics) {
         consumer.on<OrderConfirmed>(
-            topic, admin_enabled ? metrics.timed(config.group_id, topic, handler) : handler);
+            topic, metrics != nullptr ? metrics->timed(config.group_id, topic, handler) : handler);
       }
     }
-    AdminEndpoints admin;
-    if (admin_enabled) {
-      metrics.watch(consumer, config.group_id);
-      std::vector<ReadinessCheck> checks = {
-          consumer_readiness(consumer, admin_settings.stuck_after),
-          store_readiness(settings.store_url, settings.store_options)};
-      if (configured) checks.push_back(routes_readiness(*configured));
-      admin = start_admin_endpoints(settings, metrics, std::move(checks), {config.group_id});
-      std::cout << fmt::format("admin server on port {}", admin.port()) << std::endl;
-    }
-    const OnStopSignal stop_on_signal(signals, [&consumer, &watchdog] {
-      watchdog.arm();
-      consumer.stop();
+    const OnStopSignal stop_on_signal(signals, [&service] { service.stop(); });
+
+    const ConsumerStats s = service.run([&config](std::optional<int> admin_port) {
+      if (admin_port) std::cout << fmt::format("admin server on port {}", *admin_port) << std::endl;
+      std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
+                << std::endl;
     });
-
-    std::cout << fmt::format("consuming {} as {}", fmt::join(config.topics, ","), config.group_id)
-              << std::endl;
-    consumer.run();
-    admin = {};  // before unwatch: no scrape may read a consumer that is going away
-    if (admin_enabled) metrics.unwatch(consumer);
-
-    const ConsumerStats s = consumer.stats();
     std::cout << fmt::format(
                      "stopped: delivered={} processed={} duplicates={} dead_lettered={} "
                      "retries={} transactions={} offset_commits={} stale={} oldest_event_age_s={} "

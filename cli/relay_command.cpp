@@ -13,12 +13,13 @@
 
 #include "commands.hpp"
 #include "config_options.hpp"
-#include "console_options.hpp"
 #include "idem/config.hpp"
 #include "idem/console/console.hpp"
 #include "idem/error.hpp"
 #include "idem/metrics/metrics.hpp"
 #include "idem/relay.hpp"
+#include "idem/service/admin_endpoints.hpp"
+#include "idem/service/stop_watchdog.hpp"
 #include "stop_signals.hpp"
 
 namespace idem::cli {

@@ -2,9 +2,9 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # find_package(idem) gives the core, idem::idem; each component is one more export set
-# (find_package(idem COMPONENTS http metrics reference devtools sinks console)), so a user of the core
+# (find_package(idem COMPONENTS http metrics reference devtools sinks console service)), so a user of the core
 # needs none of the components' dependencies.
-set(idem_components http metrics reference devtools sinks console)
+set(idem_components http metrics reference devtools sinks console service)
 install(TARGETS idem EXPORT idemTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
