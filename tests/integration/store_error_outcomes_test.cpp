@@ -245,7 +245,9 @@ TEST_F(StoreErrorConsumerTest, ServerFaultsAreRetriedAndOnlyTheEventsFaultsDeadL
   EXPECT_EQ(running.error(), nullptr);
   EXPECT_EQ(max_effects_per_event(*observer_, group), 1);
   for (const auto& [id, c] : cases) {
-    if (c.outcome == Retry) EXPECT_GT(raised(id), kRaises) << c.sqlstate << " was not retried";
+    if (c.outcome == Retry) {
+      EXPECT_GT(raised(id), kRaises) << c.sqlstate << " was not retried";
+    }
   }
   const auto letters =
       test::read_topic(broker_->bootstrap_servers(), topic + ".dlq", 1, dead_lettered, 20s);
