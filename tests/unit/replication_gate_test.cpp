@@ -19,7 +19,7 @@ StandbyReplication standby(std::string name, std::optional<std::uint64_t> flush,
 }
 
 ReplicationView view_of(std::vector<StandbyReplication> standbys, std::uint32_t timeline = 1) {
-  return ReplicationView{timeline, std::move(standbys), "on"};
+  return ReplicationView{timeline, std::move(standbys), "on", 0, ""};
 }
 
 TEST(ReplicationGate, AQuorumHoldsWhatItsLeastAdvancedMemberFlushed) {
