@@ -82,7 +82,7 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
             "relay.publish_after");
   cfg->bind(cmd->add_option("--standbys", opts->standbys,
                             "With replicated: the standbys that count, by application_name, "
-                            "comma-separated; empty: all (relay.standbys)"),
+                            "comma-separated; empty: the synchronous ones (relay.standbys)"),
             "relay.standbys");
   cfg->bind(cmd->add_option("--standby-quorum", opts->standby_quorum,
                             "With replicated: how many counted standbys must have flushed a "

@@ -89,8 +89,9 @@ struct RelayConfig {
   /// without narrowing the pipeline; it is reported in RelayProgress.
   PublishAfter publish_after = PublishAfter::Committed;
   /// Replicated: the standbys that count, by their application_name in
-  /// pg_stat_replication (set it in each standby's primary_conninfo). Empty: every
-  /// physical standby of the primary counts.
+  /// pg_stat_replication (set it in each standby's primary_conninfo), each name once.
+  /// Empty: the standbys the primary makes synchronous (synchronous_standby_names) count,
+  /// and the relay refuses to start when that setting is empty.
   std::vector<std::string> standbys;
   /// Replicated: how many of the counted standbys must have flushed a batch's commits
   /// before it is produced (ANY k, as in synchronous_standby_names). A failover to a

@@ -258,8 +258,8 @@ void declare_relay_keys(SectionKeys<Config>& k) {
               std::vector<std::pair<std::string, PublishAfter>>{
                   {"committed", PublishAfter::Committed}, {"replicated", PublishAfter::Replicated}})
       .list("relay.standbys", relay(&RelayConfig::standbys),
-            "replicated: the standbys that count, by application_name (empty: every physical "
-            "standby)")
+            "replicated: the standbys that count, by application_name (empty: those the "
+            "primary makes synchronous)")
       .integer("relay.standby_quorum", relay(&RelayConfig::standby_quorum),
                "replicated: how many of the counted standbys must have flushed a batch's commits",
                1, 64)

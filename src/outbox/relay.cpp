@@ -131,6 +131,7 @@ struct Relay::Impl {
       gate = std::make_unique<detail::ReplicationGate>(
           config.store_url, config.store_options,
           detail::StandbyQuorum{config.standbys, config.standby_quorum});
+      log(gate->counting());
     }
     warn_if_failover_unsafe();
     claims =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -30,18 +31,27 @@ constexpr milliseconds kFlushStandingStill{10};
 // A batch waiting this long is logged, and again after as long.
 constexpr milliseconds kStallReport{10'000};
 
-bool counted(const StandbyQuorum& quorum, const StandbyReplication& standby) {
-  return quorum.names.empty() ||
-         std::find(quorum.names.begin(), quorum.names.end(), standby.name) != quorum.names.end();
-}
-
 bool is_synchronous(const StandbyReplication& standby) {
   return standby.sync_state == "sync" || standby.sync_state == "quorum";
 }
 
+bool declared(const StandbyQuorum& quorum, const std::string& name) {
+  return std::find(quorum.names.begin(), quorum.names.end(), name) != quorum.names.end();
+}
+
+// The application_names that count: those declared; with none declared, those of which
+// PostgreSQL makes a walsender synchronous (its synchronous_standby_names names them).
+std::set<std::string> counted_names(const ReplicationView& view, const StandbyQuorum& quorum) {
+  std::set<std::string> names;
+  for (const StandbyReplication& s : view.standbys) {
+    if (quorum.names.empty() ? is_synchronous(s) : declared(quorum, s.name)) names.insert(s.name);
+  }
+  return names;
+}
+
 std::string describe_quorum(const StandbyQuorum& quorum) {
   return quorum.names.empty()
-             ? fmt::format("any {} standby(s)", quorum.count)
+             ? fmt::format("any {} of the standbys the primary makes synchronous", quorum.count)
              : fmt::format("any {} of {}", quorum.count, fmt::join(quorum.names, ","));
 }
 
@@ -62,11 +72,34 @@ std::string format_lsn(std::uint64_t lsn) {
   return fmt::format("{:X}/{:X}", lsn >> 32, lsn & 0xffffffffU);
 }
 
+std::vector<CountedStandby> counted_standbys(const ReplicationView& view,
+                                             const StandbyQuorum& quorum) {
+  const std::set<std::string> names = counted_names(view, quorum);
+  std::vector<CountedStandby> counted;
+  for (const std::string& name : names) {
+    CountedStandby standby{name, std::nullopt};
+    bool first = true;
+    for (const StandbyReplication& s : view.standbys) {
+      if (s.name != name) continue;
+      if (first) {
+        standby.flush_lsn = s.flush_lsn;
+      } else if (!standby.flush_lsn || !s.flush_lsn) {
+        standby.flush_lsn.reset();  // one of them has reported nothing yet
+      } else {
+        standby.flush_lsn = std::min(*standby.flush_lsn, *s.flush_lsn);
+      }
+      first = false;
+    }
+    counted.push_back(std::move(standby));
+  }
+  return counted;
+}
+
 std::optional<WalPosition> quorum_position(const ReplicationView& view,
                                            const StandbyQuorum& quorum) {
   std::vector<std::uint64_t> flushed;
-  for (const StandbyReplication& s : view.standbys) {
-    if (s.flush_lsn && counted(quorum, s)) flushed.push_back(*s.flush_lsn);
+  for (const CountedStandby& s : counted_standbys(view, quorum)) {
+    if (s.flush_lsn) flushed.push_back(*s.flush_lsn);
   }
   if (quorum.count == 0 || flushed.size() < quorum.count) return std::nullopt;
   std::sort(flushed.begin(), flushed.end(), std::greater<>());
@@ -109,21 +142,26 @@ std::optional<std::string> failover_warning(const ReplicationView& view, Publish
     }
     return std::nullopt;
   }
-  std::vector<std::string> outside;
-  std::size_t inside = 0;
+  const std::set<std::string> counted = counted_names(view, quorum);
+  const std::size_t inside = counted.size();
+  std::set<std::string> outside;
   for (const StandbyReplication& s : view.standbys) {
-    if (counted(quorum, s)) {
-      ++inside;
-    } else {
-      outside.push_back(s.name);
-    }
+    if (!counted.contains(s.name)) outside.insert(s.name);
   }
-  if (!outside.empty()) {
+  if (!outside.empty() && !quorum.names.empty()) {
     return fmt::format(
         "standbys {} are not among relay.standbys ({}): a failover to one of them can take "
         "back outbox rows whose events this relay already published; name every standby your "
         "failover may promote (docs/failover.md)",
         fmt::join(outside, ", "), fmt::join(quorum.names, ","));
+  }
+  if (!outside.empty()) {
+    return fmt::format(
+        "walsenders {} are not synchronous, and only the standbys the primary makes "
+        "synchronous count while relay.standbys is empty: a failover to one of them can take "
+        "back outbox rows whose events this relay already published; name every standby your "
+        "failover may promote in relay.standbys (docs/failover.md)",
+        fmt::join(outside, ", "));
   }
   if (quorum.count < inside) {
     return fmt::format(
@@ -133,6 +171,40 @@ std::optional<std::string> failover_warning(const ReplicationView& view, Publish
         quorum.count, inside, inside);
   }
   return std::nullopt;
+}
+
+std::string describe_counting(const ReplicationView& view, const StandbyQuorum& quorum) {
+  std::vector<std::string> counting;
+  for (const CountedStandby& s : counted_standbys(view, quorum)) {
+    const auto walsenders =
+        std::count_if(view.standbys.begin(), view.standbys.end(),
+                      [&](const StandbyReplication& r) { return r.name == s.name; });
+    counting.push_back(fmt::format(
+        "{} ({}flushed to {})", s.name.empty() ? "(no name)" : s.name,
+        walsenders > 1 ? fmt::format("{} walsenders under this name, the least ", walsenders) : "",
+        s.flush_lsn ? format_lsn(*s.flush_lsn) : "-"));
+  }
+  const std::set<std::string> counted = counted_names(view, quorum);
+  for (const std::string& name : quorum.names) {
+    if (!counted.contains(name)) counting.push_back(name + " (not connected)");
+  }
+  std::vector<std::string> left_out;
+  std::set<std::string> named;
+  for (const StandbyReplication& s : view.standbys) {
+    if (counted.contains(s.name) || !named.insert(s.name).second) continue;
+    left_out.push_back(fmt::format("{} ({})", s.name.empty() ? "(no name)" : s.name,
+                                   quorum.names.empty() ? s.sync_state + ", not synchronous"
+                                                        : std::string("not in relay.standbys")));
+  }
+  return fmt::format(
+      "idem relay: publish_after = replicated: a batch waits until {} flushed its "
+      "commits{}; counting now: {}; not counting: {}",
+      describe_quorum(quorum),
+      quorum.names.empty()
+          ? fmt::format(" (synchronous_standby_names = '{}')", view.synchronous_standby_names)
+          : "",
+      counting.empty() ? "none" : fmt::format("{}", fmt::join(counting, ", ")),
+      left_out.empty() ? "none" : fmt::format("{}", fmt::join(left_out, ", ")));
 }
 
 ReplicationGate::ReplicationGate(std::string url, StoreOptions options, StandbyQuorum quorum)
@@ -149,6 +221,20 @@ ReplicationGate::ReplicationGate(std::string url, StoreOptions options, StandbyQ
                 "flushed (pg_stat_replication), which PostgreSQL shows only to superusers and "
                 "members of pg_monitor; run `GRANT pg_monitor TO <the role of store.url>`");
   }
+  const ReplicationView view = read_replication(*store_);
+  // Without declared standbys only those PostgreSQL makes synchronous count: every
+  // walsender reporting a flush would include a WAL archiver or a backup streaming WAL,
+  // which no failover promotes. With none made synchronous, nothing would ever count.
+  if (quorum_.names.empty() &&
+      view.synchronous_standby_names.find_first_not_of(" \t") == std::string::npos) {
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,
+                "idem relay: relay.publish_after = replicated without relay.standbys counts the "
+                "standbys the primary makes synchronous, and its synchronous_standby_names is "
+                "empty: nothing would ever be published; name the standbys your failover may "
+                "promote in relay.standbys (by application_name), or make them synchronous "
+                "(docs/failover.md)");
+  }
+  counting_ = describe_counting(view, quorum_);
   thread_ = std::thread([this] { watch(); });
 }
 

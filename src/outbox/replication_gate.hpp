@@ -32,15 +32,39 @@ namespace idem::detail {
 
 /// Which standbys count, and how many of them must hold a commit (ANY k).
 struct StandbyQuorum {
-  std::vector<std::string> names;  ///< application_names; empty: every physical standby
+  /// application_names (relay.standbys); empty: the standbys PostgreSQL makes synchronous
+  /// (sync_state sync or quorum, by its synchronous_standby_names)
+  std::vector<std::string> names;
   std::size_t count = 1;
 };
+
+/// One standby the gate counts, by its application_name.
+struct CountedStandby {
+  std::string name;
+  /// The least position any of its walsenders reports; nullopt while one of them reports
+  /// none.
+  std::optional<std::uint64_t> flush_lsn;
+};
+
+/// The standbys of `view` that count for `quorum`, each application_name once, in name
+/// order: those quorum.names declares; with no names, those whose sync_state is sync or
+/// quorum (a WAL archiver or backup streaming WAL, asynchronous, never counts). Several
+/// walsenders under one name (a standby reconnecting while its old walsender lingers,
+/// two processes giving the same name) count as one standby that holds the least any of
+/// them flushed: the gate cannot tell which of them a failover would promote.
+[[nodiscard]] std::vector<CountedStandby> counted_standbys(const ReplicationView& view,
+                                                           const StandbyQuorum& quorum);
 
 /// The position up to which `quorum.count` of the counted standbys of `view` have flushed
 /// (the count-th highest flush among them), on the view's timeline; nullopt while fewer
 /// than that many report a flush position.
 [[nodiscard]] std::optional<WalPosition> quorum_position(const ReplicationView& view,
                                                          const StandbyQuorum& quorum);
+
+/// The relay's start line with publish_after = replicated: how many of which standbys a
+/// batch waits for, which walsenders count now and which do not, and why.
+[[nodiscard]] std::string describe_counting(const ReplicationView& view,
+                                            const StandbyQuorum& quorum);
 
 /// The start-up warning for a relay publishing `mode` on a primary whose standbys are
 /// `view`: what a failover can then take back after its events were published. nullopt
@@ -57,9 +81,10 @@ class ReplicationGate {
   using Clock = std::chrono::steady_clock;
 
   /// Opens the gate's connection and checks that it can read the standbys' positions.
-  /// \throws Error(InvalidArgument, Config) on a SQLite store (no standbys) or when the
-  ///   role may not read pg_stat_replication's LSN columns (it needs pg_monitor);
-  ///   Error(Connection) as open_store() does.
+  /// \throws Error(InvalidArgument, Config) on a SQLite store (no standbys), when the
+  ///   role may not read pg_stat_replication's LSN columns (it needs pg_monitor), or when
+  ///   no standby could ever count (no relay.standbys, and the primary's
+  ///   synchronous_standby_names is empty); Error(Connection) as open_store() does.
   ReplicationGate(std::string url, StoreOptions options, StandbyQuorum quorum);
   /// Stops and joins the watch thread.
   ~ReplicationGate();
@@ -79,6 +104,8 @@ class ReplicationGate {
   /// True when the oldest held batch was claimed on an earlier timeline than the one the
   /// primary writes now (a promotion since): it can never be covered.
   [[nodiscard]] bool outdated() const;
+  /// The line for the log at start: describe_counting() of the standbys then.
+  [[nodiscard]] const std::string& counting() const noexcept { return counting_; }
   /// Waits up to `timeout` for the standbys to flush past the oldest held batch.
   void wait(std::chrono::milliseconds timeout);
   /// Adds the wait figures to `progress` (RelayProgress::replication_*).
@@ -103,6 +130,7 @@ class ReplicationGate {
   const StoreOptions options_;
   const StandbyQuorum quorum_;
   std::unique_ptr<Store> store_;  // the watch thread's (after the constructor's checks)
+  std::string counting_;
 
   std::deque<Held> held_;  // relay thread only
   std::uint64_t waits_ = 0;

@@ -50,6 +50,9 @@ struct ReplicationView {
   /// How far the primary itself has flushed its WAL. A walsender sends a standby only
   /// flushed WAL, so no standby can report a position past this one.
   std::uint64_t primary_flush_lsn = 0;
+  /// The primary's synchronous_standby_names: which application_names it makes
+  /// synchronous (sync_state sync or quorum); empty: none, every standby is asynchronous.
+  std::string synchronous_standby_names;
 };
 
 /// The end of the WAL inserted so far on the server `tx` runs on. Every commit visible to

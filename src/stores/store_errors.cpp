@@ -14,6 +14,74 @@ bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }
 
+using enum StoreErrorOutcome;
+
+// PostgreSQL (Appendix A, Error Codes). Only the rows that differ from the default (Query,
+// Stop) are here, and XX for its code; docs/store-errors.md gives every class and why.
+constexpr StoreErrorRule kPostgresRules[] = {
+    // Retried: nothing about the work is wrong; the same transaction later may succeed.
+    {"08", ErrorCode::Connection, Retry},             // connection exception
+    {"25P03", ErrorCode::Connection, Retry},          // idle_in_transaction_session_timeout ends it
+    {"25P04", ErrorCode::Connection, Retry},          // transaction_timeout (PostgreSQL 17) ends it
+    {"40", ErrorCode::TransactionAborted, Retry},     // serialization failure, deadlock
+    {"53", ErrorCode::TransactionAborted, Retry},     // disk full, out of memory, connections
+    {"55P03", ErrorCode::TransactionAborted, Retry},  // lock_not_available (lock_timeout)
+    {"57014", ErrorCode::Timeout, Retry},             // query_canceled (statement_timeout)
+    {"57P", ErrorCode::Connection, Retry},            // shutdowns, terminated, database dropped
+    {"58", ErrorCode::TransactionAborted, Retry},     // the server's I/O or system call failed
+    {"72", ErrorCode::TransactionAborted, Retry},     // snapshot_too_old: a new one will do
+    {"HV001", ErrorCode::TransactionAborted, Retry},  // fdw_out_of_memory
+    {"HV00N", ErrorCode::Connection, Retry},          // fdw_unable_to_establish_connection
+    // The event's fault: what its values met (a constraint, a type, the user's own checks).
+    {"20", ErrorCode::Query, DeadLetter},       // case_not_found: a CASE without this value's WHEN
+    {"21", ErrorCode::Query, DeadLetter},       // cardinality_violation: more rows than one
+    {"22", ErrorCode::Query, DeadLetter},       // data exception: a value the type cannot take
+    {"23", ErrorCode::Constraint, DeadLetter},  // integrity constraint violation
+    {"44", ErrorCode::Constraint, DeadLetter},  // with_check_option_violation of a view
+    {"P0", ErrorCode::Query, DeadLetter},       // PL/pgSQL: RAISE, STRICT, ASSERT
+    // Stopped, and said to be the server's: an internal error, corrupted data.
+    {"XX", ErrorCode::Internal, Stop},
+};
+
+// SQLite's result codes, by the names sqlite3.h gives them. Unlisted
+// codes (SQLITE_ERROR: syntax, no such table; SQLITE_TOOBIG, SQLITE_RANGE, SQLITE_MISUSE,
+// SQLITE_PERM, SQLITE_AUTH, SQLITE_READONLY on a read-only file, ...) stop.
+constexpr StoreErrorRule kSqliteRules[] = {
+    // Another connection holds a lock (after busy_timeout), a table is locked in this
+    // process, a WAL locking race, a schema changed under a prepared statement, a
+    // statement aborted by a rollback, an interrupt, memory running out, the WAL being
+    // recovered by another connection: redo the transaction later.
+    {"SQLITE_BUSY", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_LOCKED", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_PROTOCOL", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_SCHEMA", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_ABORT", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_INTERRUPT", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_NOMEM", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_READONLY_RECOVERY", ErrorCode::TransactionAborted, Retry},
+    {"SQLITE_READONLY_CANTLOCK", ErrorCode::TransactionAborted, Retry},
+    // The database file cannot be used right now (cannot be opened, I/O failed, not a
+    // database, damaged, disk full): the embedded equivalent of a broken connection.
+    {"SQLITE_CANTOPEN", ErrorCode::Connection, Retry},
+    {"SQLITE_IOERR", ErrorCode::Connection, Retry},
+    {"SQLITE_NOTADB", ErrorCode::Connection, Retry},
+    {"SQLITE_CORRUPT", ErrorCode::Connection, Retry},
+    {"SQLITE_FULL", ErrorCode::Connection, Retry},
+    // The event's fault: a constraint (PRIMARY KEY, UNIQUE, CHECK, NOT NULL, FOREIGN KEY, a
+    // STRICT column's type, a trigger's RAISE), a value of the wrong type for a rowid.
+    {"SQLITE_CONSTRAINT", ErrorCode::Constraint, DeadLetter},
+    {"SQLITE_MISMATCH", ErrorCode::Query, DeadLetter},
+};
+
+constexpr StoreErrorRule kUnlisted{"", ErrorCode::Query, Stop};
+
+// The SQLite name `name` is `key` itself or one of its extended codes
+// ("SQLITE_BUSY_SNAPSHOT", or "SQLITE_BUSY(1234)" for one without a name).
+bool names_code(std::string_view name, std::string_view key) {
+  if (!name.starts_with(key)) return false;
+  return name.size() == key.size() || name[key.size()] == '_' || name[key.size()] == '(';
+}
+
 // What an operator should do about a permanent store error. The SQLSTATE (PostgreSQL) or
 // the SQLite code is in Error::detail(); SQLite says "no such table" in its message only.
 std::string_view remedy(const Error& e) {
@@ -38,7 +106,13 @@ std::string_view remedy(const Error& e) {
            "store.url at the primary, or name every host of the cluster in it (host=a,b: "
            "idem then reconnects to the one that takes writes)";
   }
-  return "retrying cannot fix it; fix the database, then start again";
+  // Class XX: internal_error, data_corrupted, index_corrupted.
+  if (d.starts_with("XX")) {
+    return "the server reports an internal error (a bug, or damaged data or indexes); read "
+           "the server's log and fix the cause (REINDEX, restore), then start again";
+  }
+  return "retrying cannot fix it and no event is to blame (docs/store-errors.md); fix the "
+         "database or the statement, then start again";
 }
 
 }  // namespace
@@ -56,17 +130,47 @@ void require_table(Store& store, Transaction& tx, std::string_view table, const 
     throw Error(ErrorCode::Schema, error_source(store.backend()), message);
 }
 
-bool statement_refused_for_good(const Error& e) noexcept {
-  if (e.transient()) return false;
-  const std::string& d = e.detail();
-  if (e.source() == ErrorSource::Postgres) {
-    return d.starts_with("42") || d == "3F000" || d == "25006";
+StoreErrorRule postgres_error_rule(std::string_view sqlstate) noexcept {
+  const StoreErrorRule* found = &kUnlisted;
+  for (const StoreErrorRule& rule : kPostgresRules) {
+    if (sqlstate.starts_with(rule.key) && rule.key.size() > found->key.size()) found = &rule;
   }
-  if (e.source() != ErrorSource::Sqlite) return false;
-  const std::string_view what = e.what();
-  return d.starts_with("SQLITE_READONLY") || d == "SQLITE_PERM" || d == "SQLITE_AUTH" ||
-         contains(what, "no such table") || contains(what, "no such column") ||
-         contains(what, "no such function") || contains(what, "syntax error");
+  return *found;
+}
+
+StoreErrorRule sqlite_error_rule(std::string_view code_name) noexcept {
+  const StoreErrorRule* found = &kUnlisted;
+  for (const StoreErrorRule& rule : kSqliteRules) {
+    if (names_code(code_name, rule.key) && rule.key.size() > found->key.size()) found = &rule;
+  }
+  return *found;
+}
+
+std::span<const StoreErrorRule> postgres_error_rules() noexcept {
+  return kPostgresRules;
+}
+
+std::span<const StoreErrorRule> sqlite_error_rules() noexcept {
+  return kSqliteRules;
+}
+
+StoreErrorOutcome effect_error_outcome(const Error& e) noexcept {
+  if (e.transient()) return Retry;
+  StoreErrorRule rule = kUnlisted;
+  if (e.source() == ErrorSource::Postgres) {
+    rule = postgres_error_rule(e.detail());
+  } else if (e.source() == ErrorSource::Sqlite) {
+    rule = sqlite_error_rule(e.detail());
+  } else {
+    return DeadLetter;
+  }
+  // A Retry row's code thrown as permanent (08P01 on a live connection is a Bind the
+  // server refused: the statement's parameters do not match it) is the statement's.
+  return rule.outcome == DeadLetter ? DeadLetter : Stop;
+}
+
+bool statement_refused_for_good(const Error& e) noexcept {
+  return effect_error_outcome(e) == Stop;
 }
 
 const Error* refused_for_good(const std::exception& e) noexcept {

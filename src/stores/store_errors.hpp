@@ -1,17 +1,18 @@
 #pragma once
-// What a long-running process (the consumer, the relay) does with a store error that
-// redoing the work cannot fix, and the schema check they run before they start.
+// The one table of store errors (docs/store-errors.md): which SQLSTATEs and SQLite result
+// codes are retried, which are one event's fault (dead-lettered) and which stop the
+// process; what a long-running process (the consumer, the relay) stops with; and the
+// schema check they run before they start.
 //
-// The rule (docs/consumer.md, docs/outbox.md): an idem::Error from PostgreSQL or SQLite
-// that is not transient (Error::transient(): connection, serialization failure, deadlock,
-// lock timeout, busy) is permanent: a missing table or column, bad SQL, a missing
-// privilege, a read-only database (a read-only server is transient instead when the
-// store URL names several hosts: another of them takes the writes after a failover).
-// Retrying it only hides it, so a process whose OWN
-// statements (dedup marks, outbox claims and marks, retention declarations) fail that
-// way stops and says why. An error of one event's effect statement is that event's
-// fault instead: the consumer dead-letters that event and goes on.
+// The rule: an idem::Error from PostgreSQL or SQLite that is transient (Error::transient():
+// the connection, a lost race, a server out of resources or failing its I/O) is retried.
+// Every other one is permanent. A process whose OWN statements (dedup marks, outbox claims
+// and marks, retention declarations) fail for good stops and says why. A statement of one
+// event's effect that fails for good is that event's fault only when the table says so (a
+// constraint, a bad value, the user's own RAISE); every other permanent error, a code the
+// table does not list included, stops the consumer rather than dead-lettering the stream.
 #include <exception>
+#include <span>
 #include <string_view>
 
 #include "idem/error.hpp"
@@ -19,16 +20,48 @@
 
 namespace idem::detail {
 
+/// What becomes of a store error of one event's effect statement.
+enum class StoreErrorOutcome {
+  Retry,       ///< redo the transaction after a backoff (Error::transient())
+  Stop,        ///< no event's fault: the consumer stops, saying why
+  DeadLetter,  ///< that event's fault: that event alone goes to the DLQ
+};
+
+/// One row of the table. `key` is a SQLSTATE prefix (a class "58", or longer: "57P",
+/// "55P03"; the longest matching key wins) or an SQLite result code's name (a primary code
+/// "SQLITE_BUSY", which covers its extended codes, or an extended one
+/// "SQLITE_READONLY_RECOVERY"). `code` is the ErrorCode the store throws it as; a Retry
+/// row's code is transient, every other row's is not.
+struct StoreErrorRule {
+  std::string_view key;
+  ErrorCode code;
+  StoreErrorOutcome outcome;
+};
+
+/// The rule for a SQLSTATE. A SQLSTATE no row lists: {"", Query, Stop}.
+[[nodiscard]] StoreErrorRule postgres_error_rule(std::string_view sqlstate) noexcept;
+/// The rule for an SQLite result code's name as code_name() spells it
+/// ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_IOERR(4874)"). Unlisted: {"", Query, Stop}.
+[[nodiscard]] StoreErrorRule sqlite_error_rule(std::string_view code_name) noexcept;
+/// Every row, for the tests that hold the table to its documented properties.
+[[nodiscard]] std::span<const StoreErrorRule> postgres_error_rules() noexcept;
+[[nodiscard]] std::span<const StoreErrorRule> sqlite_error_rules() noexcept;
+
+/// What the consumer does when one event's effect throws `e`: Retry when it is transient;
+/// for a store error (PostgreSQL or SQLite) that is not, DeadLetter when the table's row
+/// for its SQLSTATE or SQLite code says so and Stop otherwise (no SQLSTATE, an unlisted
+/// one, a row that retries a code the store threw as permanent); DeadLetter for any other
+/// error (a handler's own, an HTTP error), which is the handler's business.
+[[nodiscard]] StoreErrorOutcome effect_error_outcome(const Error& e) noexcept;
+
 /// The Error inside `e` when it is a store error (PostgreSQL or SQLite) that redoing the
 /// work cannot fix; null otherwise (transient, or not a store error).
 [[nodiscard]] const Error* refused_for_good(const std::exception& e) noexcept;
 
-/// True when `e` is a store error of a statement that no event's values could make work:
-/// it names a table, column or function that does not exist, is not valid SQL, or the
-/// database refuses this process the privilege (PostgreSQL: SQLSTATE class 42, 3F000,
-/// 25006; SQLite: "no such table/column/function", a syntax error, SQLITE_READONLY*,
-/// SQLITE_PERM, SQLITE_AUTH). A constraint violation or a bad value (class 22, 23) is the
-/// event's own fault instead, and a transient error is neither.
+/// True when a store error of one event's effect statement must stop the consumer rather
+/// than dead-letter the event: effect_error_outcome(e) == Stop. A constraint violation, a
+/// bad value or the user's own RAISE (classes 23, 22, P0, ...; SQLITE_CONSTRAINT,
+/// SQLITE_MISMATCH) is the event's own fault instead, and a transient error is neither.
 [[nodiscard]] bool statement_refused_for_good(const Error& e) noexcept;
 
 /// What `who` ("idem consumer", "idem relay") stops with after `cause`: the same code,

@@ -566,7 +566,18 @@ TEST_F(RelayPostgres, PublishingAfterReplicationNeedsARoleThatMaySeeTheStandbys)
     tx->execute(fmt::format("GRANT pg_monitor TO {}", role));
     tx->commit();
   }
-  Relay relay(c);  // sees them now (there are none: nothing would ever be published)
+  // Sees them now, but without relay.standbys only the standbys the primary makes
+  // synchronous count, and this server makes none: nothing would ever be published.
+  try {
+    Relay relay(c);
+    ADD_FAILURE() << "a relay that could never count a standby started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("synchronous_standby_names is empty"), std::string::npos)
+        << e.what();
+  }
+  c.standbys = {"standby_a"};
+  Relay relay(c);  // declared (not connected: nothing would be published yet)
 }
 #endif
 

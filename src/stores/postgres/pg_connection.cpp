@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "stores/store_errors.hpp"
+
 namespace idem::detail::pg {
 
 namespace {
@@ -77,28 +79,9 @@ bool is_connection_sqlstate(std::string_view s) noexcept {
 }
 
 ErrorCode classify_sqlstate(std::string_view s) noexcept {
-  if (is_connection_sqlstate(s)) return ErrorCode::Connection;
-  // Class 40 (transaction_rollback): 40001 serialization_failure, 40P01
-  // deadlock_detected, 40003 statement_completion_unknown. The server already
-  // rolled the transaction back (or will); redoing it may well succeed.
-  if (starts_with(s, "40")) return ErrorCode::TransactionAborted;
-  // 55P03 lock_not_available: lock_timeout or NOWAIT; a redo later can get the lock.
-  if (s == "55P03") return ErrorCode::TransactionAborted;
-  // 57014 query_canceled: statement_timeout (or a cancel request). Transient too,
-  // but "a deadline passed" says more than "aborted".
-  if (s == "57014") return ErrorCode::Timeout;
-  // 25P03 idle_in_transaction_session_timeout ends the session.
-  if (s == "25P03") return ErrorCode::Connection;
-  // Class 53 (insufficient_resources): disk full, out of memory, too many
-  // connections. Nothing about the work itself is wrong; redo it later.
-  if (starts_with(s, "53")) return ErrorCode::TransactionAborted;
-  // Class 23: integrity constraint violation. Redoing the same work fails again.
-  if (starts_with(s, "23")) return ErrorCode::Constraint;
-  // Class XX: internal error (data corruption and the like).
-  if (starts_with(s, "XX")) return ErrorCode::Internal;
-  // Everything else (syntax 42601, undefined table 42P01, bad input 22P02, ...):
-  // the statement itself is wrong.
-  return ErrorCode::Query;
+  // One table for the code and for what the consumer makes of it (stores/store_errors.cpp,
+  // docs/store-errors.md).
+  return postgres_error_rule(s).code;
 }
 
 Connection::Connection(std::string_view conninfo_view, const StoreOptions& options) {

@@ -169,7 +169,8 @@ class Connection {
   std::vector<bool> prepares_;
 };
 
-/// Classifies a SQLSTATE (five characters) into idem's error codes.
+/// Classifies a SQLSTATE (five characters) into idem's error codes, by the one table of
+/// store errors (postgres_error_rule() in stores/store_errors.hpp). Unlisted: Query.
 [[nodiscard]] ErrorCode classify_sqlstate(std::string_view sqlstate) noexcept;
 
 /// The statement text for messages: whitespace collapsed, cut at 160 characters.

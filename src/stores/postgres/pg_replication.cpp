@@ -51,7 +51,8 @@ ReplicationView read_replication(Store& store) {
       std::string("SELECT ") + std::string(kTimelineSql) +
       ", r.pid, r.application_name, pg_wal_lsn_diff(r.flush_lsn, '0/0')::bigint, r.sync_state, "
       "current_setting('synchronous_commit'), "
-      "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint "
+      "pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint, "
+      "current_setting('synchronous_standby_names') "
       "FROM (SELECT 1) one LEFT JOIN pg_stat_replication r ON NOT EXISTS (SELECT 1 FROM "
       "pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')");
   tx->commit();
@@ -59,6 +60,7 @@ ReplicationView read_replication(Store& store) {
   view.timeline = parse_timeline(rows[0].text(0));
   view.synchronous_commit = std::string(rows[0].text(5));
   view.primary_flush_lsn = static_cast<std::uint64_t>(rows[0].int64(6));
+  view.synchronous_standby_names = std::string(rows[0].text(7));
   for (const auto row : rows) {
     if (row.is_null(1)) continue;  // no walsender at all
     StandbyReplication standby;

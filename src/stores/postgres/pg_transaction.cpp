@@ -300,10 +300,12 @@ void PostgresTransaction::fail(const PGresult* result, std::string_view what_arg
     conn_.poison();
   } else if (f.sqlstate == "25P02" && failure_) {
     // "current transaction is aborted": report the failure that aborted it, which
-    // the caller swallowed; its code says whether redoing the work can help.
+    // the caller swallowed; its code and SQLSTATE say whether redoing the work can help
+    // and whose fault it is (docs/store-errors.md).
     f.code = failure_->code;
     f.message =
         fmt::format("{} (the transaction failed earlier: {})", f.message, failure_->message);
+    f.sqlstate = failure_->sqlstate;
   } else if (!failure_ && state_ == State::Open) {
     failure_ = Earlier{f.code, f.message, f.sqlstate};
   }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "stores/store_errors.hpp"
+
 namespace idem::detail::sqlite {
 
 namespace {
@@ -113,42 +115,12 @@ std::string code_name(int extended_code) {
 }
 
 ErrorCode classify(int extended_code) noexcept {
-  // Read-only for a moment, not for good: another connection is recovering the WAL, or
-  // the WAL index cannot be locked yet. (Every other SQLITE_READONLY is permanent: the
-  // file or its directory is not writable, or the database was opened read-only.)
-  if (extended_code == SQLITE_READONLY_RECOVERY || extended_code == SQLITE_READONLY_CANTLOCK)
-    return ErrorCode::TransactionAborted;
-  switch (extended_code & 0xff) {
-    // Another connection holds the lock we need (after busy_timeout ran out), or a
-    // table is locked inside this process. Nothing is wrong with the work itself:
-    // redoing the whole transaction later is the right reaction. The same holds for a
-    // WAL locking race (PROTOCOL), a schema changed under a prepared statement more
-    // often than SQLite re-prepares it (SCHEMA), a statement aborted by a rollback
-    // (ABORT), an interrupt, and memory running out.
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_PROTOCOL:
-    case SQLITE_SCHEMA:
-    case SQLITE_ABORT:
-    case SQLITE_INTERRUPT:
-    case SQLITE_NOMEM: return ErrorCode::TransactionAborted;
-    // The data broke a rule of the schema (PRIMARY KEY, UNIQUE, CHECK, NOT NULL,
-    // FOREIGN KEY). Redoing the same work gives the same answer.
-    case SQLITE_CONSTRAINT: return ErrorCode::Constraint;
-    // The database file itself cannot be used right now: it cannot be opened, reading
-    // or writing it failed, it is not a database, it is damaged, or the disk is full.
-    // This is the embedded equivalent of a broken connection: the caller stops, lets
-    // an operator (or time) fix the storage, and redoes the work.
-    case SQLITE_CANTOPEN:
-    case SQLITE_IOERR:
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-    case SQLITE_FULL: return ErrorCode::Connection;
-    // Everything else is about the statement or the database's permissions: syntax, a
-    // missing table or column, type mismatch, misuse, a value too big, a read-only file
-    // (SQLITE_READONLY), a denied authorisation. Redoing it gives the same answer.
-    default: return ErrorCode::Query;
-  }
+  // One table for the code and for what the consumer makes of it (stores/store_errors.cpp,
+  // docs/store-errors.md), looked up by the code's name: the extended one when this build
+  // names it (SQLITE_READONLY_RECOVERY is retried, SQLITE_READONLY is not), else the primary.
+  const char* name = find_name(extended_code);
+  if (name == nullptr) name = find_name(extended_code & 0xff);
+  return sqlite_error_rule(name != nullptr ? name : "").code;
 }
 
 std::string sql_excerpt(std::string_view sql) {

@@ -13,7 +13,8 @@ namespace idem::detail::sqlite {
 /// without a name in this build's table. Used as Error::detail().
 [[nodiscard]] std::string code_name(int extended_code);
 
-/// What an SQLite result code means for the caller (see the .cpp for the reasons).
+/// What an SQLite result code means for the caller, by the one table of store errors
+/// (sqlite_error_rule() in stores/store_errors.hpp, docs/store-errors.md).
 [[nodiscard]] ErrorCode classify(int extended_code) noexcept;
 
 /// The SQL text as it may appear in an error message: at most ~200 characters, on
