@@ -271,9 +271,8 @@ std::optional<std::string_view> text_at(simdjson::ondemand::value value, std::st
     if (value.get_array().get(array) != simdjson::SUCCESS) return std::nullopt;
     std::size_t at = 0;
     for (auto element : array) {
-      simdjson::ondemand::value item;
-      if (std::move(element).get(item) != simdjson::SUCCESS) return std::nullopt;
-      if (at++ == index) return text_at(item, rest);
+      if (element.error() != simdjson::SUCCESS) return std::nullopt;
+      if (at++ == index) return text_at(element.value_unsafe(), rest);
     }
   }
   return std::nullopt;
@@ -313,7 +312,7 @@ Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ct
                         simdjson::SUCCESS)
       return error(ctx, ValidationReason::InvalidJson, "its JSON text could not be read");
     compact.resize(length);
-    return Param(std::move(compact));
+    return Param(compact);
   }
   if (kind == element_type::STRING) {
     const std::string_view text = value.get_string().value_unsafe();
