@@ -1,6 +1,7 @@
 #include "sinks/event_reader.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -18,7 +19,8 @@ using simdjson::dom::element_type;
 // headers named ce_<attribute>; a structured-mode record says so in its content type.
 constexpr std::string_view kAttributePrefix = "ce_";
 constexpr std::string_view kContentType = "content-type";
-constexpr std::string_view kStructured = "application/cloudevents";
+constexpr std::string_view kCloudEventsFamily = "application/cloudevents";
+constexpr std::string_view kStructured = "application/cloudevents+json";
 constexpr std::string_view kSpecVersion = "1.0";
 
 ValidationError invalid(ValidationReason reason, std::string field, std::string message) {
@@ -82,10 +84,48 @@ std::optional<DuplicateKey> duplicate_key(element value) {
   return std::nullopt;
 }
 
+bool same_ignoring_case(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// The media type (type/subtype) of the record's content type, as RFC 9110 reads a
+// Content-Type: the header name and the type and subtype are case-insensitive, and
+// parameters (`; charset=utf-8`) and the whitespace around them do not change the type.
+// Empty without the header.
+std::string_view media_type(const RecordInfo& record) {
+  for (const RecordHeader& h : record.headers) {
+    if (!same_ignoring_case(h.name, kContentType)) continue;
+    std::string_view type = h.value.substr(0, h.value.find(';'));
+    const auto space = [](char c) { return c == ' ' || c == '\t'; };
+    while (!type.empty() && space(type.front())) type.remove_prefix(1);
+    while (!type.empty() && space(type.back())) type.remove_suffix(1);
+    return type;
+  }
+  return {};
+}
+
 std::optional<std::string_view> string_at(element doc, std::string_view pointer) {
   std::string_view s;
   if (doc.at_pointer(pointer).get_string().get(s) != simdjson::SUCCESS) return std::nullopt;
   return s;
+}
+
+// `name` as one token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
+std::string pointer_token(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
 // A numeric parameter as a template inserts it: exact decimal text, however it binds.
@@ -99,7 +139,7 @@ ParamSpec as_decimal(const ParamSpec& spec) {
 
 struct EventReader::Buffers {
   simdjson::dom::parser parser;
-  simdjson::ondemand::parser number_parser;
+  JsonLiterals literals;
   std::string buffer;  // the record's bytes plus simdjson's padding
   std::size_t length = 0;
 };
@@ -111,8 +151,9 @@ struct EventReader::Parsed {
   element envelope;
   std::string_view id;
   std::string_view type;
-  std::string_view data_text;  // the data as JSON text, for a schema
-  std::string data_json;       // structured mode: the data re-serialized
+  // The data's JSON text as it came (a structured event's data member, its bytes in the
+  // record): what a schema checks and what a call with body = "event" sends.
+  std::string_view data_text;
 };
 
 EventReader::EventReader(std::string topic, TopicFormat format,
@@ -134,8 +175,8 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
   Parsed parsed;
   if (auto e = parse(record, parsed)) return std::move(*e);
   const auto id = Uuid::parse(parsed.id);
-  const std::string id_field =
-      format_.format == EventFormat::Json ? format_.id_pointer : std::string("id");
+  const bool plain = parsed.mode == Parsed::Mode::Json;
+  const std::string id_field = plain ? format_.id_pointer : std::string("id");
   if (!id) {
     return invalid(ValidationReason::NotUuid, id_field,
                    fmt::format("event id '{}' at {} is not a UUID", shown(parsed.id), id_field));
@@ -156,8 +197,7 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
     std::string known;
     for (const CompiledRoute* r : routes_)
       known += (known.empty() ? "" : ", ") + r->config->event_type;
-    return invalid(ValidationReason::UnknownEventType,
-                   format_.format == EventFormat::Json ? format_.type_pointer : "type",
+    return invalid(ValidationReason::UnknownEventType, plain ? format_.type_pointer : "type",
                    fmt::format("no route for event type '{}' on topic '{}' (routes: {})",
                                shown(parsed.type), topic_, known));
   }
@@ -176,18 +216,21 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
 
 std::optional<ValidationError> EventReader::parse(const RecordInfo& record, Parsed& out) {
   using Mode = Parsed::Mode;
-  if (format_.format == EventFormat::CloudEvents) {
-    const auto content_type = record.header(kContentType);
-    if (content_type && content_type->starts_with(kStructured)) {
-      if (!content_type->starts_with("application/cloudevents+json"))
+  // Which form a record has is read from its headers alone, never from its body: a plain
+  // JSON event that happens to hold a "specversion" field stays plain JSON.
+  if (format_.format != EventFormat::Json) {
+    const std::string_view type = media_type(record);
+    if (type.size() >= kCloudEventsFamily.size() &&
+        same_ignoring_case(type.substr(0, kCloudEventsFamily.size()), kCloudEventsFamily)) {
+      if (!same_ignoring_case(type, kStructured))
         return invalid(ValidationReason::NotCloudEvent, std::string(kContentType),
                        fmt::format("content type '{}': only structured mode with "
                                    "application/cloudevents+json is read (no batches)",
-                                   shown(*content_type)));
+                                   shown(type)));
       out.mode = Mode::Structured;
     } else if (record.header("ce_specversion")) {
       out.mode = Mode::Binary;
-    } else {
+    } else if (format_.format == EventFormat::CloudEvents) {
       return invalid(ValidationReason::NotCloudEvent, {},
                      "not a CloudEvents record: no ce_specversion header (binary mode) and no "
                      "content-type application/cloudevents+json (structured mode)");
@@ -258,9 +301,11 @@ std::optional<ValidationError> EventReader::parse(const RecordInfo& record, Pars
     }
     if (data.type() != element_type::OBJECT)
       return invalid(ValidationReason::WrongType, "data", "the event's data is not a JSON object");
+    const auto text = literal("/data");
+    if (!text)
+      return invalid(ValidationReason::InvalidJson, "data", "the event's data is unreadable");
     out.data = data;
-    out.data_json = simdjson::minify(data);
-    out.data_text = out.data_json;
+    out.data_text = *text;
   }
   return std::nullopt;
 }
@@ -275,11 +320,10 @@ Validated<Param> EventReader::value_of(const ParamSpec& spec, Backend backend,
       element found;
       if (parsed.data.at_pointer(spec.source.name).get(found) != simdjson::SUCCESS)
         return absent_param(ctx, false);
-      std::string_view raw;
-      if (found.type() == element_type::DOUBLE && spec.type == ParamType::Numeric)
-        raw = raw_number(parsed.mode == Parsed::Mode::Structured ? "/data" + spec.source.name
-                                                                 : spec.source.name);
-      return json_param(found, ctx, raw);
+      if (!needs_literal(found, spec)) return json_param(found, ctx, std::nullopt);
+      return json_param(found, ctx,
+                        literal(parsed.mode == Parsed::Mode::Structured ? "/data" + spec.source.name
+                                                                        : spec.source.name));
     }
     case K::EventId:
       return spec.type == ParamType::Uuid ? Validated<Param>(Param(id))
@@ -289,7 +333,10 @@ Validated<Param> EventReader::value_of(const ParamSpec& spec, Backend backend,
       if (parsed.mode == Parsed::Mode::Structured) {
         element found;
         if (parsed.envelope.at_key(spec.source.name).get(found) == simdjson::SUCCESS)
-          return json_param(found, ctx, {});
+          return json_param(found, ctx,
+                            needs_literal(found, spec)
+                                ? literal("/" + pointer_token(spec.source.name))
+                                : std::nullopt);
       }
       std::optional<std::string_view> text;
       if (parsed.mode == Parsed::Mode::Binary)
@@ -389,20 +436,10 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
   return std::nullopt;
 }
 
-std::string_view EventReader::raw_number(std::string_view pointer) {
-  // The DOM keeps a non-integer number as a double only; an exact numeric needs the
-  // digits as written, so the record is read once more, on demand, up to that value.
-  simdjson::ondemand::document doc;
-  std::string_view raw;
+std::optional<std::string_view> EventReader::literal(std::string_view pointer) {
   Buffers& b = *buffers_;
-  if (b.number_parser.iterate(b.buffer.data(), b.length, b.buffer.size()).get(doc) !=
-          simdjson::SUCCESS ||
-      doc.at_pointer(pointer).raw_json_token().get(raw) != simdjson::SUCCESS)
-    return {};
-  while (!raw.empty() &&
-         (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
-    raw.remove_suffix(1);
-  return raw;
+  return b.literals.find(simdjson::padded_string_view(b.buffer.data(), b.length, b.buffer.size()),
+                         pointer);
 }
 
 }  // namespace idem::sinks::detail

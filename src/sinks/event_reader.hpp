@@ -1,11 +1,15 @@
 #pragma once
 // Reads the records of one topic into SinkEvents: a JSON object, or a CloudEvents 1.0
 // record in the Kafka protocol binding (binary mode: ce_ headers and the data as the
-// value; structured mode: content-type application/cloudevents+json), then the event's
-// id (a UUIDv7, IDEM-1), its type, its route and every parameter of the route's effects.
-// simdjson parses each record once (DOM, so the whole record is checked well-formed and
-// valid UTF-8, and each pointer is a cheap lookup), into buffers reused record after record.
+// value; structured mode: content-type application/cloudevents+json), or with format
+// "auto" either, as each record's headers say; then the event's id (a UUIDv7, IDEM-1),
+// its type, its route and every parameter of the route's effects. simdjson parses each
+// record once (DOM, so the whole record is checked well-formed and valid UTF-8, and each
+// pointer is a cheap lookup), into buffers reused record after record; what the DOM does
+// not keep as written (a non-integer number's digits, a value passed on as JSON) is read
+// from the record's bytes on demand.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +43,8 @@ class EventReader {
   [[nodiscard]] Validated<Param> value_of(const ParamSpec& spec, Backend backend,
                                           const RecordInfo& record, const Parsed& parsed,
                                           const Uuid& id);
-  [[nodiscard]] std::string_view raw_number(std::string_view pointer);
+  /// The text as written of the value at `pointer` in the record (JsonLiterals::find).
+  [[nodiscard]] std::optional<std::string_view> literal(std::string_view pointer);
 
   std::string topic_;
   TopicFormat format_;

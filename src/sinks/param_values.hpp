@@ -28,11 +28,37 @@ struct Decimal {
   [[nodiscard]] std::int64_t scaled() const noexcept;
 };
 
-/// Reads `text` (an optional `-`, digits, optionally `.` and digits: no exponent, no `+`)
-/// as a decimal of at most `precision` digits with at most `scale` after the point; the
-/// fraction is padded to `scale`. The error names `field`.
+/// The largest exponent (either sign) a decimal may be written with: `1.5e-3` and
+/// `1E+2` (Jackson's form of a BigDecimal) are read exactly from their digits; beyond
+/// this the value is refused unread (no amount with at most 18 digits needs more).
+inline constexpr int kMaxDecimalExponent = 1000;
+
+/// Reads `text` (an optional `-`, digits, optionally `.` and digits, optionally `e` or `E`,
+/// a sign and digits: the exponent, at most kMaxDecimalExponent) as a decimal of at most
+/// `precision` digits with at most `scale` after the point, the rules applying to the
+/// value written out without the exponent (`1.230e1` is 12.30: two digits after the
+/// point); the fraction is padded to `scale`. The error names `field`.
 [[nodiscard]] Validated<Decimal> parse_decimal(std::string_view text, int precision, int scale,
                                                const std::string& field);
+
+/// Finds JSON values as their text in a document, as written: what simdjson's DOM loses
+/// (it keeps a non-integer number as a double only, and writes a value back out from
+/// that). Reads the document once more, on demand, up to the value.
+class JsonLiterals {
+ public:
+  /// The text of the value at `pointer` (RFC 6901; keys compared unescaped, the first of
+  /// a key written twice, as the DOM finds it) in `json`, without the whitespace around
+  /// it; nullopt when there is none (or `json` is not well-formed up to there).
+  [[nodiscard]] std::optional<std::string_view> find(simdjson::padded_string_view json,
+                                                     std::string_view pointer);
+
+ private:
+  simdjson::ondemand::parser parser_;
+};
+
+/// Whether json_param() needs the value's text as written (JsonLiterals::find): a
+/// non-integer number read as `numeric`, and any value of a `json` parameter.
+[[nodiscard]] bool needs_literal(simdjson::dom::element value, const ParamSpec& spec) noexcept;
 
 /// `text` as a JSON string literal (quotes, backslashes and control characters escaped).
 [[nodiscard]] std::string json_string(std::string_view text);
@@ -44,10 +70,11 @@ struct ValueContext {
   std::string_view field;  ///< e.g. "/amount" or "kafka.header.tenant"
 };
 
-/// A JSON value as `spec` declares it. `raw_number` is the value's literal text when it
-/// is a non-integer number (an exact numeric needs the digits, not a double).
+/// A JSON value as `spec` declares it. `literal` is the value's text as written when
+/// needs_literal() says so (an exact numeric needs the digits, not a double; a json
+/// parameter passes its value on as it came, only whitespace between tokens removed).
 [[nodiscard]] Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ctx,
-                                          std::string_view raw_number);
+                                          std::optional<std::string_view> literal);
 
 /// A text value (a Kafka header, a CloudEvents attribute, the key) as `spec` declares it.
 [[nodiscard]] Validated<Param> text_param(std::string_view text, const ValueContext& ctx);

@@ -384,8 +384,10 @@ bool read_format_key(Reader& r, const std::string& key, std::string_view name,
         format.format = EventFormat::Json;
       } else if (*text == "cloudevents") {
         format.format = EventFormat::CloudEvents;
+      } else if (*text == "auto") {
+        format.format = EventFormat::Auto;
       } else {
-        r.problems.add(r.at(key, value), "expected \"json\" or \"cloudevents\"");
+        r.problems.add(r.at(key, value), "expected \"json\", \"cloudevents\" or \"auto\"");
       }
     }
   } else if (name == "id_pointer" || name == "type_pointer") {

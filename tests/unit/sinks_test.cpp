@@ -122,7 +122,8 @@ TEST(SinkDecimal, KeepsEveryDigitAndChecksPrecisionAndScale) {
   EXPECT_EQ(detail::parse_decimal("1.234", 18, 2, "/a").error().reason,
             ValidationReason::TooManyFractionDigits);
   EXPECT_EQ(detail::parse_decimal("1234", 5, 2, "/a").error().reason, ValidationReason::OutOfRange);
-  EXPECT_EQ(detail::parse_decimal("1e5", 18, 2, "/a").error().reason, ValidationReason::NotDecimal);
+  EXPECT_EQ(detail::parse_decimal("1e5", 18, 2, "/a").value().text(), "100000.00");
+  EXPECT_EQ(detail::parse_decimal("1e", 18, 2, "/a").error().reason, ValidationReason::NotDecimal);
   EXPECT_EQ(detail::parse_decimal("", 18, 2, "/a").error().reason, ValidationReason::NotDecimal);
 }
 

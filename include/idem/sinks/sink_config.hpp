@@ -5,7 +5,8 @@
 /// (Config::file; a schema with these sinks reserves the table for them: reserve_tables()).
 ///
 ///     [routes]                          # defaults of every route (shown)
-///     format = "json"                   # or "cloudevents" (binary and structured mode)
+///     format = "json"                   # or "cloudevents" (binary and structured mode),
+///                                       # or "auto" (each record as its headers say)
 ///     id_pointer = "/event_id"          # where a JSON event's UUIDv7 is
 ///     type_pointer = "/event_type"      # where a JSON event's type is
 ///     unknown_type = "dead_letter"      # an event whose type has no route: or "skip"
@@ -35,8 +36,12 @@ namespace idem::sinks {
 
 /// How the records of a topic carry their events.
 enum class EventFormat {
-  Json,        ///< the value is the event, a JSON object
-  CloudEvents  ///< CloudEvents 1.0, Kafka binding: binary (ce_ headers) or structured mode
+  Json,         ///< the value is the event, a JSON object
+  CloudEvents,  ///< CloudEvents 1.0, Kafka binding: binary (ce_ headers) or structured mode
+  /// Either, record by record, as its headers say (a topic whose producers move to
+  /// CloudEvents one at a time): a `ce_specversion` header is binary mode, a content type
+  /// application/cloudevents+json structured mode, anything else a plain JSON event.
+  Auto
 };
 
 /// What happens to an event whose type has no route on its topic.
