@@ -97,6 +97,13 @@ struct ConsumerConfig {
   /// and a failover to an asynchronous standby loses the effects it takes back; a restart
   /// after a crash sends the letters acknowledged above the committed offsets again.
   bool offsets_in_store = true;
+  /// With offsets kept in the store: a consumer that polled no record for this long
+  /// looks at its store connections (as a transaction's start does: a broken one is
+  /// replaced; PostgreSQL sends nothing for the look), and again at this interval while it
+  /// stays idle. A connection replaced since the stored offsets were read sends it back to
+  /// them, so what a failover took back is applied again without waiting for a new record
+  /// (docs/consumer-offsets.md). 0: off (the next transaction notices).
+  std::chrono::milliseconds idle_store_check{2000};
   std::string dlq_suffix = ".dlq";  ///< dead letters of topic T go to T + dlq_suffix
   RetryPolicy retry;
   RetryTopics retry_topics;  ///< non-blocking retries; off by default (see RetryTopics)

@@ -162,6 +162,11 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
             "dead letters of T go to T + suffix")
       .text("consumer.group", consumer(&ConsumerConfig::group_id),
             "consumer group; also the dedup rows' group")
+      .duration("consumer.idle_store_check", consumer(&ConsumerConfig::idle_store_check),
+                "with offsets in the store, an idle consumer looks at its store connections "
+                "this often and, when one was replaced (a failover), goes back to the stored "
+                "offsets (0: off, the next transaction notices)",
+                0, kConfigHour)
       .text("consumer.instance_id", consumer(&ConsumerConfig::instance_id),
             "static group membership (librdkafka group.instance.id), one per process; empty: "
             "dynamic")

@@ -99,6 +99,12 @@ void BatchPipeline::offsets_verified() noexcept {
   for (auto& processor : processors_) processor->offsets_verified();
 }
 
+bool BatchPipeline::connections_replaced() {
+  bool replaced = false;
+  for (auto& processor : processors_) replaced = processor->connection_replaced() || replaced;
+  return replaced;
+}
+
 void BatchPipeline::await_commit() {
   if (commit_) commit_->wait();  // depth 1: every commit ran inline
 }

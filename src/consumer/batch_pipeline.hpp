@@ -79,6 +79,10 @@ class BatchPipeline {
   /// BatchProcessor::offsets_verified() on every connection; only while nothing is in
   /// flight (settle() first).
   void offsets_verified() noexcept;
+  /// BatchProcessor::connection_replaced() on every connection (each is looked at, so
+  /// that all are replaced before the stored offsets are read again): whether one was
+  /// replaced since offsets_verified(). Only while nothing is in flight (settle() first).
+  [[nodiscard]] bool connections_replaced();
 
  private:
   void prepare(Lane& lane, const RetrySchedule& schedule);

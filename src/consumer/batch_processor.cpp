@@ -182,6 +182,17 @@ void BatchProcessor::offsets_verified() noexcept {
   verified_reconnects_ = store_.reconnects();
 }
 
+bool BatchProcessor::connection_replaced() {
+  if (!tx_) {
+    try {
+      store_.begin_read()->rollback();
+    } catch (const std::exception& e) {
+      context_.log(fmt::format("idem consumer: the store connection broke: {}", e.what()));
+    }
+  }
+  return store_.reconnects() != verified_reconnects_;
+}
+
 bool BatchProcessor::commit_offsets(std::span<const StoredOffset> offsets) {
   rollback();
   if (store_.reconnects() != verified_reconnects_) return false;

@@ -132,6 +132,12 @@ class BatchProcessor {
   /// Reconnects of this processor's store (Store::reconnects()); only while nothing is in
   /// flight on it.
   [[nodiscard]] std::uint64_t reconnects() const noexcept { return store_.reconnects(); }
+  /// Looks at the connection as the start of a transaction does (Store::begin_read(),
+  /// rolled back unused: a connection that broke is replaced; PostgreSQL sends nothing for
+  /// it, it reads what the server sent while the connection was idle) and returns whether
+  /// it was replaced since offsets_verified(). A replacement that failed is logged, and
+  /// counts (Store::reconnects()). Only while nothing is in flight on it.
+  [[nodiscard]] bool connection_replaced();
   /// Rolls back what prepare() left open (the batch before it failed: this one must not
   /// commit ahead of its retry).
   void rollback() noexcept;

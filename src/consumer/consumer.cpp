@@ -24,6 +24,7 @@
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
 #include "consumer/fetch_gate.hpp"
+#include "consumer/idle_store_check.hpp"
 #include "consumer/partition_progress.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
@@ -132,7 +133,8 @@ struct Consumer::Impl {
   detail::DedupHorizonGuard horizon_guard;
   detail::DedupRetentionDeclarer declarer;
   detail::StoredPositions stored{config, *store, progress, log};
-  bool resync_due = false;                     // a transaction found its connection replaced
+  bool resync_due = false;  // a transaction found its connection replaced
+  detail::IdleStoreCheck idle_check{config, *store};
   std::vector<PartitionOffset> start_commits;  // stored starts Kafka disagreed with
   const detail::ConsumerContext context{
       config,   hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real(),
@@ -228,6 +230,8 @@ void Consumer::Impl::resync_stored_offsets() {
   const std::optional<std::vector<StoredOffset>> rows = stored.read_again();
   if (!rows) return;
   resync_due = false;
+  // The other connections, if broken too, are replaced before they count as verified.
+  static_cast<void>(detail::store_connections_replaced(*batches, effects.get()));
   ConsumerStats delta;
   const std::vector<PartitionOffset> rewinds = stored.rewinds(poll->assignment(), *rows, delta);
   add_stats(delta);
@@ -237,12 +241,8 @@ void Consumer::Impl::resync_stored_offsets() {
   // As if revoked and assigned again at the stored offsets, with no commit in between.
   if (effects) effects->on_revoked(tps);
   progress.forget(tps);
-  gate->forget(tps);
   stored.restore(tps, *rows);
-  for (const auto& r : rewinds) {
-    poll->pause_and_seek(r);  // purges what was fetched beyond it
-    poll->seek_and_resume(r);
-  }
+  gate->rewind(rewinds);
   offsets_verified();
 }
 
@@ -406,6 +406,7 @@ void Consumer::Impl::loop() {
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
                      stopping ? keep_polling : stop_requested,
                      effects ? &effects->wake_flag() : &batches->commit_done());
+    if (!batch.empty()) idle_check.records_polled(now);
     // Polled while the calls drain (the poll keeps the membership alive): not taken. They
     // are the next owner's; nothing of them is received, so no commit covers them.
     if (stopping) batch.clear();
@@ -433,6 +434,9 @@ void Consumer::Impl::loop() {
     batch.clear();
     if (effects) run_effects(effect_delta, !stopping);
     if (effects && effects->take_offsets_unverified()) resync_due = true;
+    // Idle: no transaction would notice a failover, nor apply again what it took back.
+    if (!resync_due && !stopping && idle_check.take_due(now))
+      resync_due = detail::store_connections_replaced(*batches, effects.get());
     if (resync_due) resync_stored_offsets();
     write_unstored_offsets();
   }

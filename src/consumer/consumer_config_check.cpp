@@ -52,6 +52,7 @@ void validate_consumer_config(const ConsumerConfig& c) {
     bad_config("max_buffered_per_partition must be at least 1");
   if (c.call_drain_timeout.count() < 0) bad_config("call_drain_timeout must not be negative");
   if (c.stop_timeout.count() < 0) bad_config("stop_timeout must not be negative");
+  if (c.idle_store_check.count() < 0) bad_config("idle_store_check must not be negative");
   for (const auto& [key, value] : c.kafka) {
     if (key == "enable.auto.commit" || key == "enable.auto.offset.store") {
       bad_config(

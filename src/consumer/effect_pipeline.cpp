@@ -426,6 +426,10 @@ void EffectPipeline::offsets_verified() noexcept {
   if (applier_) applier_->offsets_verified();
 }
 
+bool EffectPipeline::apply_connection_replaced() {
+  return applier_ && applier_->connection_replaced();
+}
+
 bool EffectPipeline::take_offsets_unverified() noexcept {
   return std::exchange(offsets_unverified_, false);
 }

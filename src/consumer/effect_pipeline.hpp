@@ -105,6 +105,9 @@ class EffectPipeline {
   /// BatchProcessor::offsets_verified() on the apply connection; only while nothing is
   /// applying (settle() first).
   void offsets_verified() noexcept;
+  /// BatchProcessor::connection_replaced() on the apply connection (false without one);
+  /// only while nothing is applying (settle() first).
+  [[nodiscard]] bool apply_connection_replaced();
   /// True (once) when an apply did not commit because its connection was replaced since
   /// the stored offsets were read: the consumer reads them again.
   [[nodiscard]] bool take_offsets_unverified() noexcept;

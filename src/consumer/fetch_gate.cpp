@@ -89,4 +89,12 @@ void FetchGate::forget(std::span<const TopicPartition> partitions) {
   for (const auto& tp : partitions) held_.erase(tp);
 }
 
+void FetchGate::rewind(std::span<const PartitionOffset> to) {
+  for (const PartitionOffset& at : to) {
+    forget({&at.tp, 1});
+    fetch_.pause_and_seek(at);
+    fetch_.seek_and_resume(at);
+  }
+}
+
 }  // namespace idem::detail

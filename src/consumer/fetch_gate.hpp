@@ -80,6 +80,10 @@ class FetchGate {
   /// Drops everything of partitions this consumer no longer owns (librdkafka resumes them
   /// at their next assignment).
   void forget(std::span<const TopicPartition> partitions);
+  /// Takes each partition of `to` back to its offset, as if it were revoked and assigned
+  /// there again (PartitionProgress forgot it first): its holds and retry history are
+  /// dropped, and it is paused, rewound (what was fetched beyond is purged) and resumed.
+  void rewind(std::span<const PartitionOffset> to);
 
  private:
   struct Held {

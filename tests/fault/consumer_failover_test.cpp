@@ -19,6 +19,10 @@
 // again after its connection was replaced, applies those records again. The test prints
 // what the failovers took back and what the checker found.
 //
+// IdleConsumerFailover stages one such failover with no record produced after it: the
+// consumer, idle, must notice by itself that its connections are gone (its periodic look,
+// consumer.idle_store_check) and apply again what the failover took back.
+//
 // Settings (environment): IDEM_TEST_FAILOVER_CYCLES (default 20), IDEM_TEST_FAILOVER_EVENTS_PER_S
 // (default 200), IDEM_TEST_FAILOVER_BEHIND_MS (commits the standby misses per cycle, at
 // least; default 1000).
@@ -250,6 +254,89 @@ TEST_F(ConsumerFailover, EveryEventIsAppliedExactlyOnceAcrossLossyFailovers) {
                               << " events lost their effect: " << test::first_of(o.lost);
   EXPECT_TRUE(o.duplicated.empty()) << test::first_of(o.duplicated);
 }
+
+// The consumer is idle when the failover takes back effects it applied: no record arrives
+// afterwards, so no transaction of its own would notice. Its look at the store connections
+// (every consumer.idle_store_check, 2 s by default) finds them closed by the killed
+// server, reconnects to the new primary and goes back to the stored offsets: every effect
+// is there again within the bound docs/consumer-offsets.md gives. Without the look
+// nothing is applied again until a partition gets a new record. Parameter: the
+// pipeline_depth (2: two connections on the batch path, both replaced).
+class IdleConsumerFailover : public test::FailoverTest,
+                             public ::testing::WithParamInterface<int> {};
+
+TEST_P(IdleConsumerFailover, AppliesAgainWhatTheFailoverTookBackWithNoNewRecord) {
+  constexpr int kPerPartition = 20;  // per partition and phase
+  constexpr std::int64_t kAll = 2 * kPartitions * kPerPartition;
+  // The look (2 s), the reconnect, reading the stored offsets, fetching the records again
+  // and applying them: seconds; the rest is room for a loaded machine.
+  constexpr auto kBound = 20s;
+  const std::string topic = "idle-failover-orders";
+  const std::string group = "idle-failover-count";
+  test::ReplicatedPostgres cluster(*binaries_);
+  migrate(cluster);
+  DevBroker broker;
+  broker.create_topic(topic, kPartitions);
+  const std::string bootstrap = broker.bootstrap_servers();
+  ChildProcess consumer = ChildProcess::spawn(
+      IDEM_CLI_PATH,
+      {"consume", "--db", cluster.url(), "--brokers", bootstrap, "--topic", topic, "--group", group,
+       "--handler", "count", "--batch", "10", "--pipeline-depth", std::to_string(GetParam())});
+  ASSERT_TRUE(test::read_line_starting_with(consumer, "consuming ", 60s))
+      << "the consumer did not start";
+  const auto produce_all = [&] {
+    for (std::int32_t p = 0; p < kPartitions; ++p)
+      static_cast<void>(test::produce_order_events(bootstrap, topic, kPerPartition, p));
+  };
+  const auto applied = [&](std::int64_t n) {
+    return eventually([&] { return effects_on_primary(cluster, group) == n; }, 60s, 20ms);
+  };
+
+  // Half the effects are applied and replayed on the standby before it is held back (the
+  // stored offsets survive, behind), half after: those stay on the primary alone.
+  produce_all();
+  ASSERT_TRUE(applied(kAll / 2)) << "the consumer did not apply the first records";
+  ASSERT_TRUE(eventually(
+      [&] {
+        return cluster.query(
+                   "SELECT bool_and(replay_lsn >= pg_current_wal_lsn()) FROM "
+                   "pg_stat_replication") == std::vector<std::string>{"t"};
+      },
+      60s, 20ms))
+      << "the standby did not replay the first effects";
+  cluster.hold_back_standby();
+  produce_all();
+  ASSERT_TRUE(applied(kAll)) << "the consumer did not apply the second records";
+  cluster.crash_primary();
+  cluster.promote_standby();
+  const std::int64_t survived = effects_on_primary(cluster, group);
+  ASSERT_LT(survived, kAll) << "the failover took nothing back: the test proves nothing";
+
+  // No record is produced from here on.
+  const auto since = Clock::now();
+  const bool again =
+      eventually([&] { return effects_on_primary(cluster, group) == kAll; }, kBound, 100ms);
+  EXPECT_TRUE(again) << "the idle consumer applied "
+                     << effects_on_primary(cluster, group) - survived << " of the "
+                     << kAll - survived << " effects the failover took back within "
+                     << std::chrono::duration_cast<std::chrono::seconds>(kBound).count() << " s";
+  std::printf(
+      "idle consumer failover: %lld effect(s) taken back, %s %lld ms\n",
+      static_cast<long long>(kAll - survived),
+      again ? "applied again after" : "not applied again within",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count()));
+  std::fflush(stdout);
+  EXPECT_EQ(
+      cluster.query(fmt::format(
+          "SELECT count(DISTINCT event_id) FROM effect_log WHERE consumer_group = '{}'", group)),
+      std::vector<std::string>{std::to_string(kAll)})
+      << "an event has several effects";
+  consumer.kill(SIGTERM);
+  EXPECT_EQ(consumer.wait(60s), 0) << "the consumer did not stop cleanly";
+}
+
+INSTANTIATE_TEST_SUITE_P(PipelineDepth, IdleConsumerFailover, ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace idem
