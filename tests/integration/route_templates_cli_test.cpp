@@ -137,5 +137,24 @@ message = "token <redacted> is not valid here"
   EXPECT_NE(r.output.find("1 test(s): 1 passed, 0 failed"), std::string::npos) << r.output;
 }
 
+TEST(RouteTemplatesCli, ConfigCheckOfASinkFileShowsTheSettingsOfAConsumerWithRoutes) {
+  IDEM_REQUIRE_CLI();
+  const std::string file =
+      write_file("consumer.group = \"charges\"\nkafka.\"bootstrap.servers\" = \"kafka:9092\"\n" +
+                 std::string(kRoute));
+  const auto r = test::run_to_completion(IDEM_CLI_PATH, {"config", "check", "--config", file},
+                                         {{"PROVIDER_TOKEN", "tok-12345"}}, 60s);
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string shown :
+       {"consumer.group = charges",
+        "consumer.batch_size = ", "store.url = ", "kafka.bootstrap.servers = kafka:9092",
+        "admin.listen = ", "# routes of ", "#   route charge: topic orders type order.confirmed.v1",
+        "#   header: Authorization: <redacted>"})
+    EXPECT_NE(r.output.find("\n" + shown), std::string::npos) << shown << " in:\n" << r.output;
+  for (const std::string hidden :
+       {"\ndemo.", "\nprovider.", "\nconsole.", "\nrelay.", "\nconsumer.handler", "tok-12345"})
+    EXPECT_EQ(r.output.find(hidden), std::string::npos) << hidden << " in:\n" << r.output;
+}
+
 }  // namespace
 }  // namespace idem

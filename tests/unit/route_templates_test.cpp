@@ -186,6 +186,8 @@ class Endpoint {
       res.set_content(body_, "application/problem+json");
     };
     server_.Post(".*", handle);
+    // One request per connection: stop() then never waits out a kept-alive connection.
+    server_.set_keep_alive_max_count(1);
     port_ = server_.bind_to_any_port("127.0.0.1");
     serving_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(1ms);
