@@ -149,7 +149,7 @@ TEST(RouteTemplatesCli, ConfigCheckOfASinkFileShowsTheSettingsOfAConsumerWithRou
        {"consumer.group = charges",
         "consumer.batch_size = ", "store.url = ", "kafka.bootstrap.servers = kafka:9092",
         "admin.listen = ", "# routes of ", "#   route charge: topic orders type order.confirmed.v1",
-        "#   header: Authorization: <redacted>"})
+        "#     header: Authorization: <redacted>"})
     EXPECT_NE(r.output.find("\n" + shown), std::string::npos) << shown << " in:\n" << r.output;
   for (const std::string hidden :
        {"\ndemo.", "\nprovider.", "\nconsole.", "\nrelay.", "\nconsumer.handler", "tok-12345"})
