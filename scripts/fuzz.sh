@@ -18,7 +18,7 @@ if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 seconds="${1:-60}"
 build="${IDEM_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 jobs="${IDEM_JOBS:-2}"
-targets=(order_confirmed retry_headers config)
+targets=(order_confirmed retry_headers config route_templates)
 
 case "$seconds" in
   '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;

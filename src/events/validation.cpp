@@ -23,6 +23,7 @@ std::string_view to_string(ValidationReason reason) noexcept {
     case ValidationReason::TooManyHeaders: return "too_many_headers";
     case ValidationReason::NotCloudEvent: return "not_cloud_event";
     case ValidationReason::SchemaViolation: return "schema_violation";
+    case ValidationReason::UrlSegment: return "url_segment";
   }
   return "unknown";  // only for a value cast from an out-of-range integer
 }

@@ -76,24 +76,41 @@ std::string url_part(CURLU* url, CURLUPart part) {
 
 }  // namespace
 
-Url parse_http_url(const std::string& url) {
+namespace {
+
+// The URL parsed, or why libcurl (or idem: http and https only) refuses it.
+std::pair<Url, std::string> parsed_http_url(const std::string& url) {
   Url parsed(curl_url());
   if (!parsed) throw std::bad_alloc();
-  const auto reject = [&](std::string_view why) {
-    throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
-                fmt::format("cannot POST to '{}': {}", url, why));
-  };
-  // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http.
-  if (const CURLUcode code =
-          curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), CURLU_GUESS_SCHEME);
+  // CURLU_GUESS_SCHEME: like CURLOPT_URL, "host/path" means http. CURLU_PATH_AS_IS: the
+  // path is sent as written, dot segments included (libcurl would otherwise resolve
+  // `/a/../b` to `/b`, a path the caller did not write).
+  if (const CURLUcode code = curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(),
+                                          CURLU_GUESS_SCHEME | CURLU_PATH_AS_IS);
       code != CURLUE_OK) {
-    reject(curl_url_strerror(code));
+    return {nullptr, curl_url_strerror(code)};
   }
   std::string scheme = url_part(parsed.get(), CURLUPART_SCHEME);
   std::transform(scheme.begin(), scheme.end(), scheme.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (scheme != "http" && scheme != "https") reject("only http and https are supported");
-  return parsed;
+  if (scheme != "http" && scheme != "https") return {nullptr, "only http and https are supported"};
+  return {std::move(parsed), std::string()};
+}
+
+}  // namespace
+
+Url parse_http_url(const std::string& url) {
+  auto [parsed, why] = parsed_http_url(url);
+  if (!parsed)
+    throw Error(ErrorCode::InvalidArgument, ErrorSource::Http,
+                fmt::format("cannot send to the URL: {}", why));
+  return std::move(parsed);
+}
+
+std::optional<std::string> http_url_problem(const std::string& url) {
+  auto [parsed, why] = parsed_http_url(url);
+  if (parsed) return std::nullopt;
+  return why;
 }
 
 std::string host_of(CURLU* url) {

@@ -4,6 +4,7 @@
 #include <curl/curl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -43,9 +44,15 @@ using HeaderList = std::unique_ptr<curl_slist, SlistDeleter>;
 
 /// The URL parsed once by libcurl (the transfer uses this parse too, CURLOPT_CURLU), so a
 /// URL libcurl cannot use is an error of AsyncClient::start(), before anything is queued.
+/// The path is kept as written (CURLU_PATH_AS_IS): libcurl removes no `.` or `..`
+/// segment, so the request goes to the path the caller wrote, never to another one.
 /// \throws Error(InvalidArgument, Http) for a URL libcurl rejects or a scheme other than
-/// http and https.
+/// http and https. The message does not quote the URL, which may hold a secret (a token
+/// in its query, a webhook's path).
 [[nodiscard]] Url parse_http_url(const std::string& url);
+
+/// Why parse_http_url() would refuse `url`, without quoting it; nullopt when it would not.
+[[nodiscard]] std::optional<std::string> http_url_problem(const std::string& url);
 
 /// "scheme://host:port" of a parsed URL (the port is the scheme's default when it has
 /// none): the key of the per-host connection limit.

@@ -414,6 +414,7 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
   http::Request request;
   request.method = call.method;
   request.url = fill(call.url, TemplatePlace::Url);
+  if (!failed) failed = url_segment_problem(call.url, route.params, request.url);
   for (const auto& [name, value] : call.headers)
     request.extra_headers.emplace_back(name, fill(value, TemplatePlace::Header));
   request.body =

@@ -4,9 +4,11 @@
 // both backends: decimal text on PostgreSQL (read into numeric), a scaled 64-bit integer
 // on SQLite (which has no exact decimal type: `balance + $amount` on a REAL or on decimal
 // text would round), the scale written in the route.
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <simdjson.h>
 
@@ -91,8 +93,34 @@ enum class TemplatePlace { Url, Header, Body };
 /// as text in a header value (a value with a control character such as CR or LF is
 /// refused: it could start a header of its own), JSON-encoded in a body (strings quoted
 /// and escaped, numbers and booleans as themselves, a json parameter as its JSON, NULL
-/// as null). Returns what is wrong, or nullopt.
+/// as null; a text that is not valid UTF-8 is refused). Returns what is wrong, or nullopt.
 [[nodiscard]] std::optional<std::string> insert_value(std::string& out, const Param& value,
                                                       const ParamSpec& spec, TemplatePlace place);
+
+/// The first control character of `text` (CR, LF, ... and DEL; a tab is allowed, as in
+/// a header value) described for a message that must not quote `text`, which may be a
+/// secret ("a line feed (LF) at its end"); nullopt when there is none.
+[[nodiscard]] std::optional<std::string> control_character(std::string_view text);
+
+/// What is wrong with the URL template of a call, checked once at start with every
+/// value a plain placeholder: a parameter before the path (the route's host and port are
+/// its own), or a URL libcurl would not send to. Never quotes the URL: `${VAR}` may have
+/// put a secret in it.
+[[nodiscard]] std::optional<std::string> url_template_problem(const Template& url,
+                                                              const std::vector<ParamSpec>& params);
+
+/// The first parameter a URL template inserts before its path (into the scheme, host or
+/// port), or nullopt: the route's host and port are its own, whatever the events hold.
+[[nodiscard]] std::optional<std::size_t> param_before_path(const Template& url);
+
+/// Whether the values inserted into `rendered` (the URL template `url` with its values
+/// in place, as insert_value encodes them) leave the template's path as it was: a path
+/// segment holding a value must not be `.`, `..` (also written `%2E`) or empty, which
+/// servers and libraries resolve or merge into another path (`/accounts/../charges` is
+/// `/charges`). Percent-encoding keeps `/`, `?` and `#` out of the values, so the
+/// segments of `rendered` are the template's. The error (validation.url_segment) names
+/// the parameters of the segment, never the URL, which may hold a secret.
+[[nodiscard]] std::optional<ValidationError> url_segment_problem(
+    const Template& url, const std::vector<ParamSpec>& params, std::string_view rendered);
 
 }  // namespace idem::sinks::detail

@@ -1,5 +1,6 @@
 #include "sinks/route_call.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <span>
 
@@ -46,7 +47,36 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
 }  // namespace
 
 RouteCalls::RouteCalls(const Route& route, Backend backend, const SinkObservers& observers)
-    : route_(route), backend_(backend), observers_(observers) {}
+    : route_(route), backend_(backend), observers_(observers) {
+  const auto collect = [this](const Template& t) {
+    for (const std::string& value : t.secrets) {
+      secrets_.push_back(value);
+      // A secret read from a file may end with a newline that a message drops.
+      const std::size_t end = value.find_last_not_of(" \t\r\n");
+      if (end != std::string::npos && end + 1 < value.size())
+        secrets_.push_back(value.substr(0, end + 1));
+    }
+  };
+  if (route_.http) {
+    collect(route_.http->url);
+    for (const auto& [name, value] : route_.http->headers) collect(value);
+  }
+  // Longest first: a secret that contains another is replaced whole.
+  std::sort(secrets_.begin(), secrets_.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  std::erase_if(secrets_, [](const std::string& v) { return v.empty(); });
+}
+
+std::string RouteCalls::redacted(std::string text) const {
+  static constexpr std::string_view kRedacted = "<redacted>";
+  for (const std::string& secret : secrets_) {
+    for (std::size_t at = text.find(secret); at != std::string::npos;
+         at = text.find(secret, at + kRedacted.size())) {
+      text.replace(at, secret.size(), kRedacted);
+    }
+  }
+  return text;
+}
 
 std::chrono::steady_clock::time_point RouteCalls::next_slot() {
   const double rate = route_.http->rate_limit;
@@ -75,24 +105,32 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
                      observers_.on_call(route_.name, std::chrono::steady_clock::now() - started);
                    finish(r, event, then, done);
                  });
-  } catch (const std::exception& e) {  // a header value the client refuses
-    done.dead_letter(
-        fmt::format("routes.{}: the call could not be sent: {}", route_.name, e.what()));
+  } catch (const std::exception& e) {
+    // Values from the event are checked where they are inserted (EventReader::render), so
+    // a request the client refuses is refused for what the route wrote (a header, the
+    // URL), and every event would be alike: the route pauses, and nothing is
+    // dead-lettered. Its calls retry with the consumer's backoff until the configuration
+    // is fixed; `idem consume` refuses such a route at start, so this is a last resort.
+    const std::string reason = redacted(fmt::format("the call could not be sent: {}", e.what()));
+    pause(reason);
+    done.retry(fmt::format("route {} paused: {}", route_.name, reason));
   }
 }
 
 void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
                         const CallCompletion<CallAnswer>& done) {
   const http::Classification& c = result.classification;
+  // Reasons go to dead letters, logs and /readyz: never with a value of ${VAR} in them.
+  const auto why = [&] { return redacted(c.reason.empty() ? result.error : c.reason); };
   switch (result.status) {
     case http::CallStatus::Success: {
       successes_.fetch_add(1, std::memory_order_acq_rel);
       resume();
       Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);
       if (!answer.ok())
-        return done.dead_letter(fmt::format("the answer (HTTP {}) lacks what routes.{} records: {}",
-                                            result.http_status, route_.name,
-                                            answer.error().message));
+        return done.dead_letter(
+            redacted(fmt::format("the answer (HTTP {}) lacks what routes.{} records: {}",
+                                 result.http_status, route_.name, answer.error().message)));
       return done.done(std::move(answer).value());
     }
     case http::CallStatus::Permanent:
@@ -100,19 +138,19 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, 
         // Every call failing alike is the route's fault (credentials, URL): pause, do not
         // dead-letter the stream. A call failing while others succeed is this request's.
         if (successes_.load(std::memory_order_acquire) == then.successes) {
-          pause(c.reason);
-          return done.retry(fmt::format("route {} paused: {}", route_.name, c.reason));
+          const std::string reason = why();
+          pause(reason);
+          return done.retry(fmt::format("route {} paused: {}", route_.name, reason));
         }
         // Unless the route was paused when this call started: the endpoint came back while
         // it ran, and its answer may be from before; it is tried again (and if others
         // still succeed then, that attempt's answer is its own).
         if (then.paused)
-          return done.retry(fmt::format("route {} resumed while this call was answered: {}",
-                                        route_.name, c.reason));
+          return done.retry(
+              fmt::format("route {} resumed while this call was answered: {}", route_.name, why()));
       }
-      return done.dead_letter(c.reason.empty() ? result.error : c.reason);
-    case http::CallStatus::RetriesExhausted:
-      return done.retry(c.reason.empty() ? result.error : c.reason);
+      return done.dead_letter(why());
+    case http::CallStatus::RetriesExhausted: return done.retry(why());
   }
 }
 

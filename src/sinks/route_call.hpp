@@ -50,12 +50,17 @@ class RouteCalls {
   void finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
               const CallCompletion<CallAnswer>& done);
   void pause(const std::string& reason);
+  /// `text` with every value the route took from the environment (`${VAR}`) replaced by
+  /// `<redacted>`: a reason must not carry a token or a secret URL into a dead letter, a
+  /// log line or /readyz.
+  [[nodiscard]] std::string redacted(std::string text) const;
   void resume();
   [[nodiscard]] std::chrono::steady_clock::time_point next_slot();
 
   const Route& route_;
   Backend backend_;
-  const SinkObservers& observers_;                     // the ConfiguredSinks', which outlives this
+  const SinkObservers& observers_;    // the ConfiguredSinks', which outlives this
+  std::vector<std::string> secrets_;  // values of ${VAR} in the URL and headers, longest first
   std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
   std::atomic<std::uint64_t> successes_{0};
   /// Whether pause_reason_ is set, readable without the lock: each call's start and

@@ -15,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "config/toml_text.hpp"
+#include "sinks/param_values.hpp"
 #include "sinks/sql_text.hpp"
 
 namespace idem::sinks {
@@ -237,10 +238,14 @@ std::optional<std::size_t> param_index(Reader& r, Route& route, const std::strin
 }
 
 // `{name}` inserts a route parameter (not one read from the call's answer, which does not
-// exist yet); `${VAR}` (when `allow_env`) the environment variable VAR, and the template is
-// then a secret. Any other `{` is text, as in a JSON body.
+// exist yet); `${VAR}` (in a URL or a header value) the environment variable VAR, and the
+// template is then a secret. Any other `{` is text, as in a JSON body. A URL or a header
+// value must not hold a control character (a header could not be sent; a file-backed
+// secret often ends with a newline): the problem names the key and the variable, never
+// the value.
 std::optional<Template> read_template(Reader& r, const std::string& key, const toml::node& node,
-                                      Route& route, bool allow_env) {
+                                      Route& route, detail::TemplatePlace place) {
+  const bool allow_env = place != detail::TemplatePlace::Body;
   const auto text = r.string(key, node);
   if (!text) return std::nullopt;
   const SinkKey where = r.at(key, node);
@@ -271,8 +276,16 @@ std::optional<Template> read_template(Reader& r, const std::string& key, const t
       if (var == r.environment->end()) {
         r.problems.add(where, fmt::format("the environment variable {} is not set", name));
       } else {
+        if (const auto bad = detail::control_character(var->second))
+          r.problems.add(where,
+                         fmt::format("the value of the environment variable {} has {} "
+                                     "(value not shown): a {} cannot hold it; remove it "
+                                     "(a secret read from a file often ends with a newline)",
+                                     name, *bad,
+                                     place == detail::TemplatePlace::Url ? "URL" : "header value"));
         literal += var->second;
         t.secret = true;
+        t.secrets.push_back(var->second);
       }
     } else if (auto index = param_index(r, route, name, where)) {
       if (route.params[*index].source.kind == ParamSource::Kind::Response) {
@@ -286,6 +299,10 @@ std::optional<Template> read_template(Reader& r, const std::string& key, const t
     i = close;
   }
   flush();
+  if (const auto bad = allow_env ? detail::control_character(*text) : std::nullopt)
+    r.problems.add(where,
+                   fmt::format("has {}: a {} cannot hold it", *bad,
+                               place == detail::TemplatePlace::Url ? "URL" : "header value"));
   return t;
 }
 
@@ -309,12 +326,17 @@ void read_http(Reader& r, const std::string& key, const toml::node& node, Route&
     const std::string sub = fmt::format("{}.{}", key, k.str());
     if (k == "url") {
       has_url = true;
-      if (auto t = read_template(r, sub, value, route, true)) call.url = std::move(*t);
+      if (auto t = read_template(r, sub, value, route, detail::TemplatePlace::Url)) {
+        if (auto problem = detail::url_template_problem(*t, route.params))
+          r.problems.add(r.at(sub, value), std::move(*problem));
+        call.url = std::move(*t);
+      }
     } else if (k == "body") {
       const auto* text = value.as_string();
       if (text != nullptr && text->get() == "event") continue;
       call.body_is_event = false;
-      if (auto t = read_template(r, sub, value, route, false)) call.body = std::move(*t);
+      if (auto t = read_template(r, sub, value, route, detail::TemplatePlace::Body))
+        call.body = std::move(*t);
     } else if (k == "headers") {
       const auto* headers = value.as_table();
       if (headers == nullptr) {
@@ -325,7 +347,7 @@ void read_http(Reader& r, const std::string& key, const toml::node& node, Route&
         const std::string hkey = fmt::format("{}.{}", sub, name.str());
         if (!is_token(name.str()))
           r.problems.add(r.at(hkey, v), "not a header name (an HTTP token)");
-        if (auto t = read_template(r, hkey, v, route, true))
+        if (auto t = read_template(r, hkey, v, route, detail::TemplatePlace::Header))
           call.headers.emplace_back(std::string(name.str()), std::move(*t));
       }
     } else if (k == "method" || k == "content_type" || k == "idempotency_header" ||

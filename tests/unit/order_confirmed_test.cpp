@@ -484,8 +484,9 @@ TEST(OrderConfirmed, ReasonsHaveStableSnakeCaseNames) {
       {R::TooManyHeaders, "too_many_headers"},
       {R::NotCloudEvent, "not_cloud_event"},
       {R::SchemaViolation, "schema_violation"},
+      {R::UrlSegment, "url_segment"},
   };
-  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::SchemaViolation) + 1);
+  EXPECT_EQ(std::size(names), static_cast<std::size_t>(R::UrlSegment) + 1);
   for (const auto& [reason, name] : names) EXPECT_EQ(idem::to_string(reason), name);
 }
 

@@ -29,6 +29,7 @@ enum class ValidationReason {
   TooManyHeaders,         ///< the record carries more Kafka headers than allowed
   NotCloudEvent,          ///< a record read as CloudEvents 1.0 is not one (Kafka binding)
   SchemaViolation,        ///< the event does not satisfy its JSON Schema
+  UrlSegment,             ///< a value would make a URL path segment `.`, `..` or empty
 };
 
 [[nodiscard]] std::string_view to_string(ValidationReason reason) noexcept;

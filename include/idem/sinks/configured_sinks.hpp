@@ -49,7 +49,8 @@ struct SinkObservers {
   /// Each call of a route that ended (an answer the route acts on, or no more attempts):
   /// the route's name and how long the call took, retries included.
   std::function<void(const std::string& route, std::chrono::nanoseconds)> on_call;
-  /// A route paused (true: every call failing with 401, 403 or 404) or resumed (false).
+  /// A route paused (true: every call failing with 401, 403 or 404, or a request the
+  /// HTTP client refuses to send) or resumed (false).
   std::function<void(const std::string& route, bool paused)> on_pause;
 };
 

@@ -124,6 +124,9 @@ struct Template {
   };
   std::vector<Part> parts;
   bool secret = false;  ///< it took a value from the environment (`${VAR}`): never shown
+  /// The values it took from the environment, which messages (dead letters' reasons,
+  /// logs, /readyz) show as `<redacted>`.
+  std::vector<std::string> secrets;
 };
 
 /// The HTTP call of a route (`[routes.NAME.http]`), made through the concurrent, key-
