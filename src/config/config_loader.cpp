@@ -24,10 +24,12 @@ constexpr std::string_view kEnvPrefix = "IDEM_";
 constexpr std::string_view kConfigFileEnv = "IDEM_CONFIG";
 constexpr std::string_view kKafkaEnvPrefix = "IDEM_KAFKA_";
 // Reserved for the test and benchmark harnesses and scripts/ (test.sh: IDEM_BUILD_DIR,
-// IDEM_JOBS, IDEM_WERROR; with-postgres.sh: IDEM_PG_*): never configuration, so never
+// IDEM_JOBS, IDEM_WERROR; check-style.sh: IDEM_TIDY_*; with-postgres.sh: IDEM_PG_*; setup.py
+// of idem for Python: IDEM_BUILD_*): never configuration, so never
 // reported as unknown keys.
-constexpr std::array<std::string_view, 6> kNonConfigEnvPrefixes = {
-    "IDEM_TEST_", "IDEM_BENCH_", "IDEM_PG_", "IDEM_BUILD_", "IDEM_JOBS", "IDEM_WERROR"};
+constexpr std::array<std::string_view, 7> kNonConfigEnvPrefixes = {
+    "IDEM_TEST_", "IDEM_BENCH_", "IDEM_PG_",  "IDEM_BUILD_",
+    "IDEM_JOBS",  "IDEM_WERROR", "IDEM_TIDY_"};
 
 bool is_known_key(const ConfigSchema& schema, std::string_view key) {
   return schema.find(key) != nullptr ||
