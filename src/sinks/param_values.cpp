@@ -281,11 +281,19 @@ std::optional<std::string_view> text_at(simdjson::ondemand::value value, std::st
 
 }  // namespace
 
+struct JsonLiterals::Parser {
+  simdjson::ondemand::parser parser;
+};
+
+JsonLiterals::JsonLiterals() : parser_(std::make_unique<Parser>()) {}
+
+JsonLiterals::~JsonLiterals() = default;
+
 std::optional<std::string_view> JsonLiterals::find(simdjson::padded_string_view json,
                                                    std::string_view pointer) {
   simdjson::ondemand::document doc;
   simdjson::ondemand::value root;
-  if (parser_.iterate(json).get(doc) != simdjson::SUCCESS ||
+  if (parser_->parser.iterate(json).get(doc) != simdjson::SUCCESS ||
       doc.get_value().get(root) != simdjson::SUCCESS)
     return std::nullopt;
   return text_at(root, pointer);

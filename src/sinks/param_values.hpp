@@ -5,6 +5,7 @@
 // on SQLite (which has no exact decimal type: `balance + $amount` on a REAL or on decimal
 // text would round), the scale written in the route.
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,11 @@ inline constexpr int kMaxDecimalExponent = 1000;
 /// that). Reads the document once more, on demand, up to the value.
 class JsonLiterals {
  public:
+  JsonLiterals();
+  ~JsonLiterals();
+  JsonLiterals(const JsonLiterals&) = delete;
+  JsonLiterals& operator=(const JsonLiterals&) = delete;
+
   /// The text of the value at `pointer` (RFC 6901; keys compared unescaped, the first of
   /// a key written twice, as the DOM finds it) in `json`, without the whitespace around
   /// it; nullopt when there is none (or `json` is not well-formed up to there).
@@ -55,7 +61,12 @@ class JsonLiterals {
                                                      std::string_view pointer);
 
  private:
-  simdjson::ondemand::parser parser_;
+  // The parser is defined in param_values.cpp only: its layout depends on simdjson's
+  // compile definitions (SIMDJSON_THREADS_ENABLED), which the sinks library's sources get
+  // and a file that includes this header without linking simdjson (a test) does not; two
+  // layouts of one class in one program corrupt it.
+  struct Parser;
+  std::unique_ptr<Parser> parser_;
 };
 
 /// Whether json_param() needs the value's text as written (JsonLiterals::find): a
