@@ -9,18 +9,12 @@
 #include <vector>
 
 #include "idem/outbox.hpp"
+#include "python_values.hpp"
 
 namespace py = pybind11;
 
 namespace idem::python {
 namespace {
-
-py::object python_uuid(const Uuid& id) {
-  static const auto* uuid_type = new py::object(py::module_::import("uuid").attr("UUID"));
-  const auto& b = id.bytes();
-  return (*uuid_type)(py::arg("bytes") =
-                          py::bytes(reinterpret_cast<const char*>(b.data()), b.size()));
-}
 
 /// The row's values in outbox_insert_statement()'s order; the event id as uuid.UUID.
 py::tuple prepare_outbox_row(const std::string& topic, const std::string& aggregate_type,

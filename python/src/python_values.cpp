@@ -23,6 +23,7 @@ struct PythonTypes {
   py::object from_iso = datetime.attr("fromisoformat");
   py::object json_loads = py::module_::import("json").attr("loads");
   py::object json_text = py::module_::import("idem._json").attr("dumps");
+  py::object bytes_from_hex = py::module_::import("builtins").attr("bytes").attr("fromhex");
 };
 
 const PythonTypes& types() {
@@ -130,6 +131,12 @@ std::vector<Param> to_params(const py::tuple& values) {
   params.reserve(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) params.push_back(to_param(values[i], i + 1));
   return params;
+}
+
+py::object python_uuid(const Uuid& id) {
+  const auto& b = id.bytes();
+  return types().uuid(py::arg("bytes") =
+                          py::bytes(reinterpret_cast<const char*>(b.data()), b.size()));
 }
 
 py::tuple to_python(const Rows& rows, Backend backend) {

@@ -18,6 +18,9 @@ namespace idem::python {
 /// Every element of `values` (a tuple of a call's parameters) as a Param.
 [[nodiscard]] std::vector<Param> to_params(const pybind11::tuple& values);
 
+/// `id` as a uuid.UUID.
+[[nodiscard]] pybind11::object python_uuid(const Uuid& id);
+
 /// `rows` as (column names, list of tuples, rows affected), each cell the Python object of
 /// its type: None, int, decimal.Decimal, float, bool, uuid.UUID, datetime.datetime,
 /// the parsed JSON (numbers with a fraction as Decimal), bytes (`backend` says how a

@@ -8,6 +8,15 @@
 
 namespace idem::detail {
 
+std::string_view to_string(StoreErrorOutcome outcome) noexcept {
+  switch (outcome) {
+    case StoreErrorOutcome::Retry: return "retry";
+    case StoreErrorOutcome::Stop: return "stop";
+    case StoreErrorOutcome::DeadLetter: return "dead-letter";
+  }
+  return "unknown";
+}
+
 namespace {
 
 bool contains(std::string_view text, std::string_view part) {

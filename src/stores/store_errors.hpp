@@ -27,6 +27,9 @@ enum class StoreErrorOutcome {
   DeadLetter,  ///< that event's fault: that event alone goes to the DLQ
 };
 
+/// "retry", "stop" or "dead-letter": for messages and tests.
+[[nodiscard]] std::string_view to_string(StoreErrorOutcome outcome) noexcept;
+
 /// One row of the table. `key` is a SQLSTATE prefix (a class "58", or longer: "57P",
 /// "55P03"; the longest matching key wins) or an SQLite result code's name (a primary code
 /// "SQLITE_BUSY", which covers its extended codes, or an extended one

@@ -40,15 +40,6 @@ using detail::effect_error_outcome;
 using detail::StoreErrorOutcome;
 using enum detail::StoreErrorOutcome;
 
-std::string_view name_of(StoreErrorOutcome outcome) {
-  switch (outcome) {
-    case Retry: return "retry";
-    case Stop: return "stop";
-    case DeadLetter: return "dead-letter";
-  }
-  return "?";
-}
-
 struct Case {
   std::string sqlstate;
   StoreErrorOutcome outcome;
@@ -83,7 +74,7 @@ TEST(StoreErrorOutcomes, EachClassRaisedByTheServerThroughTheStoreApi) {
     } catch (const Error& e) {
       EXPECT_EQ(e.source(), ErrorSource::Postgres) << e.what();
       EXPECT_EQ(e.detail(), c.sqlstate) << e.what();
-      EXPECT_EQ(name_of(effect_error_outcome(e)), name_of(c.outcome)) << e.what();
+      EXPECT_EQ(to_string(effect_error_outcome(e)), to_string(c.outcome)) << e.what();
       EXPECT_EQ(e.transient(), c.outcome == Retry) << e.what();
     }
     tx->rollback();
@@ -104,7 +95,7 @@ TEST(StoreErrorOutcomes, ErrorsOfRealStatementsAndOneASwallowedErrorLeftBehind) 
     try {
       static_cast<void>(tx->execute(sql));
     } catch (const Error& e) {
-      return std::string(name_of(effect_error_outcome(e))) + " " + e.detail();
+      return std::string(to_string(effect_error_outcome(e))) + " " + e.detail();
     }
     return std::string("ran");
   };
@@ -125,7 +116,7 @@ TEST(StoreErrorOutcomes, ErrorsOfRealStatementsAndOneASwallowedErrorLeftBehind) 
     EXPECT_EQ(e.code(), ErrorCode::Constraint) << e.what();
     EXPECT_EQ(e.detail(), "23505") << e.what();
     EXPECT_NE(std::string(e.what()).find("25P02"), std::string::npos) << e.what();
-    EXPECT_EQ(name_of(effect_error_outcome(e)), "dead-letter") << e.what();
+    EXPECT_EQ(to_string(effect_error_outcome(e)), "dead-letter") << e.what();
   }
 }
 

@@ -25,15 +25,6 @@ using detail::effect_error_outcome;
 using detail::StoreErrorOutcome;
 using enum detail::StoreErrorOutcome;
 
-std::string_view name_of(StoreErrorOutcome outcome) {
-  switch (outcome) {
-    case Retry: return "retry";
-    case Stop: return "stop";
-    case DeadLetter: return "dead-letter";
-  }
-  return "?";
-}
-
 struct Case {
   std::string_view code;
   StoreErrorOutcome outcome;
@@ -150,7 +141,7 @@ TEST(StoreErrorTable, EveryPostgresClassIsRetriedStoppedOrDeadLettered) {
   };
   for (const Case& c : cases) {
     const Error e = postgres_error(c.code);
-    EXPECT_EQ(name_of(effect_error_outcome(e)), name_of(c.outcome)) << c.code;
+    EXPECT_EQ(to_string(effect_error_outcome(e)), to_string(c.outcome)) << c.code;
     EXPECT_EQ(e.transient(), c.outcome == Retry) << c.code;
     EXPECT_EQ(detail::statement_refused_for_good(e), c.outcome == Stop) << c.code;
   }
@@ -169,18 +160,18 @@ TEST(StoreErrorTable, EveryPostgresClassIsRetriedStoppedOrDeadLettered) {
 TEST(StoreErrorTable, AStoreErrorThrownAsPermanentUnderARetriedCodeStops) {
   // 08P01 on a live connection: the server refused our Bind (Connection::classify makes
   // it InvalidArgument). The statement's parameters are wrong for every event.
-  EXPECT_EQ(name_of(effect_error_outcome(
+  EXPECT_EQ(to_string(effect_error_outcome(
                 Error(ErrorCode::InvalidArgument, ErrorSource::Postgres, "bind", "08P01"))),
             "stop");
   // A store error without a SQLSTATE (idem refused the call itself) stops too.
-  EXPECT_EQ(name_of(effect_error_outcome(
+  EXPECT_EQ(to_string(effect_error_outcome(
                 Error(ErrorCode::InvalidArgument, ErrorSource::Sqlite, "placeholder ':x'"))),
             "stop");
   // An error that is not the store's is the handler's business: dead-lettered unless
   // transient, as before.
-  EXPECT_EQ(name_of(effect_error_outcome(Error(ErrorCode::Query, ErrorSource::Http, "x"))),
+  EXPECT_EQ(to_string(effect_error_outcome(Error(ErrorCode::Query, ErrorSource::Http, "x"))),
             "dead-letter");
-  EXPECT_EQ(name_of(effect_error_outcome(Error(ErrorCode::Timeout, ErrorSource::Http, "x"))),
+  EXPECT_EQ(to_string(effect_error_outcome(Error(ErrorCode::Timeout, ErrorSource::Http, "x"))),
             "retry");
 }
 
@@ -233,7 +224,7 @@ TEST(StoreErrorTable, SqliteCodesByName) {
   for (const SqliteCase& c : cases) {
     const std::string name = detail::sqlite::code_name(c.code);
     const Error e(detail::sqlite::classify(c.code), ErrorSource::Sqlite, "x", name);
-    EXPECT_EQ(name_of(effect_error_outcome(e)), name_of(c.outcome)) << name;
+    EXPECT_EQ(to_string(effect_error_outcome(e)), to_string(c.outcome)) << name;
     EXPECT_EQ(e.transient(), c.outcome == Retry) << name;
   }
 }
@@ -287,7 +278,8 @@ TEST(StoreErrorTable, SqliteStatementsThatFailAreRetriedStoppedOrDeadLettered) {
       ADD_FAILURE() << c.sql << " ran";
     } catch (const Error& e) {
       EXPECT_EQ(e.detail(), c.code) << c.sql << ": " << e.what();
-      EXPECT_EQ(name_of(effect_error_outcome(e)), name_of(c.outcome)) << c.sql << ": " << e.what();
+      EXPECT_EQ(to_string(effect_error_outcome(e)), to_string(c.outcome))
+          << c.sql << ": " << e.what();
     }
     tx->rollback();
   }
