@@ -30,6 +30,7 @@ const ConfigSchema& cli_config_schema() {
         .add<ConsoleOptions>(declare_console_keys)
         .add<http::ProviderSettings>(http::declare_provider_keys)
         .add<BillingSettings>(declare_billing_keys)
+        .add<http::BreakerPolicy>(http::declare_breaker_keys)
         .add<DevBrokerSettings>(declare_dev_broker_keys)
         .add<demo::DemoOptions>(demo::declare_demo_keys)
         .add<ConsumeSettings>(declare_consume_keys)

@@ -30,6 +30,7 @@
 #include "idem/reference/order_service.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/service/consumer_service.hpp"
+#include "idem/service/paused_endpoints.hpp"
 #include "idem/store.hpp"
 #include "stop_signals.hpp"
 #include "store_schema.hpp"
@@ -231,15 +232,25 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     Metrics* metrics = service.metrics();
     // Billing charges outside the transaction, concurrently across keys (an effect
     // handler); with retry topics on, a charge the provider keeps failing goes to them.
+    // While the provider (or a route's endpoint) is down, the calls wait for it behind its
+    // circuit breaker and the route reports paused, so no record moves on for the outage.
+    const auto& breaker = settings.get<http::BreakerPolicy>();
     if (configured) {
       configured->install(consumer, config.max_in_flight,
                           route_observers(configured->config(), metrics, config.group_id,
-                                          service.logger().lines("sinks")));
+                                          service.logger().lines("sinks")),
+                          breaker);
       service.add_readiness(routes_readiness(*configured));
     } else if (handler_kind == HandlerKind::Billing) {
-      const auto billing = billing_effect(billing_config(
-          settings.get<BillingSettings>(), config.max_in_flight, opts->no_idempotency_key));
-      for (const auto& topic : config.topics) consumer.on_effect(topic, billing);
+      auto& pauses = service.own(std::make_unique<PausedEndpoints>(
+          "billing", metrics, config.group_id, service.logger().lines("billing")));
+      BillingConfig billing = billing_config(settings.get<BillingSettings>(), config.max_in_flight,
+                                             opts->no_idempotency_key);
+      billing.client.breaker = breaker;
+      billing.client.on_breaker = pauses.observer();
+      service.add_readiness(pauses.readiness());
+      const auto effect = billing_effect(std::move(billing));
+      for (const auto& topic : config.topics) consumer.on_effect(topic, effect);
     } else {
       const Handler<OrderConfirmed> handler = make_handler(handler_kind);
       for (const auto& topic : config.topics) {

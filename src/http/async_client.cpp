@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "http/async_client_impl.hpp"
 #include "http/curl_support.hpp"
 #include "idem/error.hpp"
 #include "idem/uuid.hpp"
@@ -46,6 +47,10 @@
 // sent. Handing libcurl only as many transfers per host as it may have connections keeps
 // total_timeout about the request; CURLMOPT_MAX_HOST_CONNECTIONS stays set as the limit
 // itself, and libcurl's connection cache still decides which connection a transfer reuses.
+//
+// Each host also has its circuit breaker (idem/http/circuit_breaker.hpp): while it is open,
+// a call about to start an attempt waits in the host's `held` queue instead, and the loop
+// sends one of them as the probe when the breaker's time for one has come.
 
 namespace idem::http {
 
@@ -58,117 +63,14 @@ using std::chrono::milliseconds;
 // at once, so this is no tick, only a bound on a lost wakeup's cost.
 constexpr milliseconds kIdlePoll{10000};
 
-// Errors that are the caller's bug, not the network's: retrying cannot help. start()
-// rejects most of them up front; these catch what only the transfer finds out.
-bool unusable_url(CURLcode code) {
-  return code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL;
-}
-
-struct Call;
-
-/// Closes a file descriptor it owns (the loop's epoll set and its wakeup eventfd).
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
-
-/// The transfers of one host (scheme, host, port) handed to libcurl, and the calls
-/// waiting for one of its connections.
-struct HostSlots {
-  std::size_t active = 0;
-  std::deque<std::unique_ptr<Call>> queued;
-};
-
-/// One call: the request, its caller's callback, and the state of its current attempt.
-struct Call {
-  Request request;
-  std::function<void(CallResult)> done;
-  CallResult result;
-  detail::Url url;
-  detail::EasyHandle easy;           // created for the first attempt, re-added for each retry
-  detail::HeaderList headers;        // rebuilt per attempt only when every attempt gets a new key
-  std::string response;              // the body of the current attempt's answer
-  ResponseHeaders response_headers;  // and its header fields
-  std::string host;                  // scheme://host:port, the connection limit's key
-  HostSlots* slots = nullptr;        // of `host`; set by the loop
-};
-
 }  // namespace
-
-struct AsyncClient::Impl {
-  explicit Impl(ClientConfig c)
-      : config(std::move(c)),
-        backoff(config.retry),
-        epoll(::epoll_create1(EPOLL_CLOEXEC)),
-        wakeup(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-
-  // noexcept: an allocation failure inside the loop ends the process, since no caller
-  // is there to receive it and the calls' callbacks could no longer be guaranteed.
-  void run() noexcept;
-
-  // The loop's steps; all run on the loop thread.
-  [[nodiscard]] bool take_new_calls();
-  void start_due_retries(Clock::time_point now);
-  void start_attempt(std::unique_ptr<Call> call);
-  void send_attempt(std::unique_ptr<Call> call);
-  void release_slot(HostSlots& slots);
-  [[nodiscard]] bool prepare_transfer(Call& call);
-  void finish_transfers();
-  void attempt_ended(std::unique_ptr<Call> call, CURLcode code);
-  [[nodiscard]] int wait_timeout_ms() const;
-  void wake() const noexcept;
-  void drain_wakeups() const noexcept;
-  // libcurl's callbacks (CURLMOPT_SOCKETFUNCTION, CURLMOPT_TIMERFUNCTION), called on the
-  // loop thread from inside curl_multi_socket_action or curl_multi_add_handle/remove_handle.
-  static int on_socket(CURL* easy, curl_socket_t socket, int what, void* self,
-                       void* socket_data) noexcept;
-  static int on_timer(CURLM* multi, long timeout_ms, void* self) noexcept;
-  void cancel_everything();
-  void notify_retry(int attempt, milliseconds wait, std::string_view why) const noexcept;
-  void complete(std::unique_ptr<Call> call, CallStatus status) noexcept;
-
-  const ClientConfig config;
-  idem::detail::Backoff backoff;  // loop thread only (its random generator is not thread-safe)
-  // Declared before `multi`, destroyed after it: curl_multi_cleanup still reports the
-  // sockets it closes to on_socket.
-  OwnedFd epoll;
-  OwnedFd wakeup;
-  detail::MultiHandle multi;
-  std::optional<Clock::time_point> curl_due;  // loop thread only: libcurl's next timeout
-  std::atomic<std::size_t> in_flight{0};
-
-  std::mutex mutex;
-  std::vector<std::unique_ptr<Call>> new_calls;  // guarded by mutex
-  bool stopping = false;                         // guarded by mutex: the destructor runs
-  // guarded by mutex: the loop has ended. A start() racing the destructor from another
-  // thread is the caller's bug, but its callback still runs once instead of never.
-  bool closed = false;
-
-  // Loop thread only. Every started call is in exactly one of `transferring`, `waiting`
-  // or a host's `queued` (or on its way between them in a function of the loop).
-  std::unordered_map<CURL*, std::unique_ptr<Call>> transferring;
-  std::multimap<Clock::time_point, std::unique_ptr<Call>> waiting;  // backoff timers
-  // Never erased: calls keep a pointer to their host's entry (unordered_map entries stay
-  // put), and a client talks to few hosts.
-  std::unordered_map<std::string, HostSlots> hosts;
-
-  std::thread loop;
-};
 
 void AsyncClient::Impl::run() noexcept {
   std::array<epoll_event, 256> ready{};
   int running = 0;  // libcurl's count; the loop keeps its own (transferring)
   while (take_new_calls()) {
     start_due_retries(Clock::now());
+    start_due_probes(Clock::now());
     // Returns when a socket is ready, libcurl's timeout or the earliest retry is due, or
     // another thread wrote the eventfd. EINTR (a signal) is one more turn. A transfer
     // just added asks for a timeout of 0 (on_timer), so the wait does not hold it back.
@@ -265,158 +167,15 @@ void AsyncClient::Impl::start_due_retries(Clock::time_point now) {
 int AsyncClient::Impl::wait_timeout_ms() const {
   std::optional<Clock::time_point> due = curl_due;
   if (!waiting.empty() && (!due || waiting.begin()->first < *due)) due = waiting.begin()->first;
+  for (const auto& [host, slots] : hosts) {
+    const auto probe = slots.breaker.next_probe();
+    if (probe && !(slots.held.empty() && slots.queued.empty()) && (!due || *probe < *due))
+      due = probe;
+  }
   if (!due) return static_cast<int>(kIdlePoll.count());
   // Rounded up: a wait rounded down to 0 ms would spin until the timer is due.
   const auto until_due = std::chrono::ceil<milliseconds>(*due - Clock::now());
   return static_cast<int>(std::clamp(until_due, milliseconds(0), kIdlePoll).count());
-}
-
-bool AsyncClient::Impl::prepare_transfer(Call& call) {
-  call.easy.reset(curl_easy_init());
-  if (!call.easy) return false;
-  CURL* easy = call.easy.get();
-  curl_easy_setopt(easy, CURLOPT_CURLU, call.url.get());
-  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-  const Request& r = call.request;
-  if (!r.body.empty() || r.method == "POST") {
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r.body.data());
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-  } else {
-    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-  }
-  if (r.method != "POST" && r.method != "GET")
-    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, r.method.c_str());
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(config.connect_timeout.count()));
-  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(config.total_timeout.count()));
-  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM (threads)
-  // Small requests and answers: no Nagle delay; pooled connections probed while idle.
-  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &detail::append_body);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &call.response);
-  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &detail::append_header_line);
-  curl_easy_setopt(easy, CURLOPT_HEADERDATA, &call.response_headers);
-  return true;
-}
-
-void AsyncClient::Impl::start_attempt(std::unique_ptr<Call> call) {
-  if (call->slots == nullptr) call->slots = &hosts[call->host];
-  HostSlots& slots = *call->slots;
-  if (slots.active >= config.max_host_connections) {
-    slots.queued.push_back(std::move(call));
-    return;
-  }
-  ++slots.active;
-  send_attempt(std::move(call));
-}
-
-void AsyncClient::Impl::release_slot(HostSlots& slots) {
-  --slots.active;
-  if (slots.queued.empty()) return;
-  auto next = std::move(slots.queued.front());
-  slots.queued.pop_front();
-  ++slots.active;
-  send_attempt(std::move(next));
-}
-
-void AsyncClient::Impl::send_attempt(std::unique_ptr<Call> call) {
-  Call& c = *call;
-  if (!c.easy && !prepare_transfer(c)) {
-    c.result.error = "curl_easy_init failed";
-    HostSlots& slots = *c.slots;
-    complete(std::move(call), CallStatus::RetriesExhausted);
-    release_slot(slots);
-    return;
-  }
-  ++c.result.attempts;
-  if (!c.headers || !config.send_idempotency_key) {
-    detail::HeaderList headers;
-    if (!c.request.body.empty())
-      detail::append_header(headers, "Content-Type", c.request.content_type);
-    detail::append_header(
-        headers, c.request.idempotency_header,
-        config.send_idempotency_key ? c.request.idempotency_key : new_uuid_v7().to_string());
-    // A body of any size goes at once: no "Expect: 100-continue" round trip.
-    detail::append_header(headers, "Expect", "");
-    for (const auto& [name, value] : c.request.extra_headers)
-      detail::append_header(headers, name, value);
-    c.headers = std::move(headers);
-    curl_easy_setopt(c.easy.get(), CURLOPT_HTTPHEADER, c.headers.get());
-  }
-  c.response.clear();
-  c.response_headers.clear();
-  CURL* easy = c.easy.get();
-  const auto entry = transferring.emplace(easy, std::move(call)).first;
-  if (const CURLMcode code = curl_multi_add_handle(multi.get(), easy); code != CURLM_OK) {
-    auto failed = std::move(entry->second);
-    transferring.erase(entry);
-    failed->result.http_status = 0;
-    failed->result.body.clear();
-    failed->result.error = fmt::format("curl_multi_add_handle: {}", curl_multi_strerror(code));
-    HostSlots& slots = *failed->slots;
-    complete(std::move(failed), CallStatus::RetriesExhausted);
-    release_slot(slots);
-  }
-}
-
-void AsyncClient::Impl::finish_transfers() {
-  int queued = 0;
-  while (const CURLMsg* message = curl_multi_info_read(multi.get(), &queued)) {
-    if (message->msg != CURLMSG_DONE) continue;
-    // The message dies with curl_multi_remove_handle: copy what we need first.
-    CURL* easy = message->easy_handle;
-    const CURLcode code = message->data.result;
-    curl_multi_remove_handle(multi.get(), easy);
-    auto node = transferring.extract(easy);
-    if (node.empty()) continue;
-    HostSlots& slots = *node.mapped()->slots;
-    attempt_ended(std::move(node.mapped()), code);
-    release_slot(slots);
-  }
-}
-
-void AsyncClient::Impl::attempt_ended(std::unique_ptr<Call> call, CURLcode code) {
-  CallResult& result = call->result;
-  if (code != CURLE_OK) {
-    // Refused, reset, timed out, or the answer broke off: the provider may or may not
-    // have done the work, which is exactly what the key makes safe to retry.
-    result.http_status = 0;
-    result.body.clear();
-    result.headers.clear();
-    result.error = fmt::format("{} (curl {})", curl_easy_strerror(code), static_cast<int>(code));
-    result.classification = config.policy.classify_no_answer(result.error);
-    if (unusable_url(code)) {
-      result.classification.verdict = Verdict::DeadLetter;
-      complete(std::move(call), CallStatus::Permanent);
-      return;
-    }
-  } else {
-    long status = 0;
-    curl_easy_getinfo(call->easy.get(), CURLINFO_RESPONSE_CODE, &status);
-    result.http_status = status;
-    result.body = std::move(call->response);
-    result.headers = std::move(call->response_headers);
-    result.classification = config.policy.classify(status, result.headers, result.body);
-    if (result.classification.verdict == Verdict::Done) {
-      result.error.clear();
-      complete(std::move(call), CallStatus::Success);
-      return;
-    }
-    result.error = fmt::format("HTTP {}", status);
-    if (result.classification.verdict != Verdict::Retry) {
-      complete(std::move(call), CallStatus::Permanent);
-      return;
-    }
-  }
-  if (result.attempts >= config.max_attempts) {
-    complete(std::move(call), CallStatus::RetriesExhausted);
-    return;
-  }
-  const milliseconds wait = std::max(backoff.delay(static_cast<std::uint32_t>(result.attempts)),
-                                     result.classification.retry_after);
-  notify_retry(result.attempts, wait, result.error);
-  waiting.emplace(Clock::now() + wait, std::move(call));
 }
 
 void AsyncClient::Impl::notify_retry(int attempt, milliseconds wait,
@@ -463,6 +222,9 @@ void AsyncClient::Impl::cancel_everything() {
     auto queued = std::move(slots.queued);
     slots.queued.clear();
     for (auto& call : queued) cancel(std::move(call));
+    auto held = std::move(slots.held);
+    slots.held.clear();
+    for (auto& call : held) cancel(std::move(call));
   }
   // Calls started before the loop ended, including by the callbacks above. Once
   // `closed` is set, start() cancels on its caller's thread instead.
@@ -551,7 +313,7 @@ void AsyncClient::start(Request request, std::function<void(CallResult)> done) {
     detail::validate_header_value(name, value);
   }
   if (!done) throw Error(ErrorCode::InvalidArgument, ErrorSource::Http, "start: no callback");
-  auto call = std::make_unique<Call>();
+  auto call = std::make_unique<detail::Call>();
   call->url = detail::parse_http_url(request.url);
   call->host = detail::host_of(call->url.get());
   call->request = std::move(request);
@@ -559,7 +321,7 @@ void AsyncClient::start(Request request, std::function<void(CallResult)> done) {
 
   impl_->in_flight.fetch_add(1, std::memory_order_acq_rel);
   bool wake = false;
-  std::unique_ptr<Call> refused;  // the loop has ended
+  std::unique_ptr<detail::Call> refused;  // the loop has ended
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->closed) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "idem/http/circuit_breaker.hpp"
 
 namespace idem::http::detail {
 
@@ -117,6 +118,19 @@ std::string host_of(CURLU* url) {
   return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
                      url_part(url, CURLUPART_PORT));
 }
+
+}  // namespace idem::http::detail
+
+namespace idem::http {
+
+std::string endpoint_of(std::string_view url) {
+  const detail::Url parsed = detail::parse_http_url(std::string(url));
+  return detail::host_of(parsed.get());
+}
+
+}  // namespace idem::http
+
+namespace idem::http::detail {
 
 std::size_t append_body(char* data, std::size_t size, std::size_t count, void* out) noexcept {
   try {

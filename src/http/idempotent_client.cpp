@@ -26,7 +26,13 @@ void validate_idempotency_key(std::string_view key) {
 // The synchronous client is the asynchronous one waited on: attempts, classification,
 // backoff and Retry-After exist once, in AsyncClient's loop.
 struct IdempotentClient::Impl {
-  explicit Impl(ClientConfig config) : calls(std::move(config)) {}
+  explicit Impl(ClientConfig config) : calls(without_breaker(std::move(config))) {}
+  // A blocked caller waiting for an endpoint to come back could wait without end inside
+  // its transaction; it gets RetriesExhausted and retries on its own terms instead.
+  static ClientConfig without_breaker(ClientConfig config) {
+    config.breaker.failures_to_open = 0;
+    return config;
+  }
   AsyncClient calls;
 };
 

@@ -77,7 +77,7 @@ void ConfiguredSinks::check(Store& store) const {
 }
 
 void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
-                              SinkObservers observers) {
+                              SinkObservers observers, const http::BreakerPolicy& breaker) {
   impl_->observers = std::move(observers);
   for (auto& [topic, reader] : impl_->readers) {
     EventReader* r = reader.get();
@@ -104,6 +104,14 @@ void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
       http::ClientConfig client;
       // One connection per call in flight (HTTP/1.1 carries one request at a time).
       client.max_host_connections = std::max(client.max_host_connections, max_in_flight);
+      client.breaker = breaker;
+      // Every route is registered before the consumer starts a call, so the loop thread
+      // reads a map that no longer changes.
+      client.on_breaker = [impl = impl_.get()](std::string_view endpoint, bool open,
+                                               std::string_view why) {
+        for (const auto& [route, route_calls] : impl->calls)
+          route_calls->endpoint_changed(endpoint, open, why);
+      };
       impl_->client = std::make_unique<http::AsyncClient>(client);
     }
     EffectHandler<SinkEvent, CallAnswer> effect;

@@ -120,6 +120,11 @@ enum class TemplatePlace { Url, Header, Body };
 [[nodiscard]] std::optional<std::string> url_template_problem(const Template& url,
                                                               const std::vector<ParamSpec>& params);
 
+/// The endpoint (`scheme://host:port`, http::endpoint_of) every call of the URL template
+/// goes to, or nullopt for a URL url_template_problem refuses. Its host and port hold no
+/// value from an event, so every call of the route shares it (and its circuit breaker).
+[[nodiscard]] std::optional<std::string> url_endpoint(const Template& url);
+
 /// The first parameter a URL template inserts before its path (into the scheme, host or
 /// port), or nullopt: the route's host and port are its own, whatever the events hold.
 [[nodiscard]] std::optional<std::size_t> param_before_path(const Template& url);

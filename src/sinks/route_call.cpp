@@ -58,6 +58,7 @@ RouteCalls::RouteCalls(const Route& route, Backend backend, const SinkObservers&
     }
   };
   if (route_.http) {
+    endpoint_ = url_endpoint(route_.http->url).value_or(std::string());
     collect(route_.http->url);
     for (const auto& [name, value] : route_.http->headers) collect(value);
   }
@@ -176,6 +177,17 @@ void RouteCalls::resume() {
   if (observers_.log)
     observers_.log(fmt::format("route {} resumed: a call succeeded", route_.name));
   if (observers_.on_pause) observers_.on_pause(route_.name, false);
+}
+
+void RouteCalls::endpoint_changed(std::string_view endpoint, bool open, std::string_view why) {
+  if (endpoint_.empty() || endpoint != endpoint_) return;
+  if (open) {
+    // The calls are held by the breaker, not ended: no record of the route moves on to a
+    // retry topic or the DLQ for the outage, and the backlog waits in Kafka.
+    pause(redacted(fmt::format("its endpoint {} is down ({})", endpoint, why)));
+  } else {
+    resume();
+  }
 }
 
 std::string RouteCalls::paused_reason() const {

@@ -40,6 +40,11 @@ class RouteCalls {
   /// Why the route is paused, or empty. Thread-safe.
   [[nodiscard]] std::string paused_reason() const;
 
+  /// The circuit breaker of `endpoint` opened (`open`, the failure that opened it in `why`)
+  /// or closed (ClientConfig::on_breaker): the route pauses or resumes when it is the
+  /// route's endpoint. Runs on the HTTP client's loop thread.
+  void endpoint_changed(std::string_view endpoint, bool open, std::string_view why);
+
  private:
   /// What the route was like when a call started: how many calls had succeeded, and
   /// whether it was paused.
@@ -61,6 +66,7 @@ class RouteCalls {
   Backend backend_;
   const SinkObservers& observers_;    // the ConfiguredSinks', which outlives this
   std::vector<std::string> secrets_;  // values of ${VAR} in the URL and headers, longest first
+  std::string endpoint_;              // where every call of the route goes (url_endpoint)
   std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
   std::atomic<std::uint64_t> successes_{0};
   /// Whether pause_reason_ is set, readable without the lock: each call's start and

@@ -138,6 +138,7 @@ struct RouteTester::Impl {
   static http::ClientConfig client_config() {
     http::ClientConfig config;
     config.max_attempts = 1;  // a test sees each answer's meaning, not the retries it starts
+    config.breaker.failures_to_open = 0;  // nor an outage's wait: a stub that is down fails
     return config;
   }
 

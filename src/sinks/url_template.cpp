@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "http/curl_support.hpp"
+#include "idem/http/circuit_breaker.hpp"
 #include "sinks/param_values.hpp"
 
 namespace idem::sinks::detail {
@@ -108,6 +109,17 @@ std::optional<std::string> control_character(std::string_view text) {
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::string> url_endpoint(const Template& url) {
+  if (param_before_path(url)) return std::nullopt;
+  std::string sample;
+  for (const Template::Part& part : url.parts) sample += part.is_param ? "x" : part.text;
+  try {
+    return http::endpoint_of(sample);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<std::string> url_template_problem(const Template& url,

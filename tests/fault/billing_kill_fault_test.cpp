@@ -26,7 +26,15 @@
 // retry letters have piled up), and the consumer SIGKILLed while retried records are
 // pending. Retry topics give up offset order within a key (a later order of a key may be
 // charged before a retried one); what stays is that a key's charges never overlap, and
-// offset order among the key's orders that were never retried.
+// offset order among the key's orders that were never retried. That scenario turns the
+// provider's circuit breaker off (consumer.breaker_failures = 0): with it on, the outage
+// would send nothing to the retry topics.
+//
+// A third runs the outage with the breaker on, as `idem consume` does by default: 3,000
+// orders over 100 keys, 256 calls in flight, retry topics 1s,3s, the provider SIGKILLed a
+// quarter of the way and back 30 s later on the same port. Meanwhile the consumer reports
+// the route paused (/readyz, idem_route_paused) and nothing moves on to a retry topic or
+// the DLQ; afterwards every order was charged once, in key order.
 // Waits are conditions with deadlines, never sleeps.
 #include <signal.h>
 
@@ -46,6 +54,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "idem/reference/schema.hpp"
@@ -109,20 +118,24 @@ class BillingKillFault : public BillingProcessesTest {
   /// The checks of the file's header comment, once every order went through: one charge
   /// per order under its event id, one ledger row naming it, a key's charges in offset
   /// order (leaving out the orders in `retried`, which went through a retry topic) and
-  /// never overlapping.
+  /// never overlapping. `faults`: the provider injected resets and 503s (which must have
+  /// fired, and made replays).
   void expect_each_order_charged_once(const KeyedOrderEvents& orders,
                                       const std::string& provider_url,
-                                      const std::set<std::int64_t>& retried) {
+                                      const std::set<std::int64_t>& retried, bool faults = true) {
+    const std::size_t order_count = orders.event_ids.size();
     // The provider: one charge per order, under its event id; faults fired and replays
     // answered the repeats.
     const JsonAnswer summary = http_get(provider_url, "/payments/summary");
     ASSERT_EQ(summary.status, 200);
     std::cout << "provider summary: " << summary.body.dump() << std::endl;
-    EXPECT_GT(summary.body.value("resets_after_commit", 0), 0) << "the reset fault never fired";
-    EXPECT_GT(summary.body.value("unavailable", 0), 0) << "the 503 fault never fired";
-    EXPECT_GT(summary.body.value("replays", 0), 0);
+    if (faults) {
+      EXPECT_GT(summary.body.value("resets_after_commit", 0), 0) << "the reset fault never fired";
+      EXPECT_GT(summary.body.value("unavailable", 0), 0) << "the 503 fault never fired";
+      EXPECT_GT(summary.body.value("replays", 0), 0);
+    }
     const std::vector<ProviderCharge> charges = provider_charges(provider_db_);
-    EXPECT_EQ(charges.size(), static_cast<std::size_t>(kOrders));
+    EXPECT_EQ(charges.size(), order_count);
     std::map<std::int64_t, const ProviderCharge*> charge_of;
     int doubled = 0;
     int wrong_key = 0;
@@ -133,7 +146,7 @@ class BillingKillFault : public BillingProcessesTest {
     }
     EXPECT_EQ(doubled, 0) << "orders charged more than once";
     EXPECT_EQ(wrong_key, 0) << "charges of unknown orders or under another key than the event id";
-    EXPECT_EQ(charge_of.size(), static_cast<std::size_t>(kOrders));
+    EXPECT_EQ(charge_of.size(), order_count);
 
     // First arrivals per ordering key: offset order, and no overlap.
     std::map<std::string, std::vector<const ProviderCharge*>> by_key;
@@ -180,8 +193,8 @@ class BillingKillFault : public BillingProcessesTest {
           charge->second->idempotency_key != row.uuid(1).to_string())
         ++mismatched;
     }
-    EXPECT_EQ(ledger.size(), static_cast<std::size_t>(kOrders));
-    EXPECT_EQ(rows_per_order.size(), static_cast<std::size_t>(kOrders));
+    EXPECT_EQ(ledger.size(), order_count);
+    EXPECT_EQ(rows_per_order.size(), order_count);
     EXPECT_TRUE(std::all_of(rows_per_order.begin(), rows_per_order.end(), [](const auto& entry) {
       return entry.second == 1;
     })) << "an order has more than one ledger row";
@@ -258,7 +271,8 @@ TYPED_TEST(BillingKillFault, RetryTopicsAndAProviderOutageChargeEachOrderOnce) {
     this->broker_->create_topic(retry_topic(level), kPartitions);
   // Calls that fail for a whole retry round go to the first retry topic (due 2 s later),
   // then to the second (10 s): the outage must end within that, or they are dead letters.
-  const std::vector<std::string> retry_args{"--retry-delays", "2s,10s"};
+  const std::vector<std::string> retry_args{"--retry-delays", "2s,10s", "--set",
+                                            "consumer.breaker_failures=0"};
 
   const KeyedOrderEvents orders = produce_keyed_order_events(
       this->broker_->bootstrap(), this->topic_, kOrders,
@@ -330,6 +344,117 @@ TYPED_TEST(BillingKillFault, RetryTopicsAndAProviderOutageChargeEachOrderOnce) {
   EXPECT_GT(retried.size(), 0u);
   EXPECT_EQ(dead_letters.at(0), 0) << "calls given up during the outage";
   this->expect_each_order_charged_once(orders, provider_url, retried);
+  EXPECT_EQ(provider->stop(), 0);
+}
+
+TYPED_TEST(BillingKillFault, AProviderOutageWaitsBehindTheBreakerWithNothingRetriedOrDeadLettered) {
+  if (this->IsSkipped() || this->HasFatalFailure()) return;
+  IDEM_REQUIRE_CLI();
+  constexpr int kOutageOrders = 3000;
+  constexpr int kOutageKeys = 100;
+  constexpr auto kOutage = 30s;
+  constexpr int kRetryLevels = 2;
+  const auto retry_topic = [&](int level) {
+    return fmt::format("{}.retry.{}.{}", this->topic_, this->group_, level);
+  };
+  for (int level = 1; level <= kRetryLevels; ++level)
+    this->broker_->create_topic(retry_topic(level), kPartitions);
+  const auto letters = [&](const std::string& topic, int partitions) {
+    const auto end = end_offsets(this->broker_->bootstrap(), topic, partitions);
+    return std::accumulate(end.begin(), end.end(), std::int64_t{0});
+  };
+  const auto retried_or_dead = [&] {
+    return letters(retry_topic(1), kPartitions) + letters(retry_topic(2), kPartitions) +
+           letters(this->topic_ + ".dlq", 1);
+  };
+
+  const KeyedOrderEvents orders = produce_keyed_order_events(
+      this->broker_->bootstrap(), this->topic_, kOutageOrders,
+      [](std::int64_t id) { return fmt::format("customer-{}", id % kOutageKeys); });
+  const std::string listen = fmt::format("127.0.0.1:{}", unused_listen_port());
+  const std::vector<std::string> provider_args{"--latency-ms", "20"};
+  auto provider =
+      std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
+  const std::string provider_url = provider->url();
+
+  std::vector<std::string> args{"consume",
+                                "--brokers",
+                                this->broker_->bootstrap(),
+                                "--topic",
+                                this->topic_,
+                                "--group",
+                                this->group_,
+                                "--db",
+                                this->billing_db_,
+                                "--handler",
+                                "billing",
+                                "--provider-url",
+                                provider_url,
+                                "--max-in-flight",
+                                "256",
+                                "--retry-delays",
+                                "1s,3s",
+                                "--set",
+                                "admin.listen=127.0.0.1:0"};
+  ChildProcess consumer = ChildProcess::spawn(IDEM_CLI_PATH, with_mock_group(std::move(args)));
+  const auto admin_line = read_line_starting_with(consumer, "admin server on port ", 30s);
+  ASSERT_TRUE(admin_line) << "idem consume did not say where its admin server is";
+  httplib::Client admin("127.0.0.1",
+                        std::stoi(admin_line->substr(std::string("admin server on port ").size())));
+  // /readyz's status and body (0 and empty when the admin server did not answer).
+  const auto get = [&admin](const std::string& path) {
+    const auto res = admin.Get(path);
+    return res ? std::pair<int, std::string>(res->status, res->body)
+               : std::pair<int, std::string>(0, std::string());
+  };
+  ASSERT_TRUE(read_line_starting_with(consumer, "consuming ", 30s));
+  ASSERT_TRUE(eventually([&] { return this->ledger_rows() >= kOutageOrders / 4; }, 90s, 5ms))
+      << "the ledger did not reach a quarter of the orders (has " << this->ledger_rows() << ")";
+
+  provider->crash();
+  // The route reports paused while the provider is down.
+  std::string readyz;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto [status, body] = get("/readyz");
+        readyz = body;
+        return status == 503 && body.find("billing: paused: endpoint") != std::string::npos;
+      },
+      30s, 20ms))
+      << "/readyz did not report the route paused: " << readyz;
+  const std::string metrics = get("/metrics").second;
+  EXPECT_NE(metrics.find(
+                fmt::format(R"(idem_route_paused{{group="{}",route="billing"}} 1)", this->group_)),
+            std::string::npos)
+      << metrics;
+  // The outage lasts kOutage, checked all along: nothing is retried or dead-lettered.
+  const std::int64_t ledger_in_outage = this->ledger_rows();
+  EXPECT_FALSE(eventually([&] { return retried_or_dead() > 0; }, kOutage, 100ms))
+      << "records moved on to a retry topic or the DLQ during the outage";
+  EXPECT_LE(this->ledger_rows(), ledger_in_outage + 256)
+      << "charges applied with the provider down";
+
+  provider =
+      std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
+  const auto source_end = end_offsets(this->broker_->bootstrap(), this->topic_, kPartitions);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return group_caught_up(this->broker_->bootstrap(), this->group_, this->topic_, source_end);
+      },
+      120s, 200ms))
+      << "the consumer did not commit every partition; ledger rows " << this->ledger_rows();
+  EXPECT_TRUE(eventually([&] { return get("/readyz").first == 200; }, 30s, 20ms))
+      << "the route did not resume";
+  consumer.kill(SIGTERM);
+  EXPECT_EQ(consumer.wait(60s), 0);
+
+  std::cout << fmt::format("{} orders, ledger {} when the provider went down, down {} s",
+                           kOutageOrders, ledger_in_outage, kOutage.count())
+            << std::endl;
+  EXPECT_EQ(letters(retry_topic(1), kPartitions), 0) << "records sent to the first retry topic";
+  EXPECT_EQ(letters(retry_topic(2), kPartitions), 0) << "records sent to the second retry topic";
+  EXPECT_EQ(letters(this->topic_ + ".dlq", 1), 0) << "dead letters";
+  this->expect_each_order_charged_once(orders, provider_url, {}, /*faults=*/false);
   EXPECT_EQ(provider->stop(), 0);
 }
 

@@ -150,6 +150,119 @@ class ConfiguredSinksTest : public test::DevBrokerSuite {
                                      test::with_mock_group({"consume", "--config", file}));
   }
 
+  /// The endpoint answers `status` to every call until it accepts them: the route must
+  /// pause (its /readyz line holds `paused_because`), dead-letter nothing, and go on
+  /// once the endpoint accepts.
+  void expect_paused_until_the_endpoint_accepts(int status, std::string_view paused_because) {
+    {
+      auto tx = store_->begin();
+      tx->execute("CREATE TABLE charge_log (order_id INTEGER NOT NULL, payment_id TEXT NOT NULL)");
+      tx->commit();
+    }
+    std::atomic<bool> refusing{true};
+    std::atomic<int> calls{0};
+    httplib::Server endpoint;
+    endpoint.Post("/charge", [&](const httplib::Request& req, httplib::Response& res) {
+      ++calls;
+      if (refusing) {
+        res.status = status;
+        res.set_content(R"({"title":"refused"})", "application/json");
+        return;
+      }
+      res.set_content(fmt::format(R"({{"payment_id":"pay-{}"}})", req.get_header_value("X-Order")),
+                      "application/json");
+    });
+    const int port = endpoint.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    std::thread serving([&] { endpoint.listen_after_bind(); });
+    struct StopServer {
+      httplib::Server& server;
+      std::thread& thread;
+      ~StopServer() {
+        server.stop();
+        thread.join();
+      }
+    } stop_server{endpoint, serving};
+
+    constexpr int kOrders = 5;
+    {
+      test::KafkaTestProducer producer(broker_->bootstrap_servers());
+      for (int i = 1; i <= kOrders; ++i) {
+        producer.send(
+            {topic_,
+             std::to_string(i),
+             fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1","order_id":{}}})",
+                         new_uuid_v7().to_string(), i),
+             {}});
+      }
+      producer.flush();
+    }
+    const std::string routes =
+        "[admin]\nlisten = \"127.0.0.1:0\"\n" + test::charge_route_toml(topic_, port);
+    test::ChildProcess cli = consume(write_config(routes));
+    const auto admin_line = test::read_line_starting_with(cli, "admin server on port ", 30s);
+    ASSERT_TRUE(admin_line) << "no admin port line";
+    httplib::Client admin(
+        "127.0.0.1", std::stoi(admin_line->substr(std::string("admin server on port ").size())));
+    const std::string labels = fmt::format(R"(group="{}",route="charge")", group_);
+    const auto metric_line = [&](const std::string& line) {
+      const auto res = admin.Get("/metrics");
+      return res && res->status == 200 && res->body.find(line) != std::string::npos;
+    };
+
+    std::string readyz;
+    ASSERT_TRUE(test::eventually(
+        [&] {
+          const auto res = admin.Get("/readyz");
+          readyz = res ? fmt::format("{} {}", res->status, res->body) : "no answer";
+          return res && res->status == 503 && res->body.find("charge") != std::string::npos &&
+                 res->body.find(paused_because) != std::string::npos;
+        },
+        60s))
+        << "/readyz while every call is refused: " << readyz;
+    EXPECT_TRUE(metric_line(fmt::format("idem_route_paused{{{}}} 1", labels)));
+    // Paused, not dead-lettered: nothing applied, nothing marked, and the calls go on.
+    EXPECT_EQ(scalar("SELECT count(*) FROM charge_log"), 0);
+    EXPECT_EQ(scalar("SELECT count(*) FROM processed_event"), 0);
+    EXPECT_EQ(test::end_offsets(broker_->bootstrap_servers(), topic_ + ".dlq", 1).at(0), 0)
+        << "dead letters";
+    const int refused = calls.load();
+    EXPECT_TRUE(test::eventually([&] { return calls.load() > refused; }, 30s))
+        << "a paused route stopped trying";
+
+    refusing = false;
+    ASSERT_TRUE(test::eventually(
+        [&] { return scalar("SELECT count(*) FROM charge_log") == kOrders; }, 60s));
+    EXPECT_TRUE(test::eventually(
+        [&] {
+          const auto res = admin.Get("/readyz");
+          return res && res->status == 200;
+        },
+        30s))
+        << "still not ready after the route resumed";
+    EXPECT_TRUE(metric_line(fmt::format("idem_route_paused{{{}}} 0", labels)));
+    // Every call, refused or not, is in the route's latency histogram.
+    const std::string count_prefix =
+        fmt::format("idem_route_call_duration_seconds_count{{{}}} ", labels);
+    std::string metrics;
+    ASSERT_TRUE(test::eventually(
+        [&] {
+          const auto res = admin.Get("/metrics");
+          metrics = res ? res->body : "";
+          return metrics.find(count_prefix) != std::string::npos;
+        },
+        30s))
+        << metrics;
+    const std::size_t at = metrics.find(count_prefix) + count_prefix.size();
+    // A refused call ends (and is counted); a call held by the breaker ends only once.
+    EXPECT_GE(std::stoll(metrics.substr(at, metrics.find('\n', at) - at)),
+              status == 503 ? kOrders : kOrders + 1)
+        << metrics.substr(at - count_prefix.size(), 200);
+    EXPECT_EQ(scalar("SELECT count(DISTINCT payment_id) FROM charge_log"), kOrders);
+    cli.kill(SIGTERM);
+    EXPECT_EQ(cli.wait(30s), 0);
+  }
+
   std::string url_;
   std::unique_ptr<Store> store_;
   std::string topic_;
@@ -338,109 +451,16 @@ headers = {{ X-Order = "{{order_id}}" }}
 // consumer is `idem consume --config` in its own.
 TYPED_TEST(ConfiguredSinksTest, ARouteRefusedByItsEndpointPausesAndShowsOnReadyzAndMetrics) {
   if (this->url_.empty()) return;
-  {
-    auto tx = this->store_->begin();
-    tx->execute("CREATE TABLE charge_log (order_id INTEGER NOT NULL, payment_id TEXT NOT NULL)");
-    tx->commit();
-  }
-  std::atomic<bool> refusing{true};
-  std::atomic<int> calls{0};
-  httplib::Server endpoint;
-  endpoint.Post("/charge", [&](const httplib::Request& req, httplib::Response& res) {
-    ++calls;
-    if (refusing) {
-      res.status = 401;
-      res.set_content(R"({"title":"bad token"})", "application/json");
-      return;
-    }
-    res.set_content(fmt::format(R"({{"payment_id":"pay-{}"}})", req.get_header_value("X-Order")),
-                    "application/json");
-  });
-  const int port = endpoint.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(port, 0);
-  std::thread serving([&] { endpoint.listen_after_bind(); });
-  struct StopServer {
-    httplib::Server& server;
-    std::thread& thread;
-    ~StopServer() {
-      server.stop();
-      thread.join();
-    }
-  } stop_server{endpoint, serving};
+  this->expect_paused_until_the_endpoint_accepts(401, "HTTP 401");
+}
 
-  constexpr int kOrders = 5;
-  {
-    test::KafkaTestProducer producer(this->broker_->bootstrap_servers());
-    for (int i = 1; i <= kOrders; ++i) {
-      producer.send(
-          {this->topic_,
-           std::to_string(i),
-           fmt::format(R"({{"event_id":"{}","event_type":"order.confirmed.v1","order_id":{}}})",
-                       new_uuid_v7().to_string(), i),
-           {}});
-    }
-    producer.flush();
-  }
-  const std::string routes =
-      "[admin]\nlisten = \"127.0.0.1:0\"\n" + test::charge_route_toml(this->topic_, port);
-  test::ChildProcess cli = this->consume(this->write_config(routes));
-  const auto admin_line = test::read_line_starting_with(cli, "admin server on port ", 30s);
-  ASSERT_TRUE(admin_line) << "no admin port line";
-  httplib::Client admin("127.0.0.1",
-                        std::stoi(admin_line->substr(std::string("admin server on port ").size())));
-  const std::string labels = fmt::format(R"(group="{}",route="charge")", this->group_);
-  const auto metric_line = [&](const std::string& line) {
-    const auto res = admin.Get("/metrics");
-    return res && res->status == 200 && res->body.find(line) != std::string::npos;
-  };
-
-  std::string readyz;
-  ASSERT_TRUE(test::eventually(
-      [&] {
-        const auto res = admin.Get("/readyz");
-        readyz = res ? fmt::format("{} {}", res->status, res->body) : "no answer";
-        return res && res->status == 503 && res->body.find("charge") != std::string::npos &&
-               res->body.find("paused") != std::string::npos;
-      },
-      60s))
-      << "/readyz while every call is refused: " << readyz;
-  EXPECT_TRUE(metric_line(fmt::format("idem_route_paused{{{}}} 1", labels)));
-  // Paused, not dead-lettered: nothing applied, nothing marked, and the calls go on.
-  EXPECT_EQ(this->scalar("SELECT count(*) FROM charge_log"), 0);
-  EXPECT_EQ(this->scalar("SELECT count(*) FROM processed_event"), 0);
-  const int refused = calls.load();
-  EXPECT_TRUE(test::eventually([&] { return calls.load() > refused; }, 30s))
-      << "a paused route stopped trying";
-
-  refusing = false;
-  ASSERT_TRUE(test::eventually(
-      [&] { return this->scalar("SELECT count(*) FROM charge_log") == kOrders; }, 60s));
-  EXPECT_TRUE(test::eventually(
-      [&] {
-        const auto res = admin.Get("/readyz");
-        return res && res->status == 200;
-      },
-      30s))
-      << "still not ready after the route resumed";
-  EXPECT_TRUE(metric_line(fmt::format("idem_route_paused{{{}}} 0", labels)));
-  // Every call, refused or not, is in the route's latency histogram.
-  const std::string count_prefix =
-      fmt::format("idem_route_call_duration_seconds_count{{{}}} ", labels);
-  std::string metrics;
-  ASSERT_TRUE(test::eventually(
-      [&] {
-        const auto res = admin.Get("/metrics");
-        metrics = res ? res->body : "";
-        return metrics.find(count_prefix) != std::string::npos;
-      },
-      30s))
-      << metrics;
-  const std::size_t at = metrics.find(count_prefix) + count_prefix.size();
-  EXPECT_GE(std::stoll(metrics.substr(at, metrics.find('\n', at) - at)), kOrders + 1)
-      << metrics.substr(at - count_prefix.size(), 200);
-  EXPECT_EQ(this->scalar("SELECT count(DISTINCT payment_id) FROM charge_log"), kOrders);
-  cli.kill(SIGTERM);
-  EXPECT_EQ(cli.wait(30s), 0);
+// An endpoint that is down (503 to every call, as a load balancer answers for a provider
+// that is gone) pauses the route through the HTTP client's circuit breaker: its calls
+// wait for the endpoint instead of spending their attempts, and no record is retried
+// through the consumer's backoff or dead-lettered for the outage.
+TYPED_TEST(ConfiguredSinksTest, AnEndpointThatIsDownPausesItsRouteBehindTheBreaker) {
+  if (this->url_.empty()) return;
+  this->expect_paused_until_the_endpoint_accepts(503, "is down (HTTP 503)");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // idem::http::AsyncClient against real loopback servers (cpp-httplib): a thousand
 // concurrent slow calls each completing once with its own key, the connection limit and
 // connection reuse counted on the server's side, the retry rules, and the destructor
-// cancelling what is still running.
+// cancelling what is still running, and each endpoint's circuit breaker.
 #include <httplib.h>
 
 #include <atomic>
@@ -16,11 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "http_test_server.hpp"
 #include "idem/error.hpp"
 #include "idem/http/async_client.hpp"
+#include "support/ports.hpp"
 
 namespace idem::http {
 namespace {
@@ -436,6 +438,155 @@ TEST(AsyncClientTest, AThrowingCallbackDoesNotStopTheLoop) {
   client.start(Request{.url = server.url(), .body = "{}", .idempotency_key = "throws"},
                [](CallResult) { throw std::runtime_error("a handler's bug"); });
   EXPECT_TRUE(call_once(client, server.url(), "after").ok());
+}
+
+/// What on_breaker reported, in order.
+class BreakerEvents {
+ public:
+  std::function<void(std::string_view, bool, std::string_view)> observer() {
+    return [this](std::string_view endpoint, bool open, std::string_view why) {
+      std::lock_guard lock(mutex_);
+      events_.push_back(fmt::format("{} {} ({})", open ? "open" : "closed", endpoint, why));
+    };
+  }
+  [[nodiscard]] std::vector<std::string> events() const {
+    std::lock_guard lock(mutex_);
+    return events_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> events_;
+};
+
+// 20 calls to an endpoint that answers 503 to its first 70 requests, then 200: more
+// failed attempts than the calls' budgets together (20 x 3). With the breaker every call
+// waits the outage out and succeeds; without it every call gives up.
+constexpr std::size_t kOutageCalls = 20;
+constexpr std::size_t kOutageRequests = 70;
+
+std::vector<test::Scripted> outage_then_up() {
+  std::vector<test::Scripted> script(kOutageRequests, answer(503, "down"));
+  script.push_back(answer(200));
+  return script;
+}
+
+ClientConfig outage_config(int failures_to_open) {
+  ClientConfig config = fast_config();
+  config.max_attempts = 3;
+  config.breaker.failures_to_open = failures_to_open;
+  config.breaker.probe_interval = 5ms;
+  return config;
+}
+
+TEST(AsyncClientBreaker, CallsToAnEndpointThatIsDownWaitForItInsteadOfGivingUp) {
+  ScriptedServer server(outage_then_up(), 2 * kOutageCalls);
+  ClientConfig config = outage_config(3);
+  BreakerEvents breaker;
+  config.on_breaker = breaker.observer();
+  Results results(kOutageCalls);
+  {
+    AsyncClient client(config);
+    for (std::size_t i = 0; i < kOutageCalls; ++i) {
+      client.start(
+          Request{
+              .url = server.url(), .body = "{}", .idempotency_key = "outage-" + std::to_string(i)},
+          results.callback(i));
+    }
+    // Past every call's budget: a call giving up would have run its callback by now.
+    ASSERT_TRUE(server.wait_for_requests(kOutageCalls * 3 + 1));
+    ASSERT_TRUE(results.wait_for(kOutageCalls));
+  }
+  EXPECT_EQ(results.runs(), std::vector<int>(kOutageCalls, 1));
+  for (const CallResult& r : results.results()) {
+    EXPECT_EQ(r.status, CallStatus::Success) << r.error;
+    EXPECT_GT(r.attempts, 0);
+  }
+  const std::string endpoint = endpoint_of(server.url());
+  EXPECT_EQ(breaker.events(),
+            (std::vector<std::string>{fmt::format("open {} (HTTP 503)", endpoint),
+                                      fmt::format("closed {} (it answered HTTP 200)", endpoint)}));
+  // While open, one probe at a time: the calls in flight when it opened, the probes, and
+  // each call's successful attempt; without the breaker's hold the calls' retries would
+  // have spent the 70 failures faster and given up.
+  EXPECT_LE(server.keys().size(), kOutageRequests + 2 * kOutageCalls);
+}
+
+TEST(AsyncClientBreaker, WithoutABreakerTheSameOutageEndsEveryCall) {
+  ScriptedServer server(outage_then_up(), 2 * kOutageCalls);
+  ClientConfig config = outage_config(0);
+  BreakerEvents breaker;
+  config.on_breaker = breaker.observer();
+  Results results(kOutageCalls);
+  {
+    AsyncClient client(config);
+    for (std::size_t i = 0; i < kOutageCalls; ++i) {
+      client.start(
+          Request{
+              .url = server.url(), .body = "{}", .idempotency_key = "outage-" + std::to_string(i)},
+          results.callback(i));
+    }
+    ASSERT_TRUE(results.wait_for(kOutageCalls));
+  }
+  for (const CallResult& r : results.results()) {
+    EXPECT_EQ(r.status, CallStatus::RetriesExhausted);
+    EXPECT_EQ(r.attempts, 3);
+  }
+  EXPECT_TRUE(breaker.events().empty());
+}
+
+TEST(AsyncClientBreaker, AnEndpointThatAnswersIsUpWhateverItAnswers) {
+  // 500 is an answer from a server that runs (a bug, not an outage), as 409 and 429 are:
+  // the calls spend their attempts and the breaker stays closed.
+  ScriptedServer server{answer(500, "bug")};
+  ClientConfig config = outage_config(2);
+  BreakerEvents breaker;
+  config.on_breaker = breaker.observer();
+  Results results(4);
+  {
+    AsyncClient client(config);
+    for (std::size_t i = 0; i < 4; ++i) {
+      client.start(
+          Request{.url = server.url(), .body = "{}", .idempotency_key = "bug-" + std::to_string(i)},
+          results.callback(i));
+    }
+    ASSERT_TRUE(results.wait_for(4));
+  }
+  for (const CallResult& r : results.results()) EXPECT_EQ(r.status, CallStatus::RetriesExhausted);
+  EXPECT_TRUE(breaker.events().empty());
+}
+
+TEST(AsyncClientBreaker, ARefusedConnectionOpensItAndTheDestructorCancelsWhatItHolds) {
+  // A port nothing listens on: every attempt is refused. The calls are held (never
+  // RetriesExhausted with the failure) until the client is destroyed.
+  ClientConfig config = outage_config(3);
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::string> events;
+  config.on_breaker = [&](std::string_view endpoint, bool open, std::string_view why) {
+    std::lock_guard lock(mutex);
+    events.push_back(fmt::format("{} {} {}", open, endpoint, why));
+    changed.notify_all();
+  };
+  const std::string url = fmt::format("http://127.0.0.1:{}/call", idem::test::unused_listen_port());
+  Results results(5);
+  {
+    AsyncClient client(config);
+    for (std::size_t i = 0; i < 5; ++i) {
+      client.start(
+          Request{.url = url, .body = "{}", .idempotency_key = "refused-" + std::to_string(i)},
+          results.callback(i));
+    }
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, 1min, [&] { return !events.empty(); }));
+    EXPECT_TRUE(events.front().starts_with(fmt::format("true {} ", endpoint_of(url))))
+        << events.front();
+    EXPECT_EQ(client.in_flight(), 5u) << "no call ended for the outage";
+  }
+  for (const CallResult& r : results.results()) {
+    EXPECT_EQ(r.status, CallStatus::RetriesExhausted);
+    EXPECT_EQ(r.error, "cancelled");
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/http/circuit_breaker.hpp"
 #include "idem/http/response_policy.hpp"
 #include "idem/retry.hpp"
 
@@ -59,6 +60,14 @@ struct ClientConfig {
   /// Called before each wait between attempts (attempt number, wait, why). Optional.
   /// Runs on the client's event-loop thread; an exception from it is ignored.
   std::function<void(int, std::chrono::milliseconds, std::string_view)> on_retry;
+  /// The circuit breaker of each endpoint (idem/http/circuit_breaker.hpp): on by default.
+  /// AsyncClient only; an IdempotentClient's caller blocks, so it calls without one (its
+  /// caller's own retry, such as the consumer's backoff, is its wait).
+  BreakerPolicy breaker;
+  /// Called when an endpoint's breaker opens (true, with the failure that opened it) or
+  /// closes (false, the probe's answer). Optional. Runs on the client's event-loop thread;
+  /// an exception from it is ignored.
+  std::function<void(std::string_view endpoint, bool open, std::string_view why)> on_breaker;
 };
 
 /// How a call ended.

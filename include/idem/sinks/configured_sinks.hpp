@@ -23,7 +23,10 @@
 /// problem details or body; 401, 403 and 404 pause the route when no call of the route
 /// succeeded since the failing one was sent (its calls then wait and retry with backoff,
 /// and the route is reported paused until one succeeds), and are that event's fault
-/// (dead-lettered) when others succeeded meanwhile.
+/// (dead-lettered) when others succeeded meanwhile. An endpoint that is down (its calls
+/// refused, reset, timed out, or answered 502, 503, 504 several times in a row) pauses
+/// every route calling it through the HTTP client's circuit breaker: the calls wait for it,
+/// one probe at a time, instead of spending their attempts.
 
 #include <chrono>
 #include <cstddef>
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "idem/consumer.hpp"
+#include "idem/http/circuit_breaker.hpp"
 #include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
 
@@ -49,8 +53,8 @@ struct SinkObservers {
   /// Each call of a route that ended (an answer the route acts on, or no more attempts):
   /// the route's name and how long the call took, retries included.
   std::function<void(const std::string& route, std::chrono::nanoseconds)> on_call;
-  /// A route paused (true: every call failing with 401, 403 or 404, or a request the
-  /// HTTP client refuses to send) or resumed (false).
+  /// A route paused (true: every call failing with 401, 403 or 404, a request the HTTP
+  /// client refuses to send, or its endpoint's circuit breaker open) or resumed (false).
   std::function<void(const std::string& route, bool paused)> on_pause;
 };
 
@@ -79,9 +83,13 @@ class ConfiguredSinks {
   /// call, Consumer::on_effect for the others. `max_in_flight` (the consumer's) sizes the
   /// HTTP client's connections per host. Records are counted per route
   /// (ConsumerStats::routes, under the route's name). The ConfiguredSinks must outlive
-  /// the consumer's run().
+  /// the consumer's run(). `breaker` is the circuit breaker of each endpoint the routes
+  /// call (idem/http/circuit_breaker.hpp): while an endpoint is down its routes are paused
+  /// (on_pause, paused_routes), their calls wait, and no record moves on to a retry topic
+  /// or the DLQ for the outage.
   /// \throws Error(InvalidArgument, Config) as Consumer::on does.
-  void install(Consumer& consumer, std::size_t max_in_flight = 256, SinkObservers observers = {});
+  void install(Consumer& consumer, std::size_t max_in_flight = 256, SinkObservers observers = {},
+               const http::BreakerPolicy& breaker = {});
 
   /// The routes paused now, each with why (`charge: HTTP 401: ...`); for readiness.
   /// Thread-safe.
