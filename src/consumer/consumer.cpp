@@ -82,7 +82,8 @@ struct Consumer::Impl {
               if (!start_commits.empty())
                 static_cast<void>(poll->commit(std::exchange(start_commits, {}), true));
             },
-            [this](std::span<const TopicPartition> tps) { return start_offsets(tps); }});
+            [this](std::span<const TopicPartition> tps) { return start_offsets(tps); },
+            [this](const TopicPartition& tp) { return stored.commit_metadata(tp); }});
     gate = std::make_unique<detail::FetchGate>(*poll, progress);
     dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
     letters = std::make_unique<detail::DeadLetterSender>(*dlq, config, log);
@@ -167,7 +168,12 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
   // The batch (and the effects' apply transaction) whose commit is in flight is finished
   // first, so its offsets are among those committed here and none is advanced for a
   // partition no longer owned.
-  if (!final_commit_attempted) settle_all();
+  if (!final_commit_attempted) {
+    settle_all();
+    // The letters the settle acknowledged moved positions no transaction wrote; the next
+    // owner starts from the store, and would send them again.
+    if (!lost) write_unstored_offsets();
+  }
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
@@ -179,6 +185,7 @@ void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) 
     ++stats.offset_commits;
   }
   progress.forget(tps);
+  stored.forget(tps);
   gate->forget(tps);
   if (effects) effects->on_revoked(tps);
   std::lock_guard lock(stats_mutex);
@@ -206,7 +213,7 @@ std::vector<std::optional<std::int64_t>> Consumer::Impl::start_offsets(
   // Nothing of these partitions may be fetched before their stored offsets are known; a
   // store that does not answer for long stops the consumer (rethrown by the poll).
   const std::vector<StoredOffset> rows = stored.read(stop_requested, kStoredOffsetReads);
-  std::vector<std::optional<std::int64_t>> kafka(tps.size());
+  std::vector<detail::CommittedOffset> kafka(tps.size());
   try {
     kafka = poll->committed(tps, std::chrono::seconds(10));
   } catch (const Error& e) {
@@ -217,7 +224,7 @@ std::vector<std::optional<std::int64_t>> Consumer::Impl::start_offsets(
   std::vector<std::optional<std::int64_t>> starts = stored.starts(tps, rows, kafka, delta);
   add_stats(delta);
   for (std::size_t i = 0; i < starts.size(); ++i) {
-    if (starts[i] && starts[i] != kafka[i]) start_commits.push_back({tps[i], *starts[i]});
+    if (starts[i] && starts[i] != kafka[i].offset) start_commits.push_back({tps[i], *starts[i]});
   }
   offsets_verified();
   return starts;
@@ -276,34 +283,12 @@ std::chrono::steady_clock::time_point Consumer::Impl::stop_deadline() const noex
 std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_point deadline) {
   batch.clear();
   final_commit_attempted = true;
-  std::vector<std::string> undone;
-  const std::string within = format_duration(config.stop_timeout);
-  if (const std::vector<PartitionOffset> positions = progress.positions({}); !positions.empty()) {
-    // The commit gets half of what is left, so the group leave always gets the rest.
-    const auto now = std::chrono::steady_clock::now();
-    const rd_kafka_resp_err_t err =
-        poll->commit_before(positions, deadline > now ? now + (deadline - now) / 2 : deadline);
-    {
-      std::lock_guard lock(stats_mutex);
-      ++stats.offset_commits;
-    }
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      const std::string why = err == RD_KAFKA_RESP_ERR__TIMED_OUT
-                                  ? "no answer from the group coordinator (broker unreachable)"
-                                  : std::string(rd_kafka_err2str(err));
-      undone.push_back(
-          fmt::format("final offset commit not made within {}: {}; the uncommitted events will be "
-                      "redelivered and deduplicated",
-                      within, why));
-    }
+  const std::vector<PartitionOffset> positions = progress.positions({});
+  if (!positions.empty()) {
+    std::lock_guard lock(stats_mutex);
+    ++stats.offset_commits;
   }
-  if (!poll->close_before(deadline)) {
-    undone.push_back(
-        fmt::format("consumer group not left within {}: the group reassigns its partitions after "
-                    "session.timeout.ms",
-                    within));
-  }
-  return undone;
+  return poll->finish(positions, deadline, format_duration(config.stop_timeout));
 }
 
 void Consumer::Impl::finish_quietly() noexcept {
@@ -346,6 +331,9 @@ void Consumer::Impl::run() {
   try {
     loop();
     batches->settle();
+    // As on a revoke: the letters of the batch finished just now moved positions that no
+    // transaction wrote.
+    write_unstored_offsets();
   } catch (const detail::HookAbort& abort) {
     batches->abandon();
     finish_quietly();

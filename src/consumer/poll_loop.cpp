@@ -1,7 +1,9 @@
 #include "consumer/poll_loop.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -210,9 +212,9 @@ void PollLoop::seek_and_resume(const PartitionOffset& at) {
   rd_kafka_resume_partitions(rk_.get(), list.get());
 }
 
-std::vector<std::optional<std::int64_t>> PollLoop::committed(
-    std::span<const TopicPartition> partitions, std::chrono::milliseconds timeout) {
-  std::vector<std::optional<std::int64_t>> out(partitions.size());
+std::vector<CommittedOffset> PollLoop::committed(std::span<const TopicPartition> partitions,
+                                                 std::chrono::milliseconds timeout) {
+  std::vector<CommittedOffset> out(partitions.size());
   if (partitions.empty()) return out;
   PartitionList list = make_partition_list(static_cast<int>(partitions.size()));
   for (const auto& tp : partitions)
@@ -226,9 +228,56 @@ std::vector<std::optional<std::int64_t>> PollLoop::committed(
   }
   for (std::size_t i = 0; i < partitions.size(); ++i) {
     const rd_kafka_topic_partition_t& e = list->elems[i];
-    if (e.err == RD_KAFKA_RESP_ERR_NO_ERROR && e.offset >= 0) out[i] = e.offset;
+    if (e.err != RD_KAFKA_RESP_ERR_NO_ERROR || e.offset < 0) continue;
+    out[i].offset = e.offset;
+    if (e.metadata != nullptr)
+      out[i].metadata.assign(static_cast<const char*>(e.metadata), e.metadata_size);
   }
   return out;
+}
+
+std::vector<std::string> PollLoop::finish(std::span<const PartitionOffset> positions,
+                                          std::chrono::steady_clock::time_point deadline,
+                                          std::string_view within) {
+  std::vector<std::string> undone;
+  if (!positions.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    const rd_kafka_resp_err_t err =
+        commit_before(positions, deadline > now ? now + (deadline - now) / 2 : deadline);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      const std::string why = err == RD_KAFKA_RESP_ERR__TIMED_OUT
+                                  ? "no answer from the group coordinator (broker unreachable)"
+                                  : std::string(rd_kafka_err2str(err));
+      undone.push_back(
+          fmt::format("final offset commit not made within {}: {}; the uncommitted events will be "
+                      "redelivered and deduplicated",
+                      within, why));
+    }
+  }
+  if (!close_before(deadline)) {
+    undone.push_back(
+        fmt::format("consumer group not left within {}: the group reassigns its partitions after "
+                    "session.timeout.ms",
+                    within));
+  }
+  return undone;
+}
+
+PartitionList PollLoop::commit_list(std::span<const PartitionOffset> offsets) const {
+  PartitionList list = partition_list(offsets);
+  if (!listener_.commit_metadata) return list;
+  for (int i = 0; i < list->cnt; ++i) {
+    rd_kafka_topic_partition_t& e = list->elems[i];
+    const std::string metadata = listener_.commit_metadata({e.topic, e.partition});
+    if (metadata.empty()) continue;
+    // The list frees it with free() (librdkafka's rd_free) when destroyed.
+    void* copy = std::malloc(metadata.size());
+    if (copy == nullptr) throw std::bad_alloc();
+    std::memcpy(copy, metadata.data(), metadata.size());
+    e.metadata = copy;
+    e.metadata_size = metadata.size();
+  }
+  return list;
 }
 
 std::vector<TopicPartition> PollLoop::assignment() const {
@@ -240,7 +289,7 @@ std::vector<TopicPartition> PollLoop::assignment() const {
 
 rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, bool async) {
   if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
-  const PartitionList list = partition_list(offsets);
+  const PartitionList list = commit_list(offsets);
   const rd_kafka_resp_err_t err = rd_kafka_commit(rk_.get(), list.get(), async ? 1 : 0);
   if (!async && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     // Not fatal: a commit that did not happen means redelivery, and the dedup rows make
@@ -254,7 +303,7 @@ rd_kafka_resp_err_t PollLoop::commit(std::span<const PartitionOffset> offsets, b
 rd_kafka_resp_err_t PollLoop::commit_before(std::span<const PartitionOffset> offsets,
                                             std::chrono::steady_clock::time_point deadline) {
   if (offsets.empty()) return RD_KAFKA_RESP_ERR_NO_ERROR;
-  const PartitionList list = partition_list(offsets);
+  const PartitionList list = commit_list(offsets);
   // The answer goes to a queue of its own (event API, so no callback), which is polled
   // only until the deadline; an answer arriving later is dropped with the queue.
   const KafkaQueue answers(rd_kafka_queue_new(rk_.get()));

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "consumer/fetch_control.hpp"
@@ -36,6 +37,9 @@ class PollLoop final : private CallbackContext, public FetchControl {
     std::function<std::vector<std::optional<std::int64_t>>(
         std::span<const TopicPartition> partitions)>
         start_offsets;
+    /// What each offset commit of a partition carries as its metadata (the string Kafka
+    /// keeps beside a committed offset); empty: none. Called on the run() thread.
+    std::function<std::string(const TopicPartition& partition)> commit_metadata;
   };
 
   /// Creates the consumer handle. `log` must outlive the PollLoop; librdkafka's own log
@@ -63,11 +67,11 @@ class PollLoop final : private CallbackContext, public FetchControl {
   void pause_and_seek(const PartitionOffset& at) override;
   void seek_and_resume(const PartitionOffset& at) override;
 
-  /// The group's committed offsets of `partitions` as the coordinator answers within
-  /// `timeout` (nullopt: none committed). \throws Error(Timeout or Connection, Kafka) when
-  /// it does not answer.
-  [[nodiscard]] std::vector<std::optional<std::int64_t>> committed(
-      std::span<const TopicPartition> partitions, std::chrono::milliseconds timeout);
+  /// The group's committed offsets of `partitions`, with their metadata, as the
+  /// coordinator answers within `timeout`. \throws Error(Timeout or Connection, Kafka)
+  /// when it does not answer.
+  [[nodiscard]] std::vector<CommittedOffset> committed(std::span<const TopicPartition> partitions,
+                                                       std::chrono::milliseconds timeout);
   /// The partitions assigned now.
   [[nodiscard]] std::vector<TopicPartition> assignment() const;
 
@@ -82,6 +86,13 @@ class PollLoop final : private CallbackContext, public FetchControl {
   /// wait for it without bound).
   rd_kafka_resp_err_t commit_before(std::span<const PartitionOffset> offsets,
                                     std::chrono::steady_clock::time_point deadline);
+
+  /// The end of a graceful stop: commits `positions` (with half the time left before
+  /// `deadline`, so the group leave always gets the rest), then leaves the group. Returns
+  /// what was not done in time, one line each, saying so `within` the stop timeout.
+  [[nodiscard]] std::vector<std::string> finish(std::span<const PartitionOffset> positions,
+                                                std::chrono::steady_clock::time_point deadline,
+                                                std::string_view within);
 
   /// Leaves the group (revokes through the listener first), giving up at `deadline`.
   /// Returns false when the group was not left in time (or the close failed): the handle
@@ -105,6 +116,8 @@ class PollLoop final : private CallbackContext, public FetchControl {
   void on_rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions);
   void handle_message_error(const rd_kafka_message_t& m);
   void rethrow_pending();
+  /// `offsets` as a partition list for a commit, each with Listener::commit_metadata.
+  [[nodiscard]] PartitionList commit_list(std::span<const PartitionOffset> offsets) const;
   void log_line(std::string_view line) const;
 
   const LogFn* log_;

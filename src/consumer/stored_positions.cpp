@@ -1,6 +1,7 @@
 #include "consumer/stored_positions.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,6 +12,11 @@
 namespace idem::detail {
 
 namespace {
+
+// The prefix of the metadata of an offset commit naming where the store keeps the
+// partition's row from (commit_metadata). Kafka keeps the string with the offset; other
+// clients and tools ignore it.
+constexpr std::string_view kStoreKeptFrom = "idem.store-from=";
 
 const StoredOffset* row_of(std::span<const StoredOffset> rows, const TopicPartition& tp) {
   const auto it = std::find_if(rows.begin(), rows.end(), [&](const StoredOffset& r) {
@@ -71,17 +77,68 @@ void StoredPositions::report(const TopicPartition& tp, std::int64_t stored, std:
 
 std::vector<std::optional<std::int64_t>> StoredPositions::starts(
     std::span<const TopicPartition> partitions, std::span<const StoredOffset> rows,
-    std::span<const std::optional<std::int64_t>> kafka, ConsumerStats& delta) {
+    std::span<const CommittedOffset> kafka, ConsumerStats& delta) {
   std::vector<std::optional<std::int64_t>> out(partitions.size());
   for (std::size_t i = 0; i < partitions.size(); ++i) {
-    const StoredOffset* row = row_of(rows, partitions[i]);
-    if (row == nullptr) continue;  // Kafka's committed offset, then auto.offset.reset
-    out[i] = row->next_offset;
-    progress_.restore(*row);
-    if (i < kafka.size() && kafka[i])
-      report(partitions[i], row->next_offset, *kafka[i], "Kafka's committed offset", delta);
+    const TopicPartition& tp = partitions[i];
+    const CommittedOffset committed = i < kafka.size() ? kafka[i] : CommittedOffset{};
+    const std::optional<std::int64_t> kept_from = store_kept_from(committed.metadata);
+    if (const StoredOffset* row = row_of(rows, tp)) {
+      out[i] = row->next_offset;
+      progress_.restore(*row);
+      // A row from before Kafka learnt F: the store keeps it from there at the latest.
+      kept_from_[tp] = kept_from.value_or(row->next_offset);
+      if (committed.offset)
+        report(tp, row->next_offset, *committed.offset, "Kafka's committed offset", delta);
+      continue;
+    }
+    if (!committed.offset || !kept_from) {
+      // Never kept in the store: Kafka's committed offset (an upgrade from a release that
+      // kept none, nothing read again), or auto.offset.reset for a new partition. F is
+      // where it starts, known at the first record unless Kafka says.
+      if (committed.offset) kept_from_[tp] = *committed.offset;
+      continue;
+    }
+    // The store kept this partition and has no row of it now: it lost every transaction
+    // that wrote one. Kafka's offset may be past effects it lost; F is not.
+    const std::int64_t from = std::min(*kept_from, *committed.offset);
+    out[i] = from;
+    kept_from_[tp] = from;
+    ++delta.offset_disagreements;
+    delta.offset_records_read_again += static_cast<std::uint64_t>(*committed.offset - from);
+    log_(fmt::format(
+        "idem consumer: {} [{}]: the store has no stored offset, but Kafka's committed offset "
+        "{} was written while the store kept one from {}: the store lost it (a failover that "
+        "took back every transaction that wrote it?); reading again from {}, {} record(s)",
+        tp.topic, tp.partition, *committed.offset, from, from, *committed.offset - from));
   }
   return out;
+}
+
+std::string StoredPositions::commit_metadata(const TopicPartition& tp) {
+  if (!enabled()) return {};
+  auto it = kept_from_.find(tp);
+  if (it == kept_from_.end()) {
+    const std::optional<std::int64_t> first = progress_.first_seen(tp);
+    if (!first) return {};
+    it = kept_from_.emplace(tp, *first).first;
+  }
+  return fmt::format("{}{}", kStoreKeptFrom, it->second);
+}
+
+void StoredPositions::forget(std::span<const TopicPartition> partitions) {
+  for (const TopicPartition& tp : partitions) kept_from_.erase(tp);
+}
+
+std::optional<std::int64_t> store_kept_from(std::string_view metadata) {
+  if (!metadata.starts_with(kStoreKeptFrom)) return std::nullopt;
+  metadata.remove_prefix(kStoreKeptFrom.size());
+  std::int64_t offset = 0;
+  const auto [end, ec] =
+      std::from_chars(metadata.data(), metadata.data() + metadata.size(), offset);
+  if (ec != std::errc() || end != metadata.data() + metadata.size() || offset < 0)
+    return std::nullopt;
+  return offset;
 }
 
 std::vector<PartitionOffset> StoredPositions::rewinds(std::span<const TopicPartition> owned,

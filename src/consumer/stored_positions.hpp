@@ -6,12 +6,17 @@
 // how far a failover took the consumer's work back; it reports each disagreement (a log
 // line, the offset_* counters of ConsumerStats); and it writes positions that moved with
 // no transaction of their own (letters acknowledged after their transaction committed).
-// Consumer::Impl does the seeking and the forgetting these decisions call for.
+// It also tells Kafka, in the metadata of every offset commit, from which offset the store
+// keeps each partition's row, so that a start without a row can tell a store that lost the
+// row from one that never had it. Consumer::Impl does the seeking and the forgetting these
+// decisions call for.
 #include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "consumer/batch_processor.hpp"
@@ -44,13 +49,29 @@ class StoredPositions {
   /// the store does not answer. \throws stopping_error as read() does.
   [[nodiscard]] std::optional<std::vector<StoredOffset>> read_again();
 
-  /// At assignment: where each of `partitions` starts. A partition with a row starts at
-  /// its next_offset (its letters are known as acknowledged); one without, at Kafka's
-  /// committed offset (nullopt). `kafka` holds Kafka's committed offsets (nullopt: none
-  /// or unknown); a disagreement is logged and counted in `delta`.
+  /// At assignment: where each of `partitions` starts (nullopt: at Kafka's committed
+  /// offset, else auto.offset.reset). `kafka` holds Kafka's committed offsets with their
+  /// metadata (empty entries: none, or unknown).
+  ///  - A row: its next_offset (its letters are known as acknowledged); a disagreement
+  ///    with Kafka's offset is logged and counted in `delta`.
+  ///  - No row, and Kafka's offset was committed by a consumer with offsets in the store
+  ///    (its metadata names the offset F the store kept the row from): the store lost the
+  ///    row, as when a failover took back every transaction that wrote it (a new group's
+  ///    or a new partition's first seconds). The start is F, never past anything the
+  ///    failover took back; logged and counted.
+  ///  - No row, and Kafka's offset without that metadata (a release before offsets in the
+  ///    store, or Kafka's own tools): Kafka's offset, nothing read again.
   [[nodiscard]] std::vector<std::optional<std::int64_t>> starts(
       std::span<const TopicPartition> partitions, std::span<const StoredOffset> rows,
-      std::span<const std::optional<std::int64_t>> kafka, ConsumerStats& delta);
+      std::span<const CommittedOffset> kafka, ConsumerStats& delta);
+
+  /// The metadata of an offset commit of `tp`: `idem.store-from=F`, F the offset from
+  /// which the store keeps the partition's row (where the partition stood when the store
+  /// began keeping it); empty with offsets in the store off, or before anything of the
+  /// partition was received.
+  [[nodiscard]] std::string commit_metadata(const TopicPartition& tp);
+  /// Drops what is known of `partitions` (revoked).
+  void forget(std::span<const TopicPartition> partitions);
 
   /// After the store connection was replaced: where each of `owned` goes back to (its
   /// row's next_offset, or the first record received since its assignment when the store
@@ -76,6 +97,11 @@ class StoredPositions {
   Store& store_;
   PartitionProgress& progress_;
   const LogFn& log_;
+  /// Per partition owned, the offset F of commit_metadata(); absent until known.
+  std::unordered_map<TopicPartition, std::int64_t, TopicPartitionHash> kept_from_;
 };
+
+/// The offset F of `metadata` written by commit_metadata(), or nullopt when it is not one.
+[[nodiscard]] std::optional<std::int64_t> store_kept_from(std::string_view metadata);
 
 }  // namespace idem::detail

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace idem::detail {
@@ -20,6 +21,12 @@ struct PartitionOffset {
   std::int64_t offset = 0;
 
   friend bool operator==(const PartitionOffset&, const PartitionOffset&) = default;
+};
+
+/// A group's committed offset of a partition as Kafka keeps it.
+struct CommittedOffset {
+  std::optional<std::int64_t> offset;  ///< nullopt: none committed
+  std::string metadata;                ///< the string the commit carried beside the offset
 };
 
 struct TopicPartitionHash {

@@ -463,6 +463,105 @@ TEST_F(ConsumerTest, StopCommitsAndLeavesGroup) {
   EXPECT_EQ(next->stats().duplicates, 0u);
 }
 
+// pipeline_depth 2, stopped while its last batch commits, a batch that ends with a
+// malformed record: the batch is finished on the way out, after the loop, and its letter
+// moves the partition's position. That position must reach the stored offsets too: the
+// next member starts from the store, and would otherwise send the letter again.
+TEST_F(ConsumerTest, AStopAtDepthTwoStoresThePositionItsLastLetterMoved) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 3; ++i) records.push_back(record_of(topic, make_event(i + 1), 0));
+  records.push_back({topic, "x", "{not json", {}, 0});
+  produce(records);
+  ConsumerConfig config = config_for(topic, group);
+  config.pipeline_depth = 2;
+  std::atomic<Consumer*> stopping{nullptr};
+  ConsumerHooks hooks;
+  // The stop is asked for as the batch is about to commit: the loop ends with the commit
+  // in flight.
+  hooks.at = [&stopping](HookPoint point) {
+    if (point != HookPoint::BeforeDbCommit) return;
+    if (Consumer* consumer = stopping.load()) consumer->stop();
+  };
+  auto consumer = counting_consumer(config, db_url_, hooks);
+  stopping = consumer.get();
+  {
+    RunningConsumer first(std::move(consumer));
+    ASSERT_TRUE(eventually([&] { return effects(group) == 3; }));
+    ASSERT_TRUE(first.stop());
+    EXPECT_EQ(first.error(), nullptr);
+    // The letter went out with the batch the stop finished (else this test saw nothing).
+    ASSERT_EQ(first->stats().dead_lettered, 1u);
+  }
+  produce({record_of(topic, make_event(4), 0)});
+  RunningConsumer next(counting_consumer(config_for(topic, group), db_url_));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 4; }));
+  ASSERT_TRUE(next.stop());
+  EXPECT_EQ(next->stats().dead_lettered, 0u) << "the malformed record was read again";
+  EXPECT_EQ(test::end_offsets(broker_->bootstrap_servers(), topic + ".dlq", 1).at(0), 1);
+}
+
+// A lossy failover that took back every transaction of a new group, its stored offsets
+// included, while Kafka kept the offsets committed after them. Kafka's offset is past
+// every effect the failover took back, so a start there would lose them; the start goes
+// back to where the store kept the partitions from (the metadata of Kafka's commit) and
+// applies every effect again.
+TEST_F(ConsumerTest, AStoreThatLostEveryRowOfANewGroupGetsEveryEffectAgain) {
+  const std::string topic = make_topic(2);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 20; ++i) records.push_back(record_of(topic, make_event(i + 1), i % 2));
+  produce(records);
+  {
+    RunningConsumer first(counting_consumer(config_for(topic, group), db_url_));
+    ASSERT_TRUE(eventually([&] { return effects(group) == 20; }));
+    ASSERT_TRUE(first.stop());
+  }
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 2),
+            (std::vector<std::int64_t>{10, 10}));
+  // What the failover took back: the group's effects, marks and stored offsets.
+  {
+    auto tx = observer_->begin();
+    for (const char* table : {"effect_log", "processed_event", "idem_consumer_offsets"})
+      tx->execute(fmt::format("DELETE FROM {} WHERE consumer_group = $1", table), group);
+    tx->commit();
+  }
+  RunningConsumer next(counting_consumer(config_for(topic, group), db_url_));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 20; }))
+      << "effects applied again: " << effects(group);
+  ASSERT_TRUE(next.stop());
+  EXPECT_EQ(next->stats().offset_disagreements, 2u);
+  EXPECT_EQ(next->stats().offset_records_read_again, 20u);
+  EXPECT_EQ(next->stats().duplicates, 0u);
+}
+
+// A store from before offsets were kept in it (a release without them, here a consumer
+// with offsets_in_store off): no row, Kafka's committed offsets without the store's
+// metadata. The consumer resumes where Kafka stands and reads nothing again.
+TEST_F(ConsumerTest, AnUpgradeFromOffsetsInKafkaOnlyResumesWhereKafkaStands) {
+  const std::string topic = make_topic(2);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 10; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+  {
+    ConsumerConfig before = config_for(topic, group);
+    before.offsets_in_store = false;
+    RunningConsumer first(counting_consumer(before, db_url_));
+    ASSERT_TRUE(eventually([&] { return effects(group) == 10; }));
+    ASSERT_TRUE(first.stop());
+  }
+  records.clear();
+  for (int i = 10; i < 15; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+  RunningConsumer next(counting_consumer(config_for(topic, group), db_url_));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 15; }));
+  ASSERT_TRUE(next.stop());
+  EXPECT_EQ(next->stats().delivered, 5u) << "records read again after the upgrade";
+  EXPECT_EQ(next->stats().offset_disagreements, 0u);
+}
+
 TEST_F(ConsumerTest, TwoGroupsApplyEachEventOnceEach) {
   const std::string topic = make_topic(3);
   const std::string billing = unique_name("billing");
