@@ -50,8 +50,33 @@ class Error : public std::runtime_error {
   std::string detail_;
 };
 
+/// What an error ruined, and so what can be redone, decided once: by the code for a
+/// transient error, and for a store's permanent one by its row in the store error table
+/// (docs/store-errors.md), the table PostgreSQL's and SQLite's errors are classified by.
+/// The consumer, `idem config test` and `idem config check` all act on it the same way.
+enum class ErrorScope {
+  /// This statement and the event it serves, nothing else: the event's fault (a
+  /// constraint, a bad value, the user's own RAISE; or a handler's own error). Its
+  /// savepoint is undone, the event goes to the DLQ, the transaction goes on.
+  Statement,
+  /// The transaction (serialization failure, deadlock, a busy database): redo it.
+  Transaction,
+  /// The connection (broken, or a deadline passed): reconnect, then redo.
+  Connection,
+  /// The connection broke during COMMIT: the outcome is unknown and never guessed;
+  /// redelivery and the dedup mark decide.
+  InDoubt,
+  /// Nothing can redo it and no other event would fare better (a missing table or
+  /// privilege, an I/O error the server gave up on, a code the table does not list): stop.
+  Permanent,
+};
+
+/// The scope of `e` (see ErrorScope).
+[[nodiscard]] ErrorScope scope_of(const Error& e) noexcept;
+
 /// Short stable names, for logs and DLQ headers.
 [[nodiscard]] std::string_view to_string(ErrorCode code) noexcept;
+[[nodiscard]] std::string_view to_string(ErrorScope scope) noexcept;
 [[nodiscard]] std::string_view to_string(ErrorSource source) noexcept;
 
 }  // namespace idem

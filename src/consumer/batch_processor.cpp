@@ -432,8 +432,9 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
     } catch (const Error& e) {
       // A statement no event could make work (a missing table, a revoked privilege) would
       // dead-letter every event after this one: stop instead (fail_all says why).
-      if (statement_refused_for_good(e)) throw;
-      outcome = e.transient() ? Outcome::Retry : Outcome::DeadLetter;
+      const StoreErrorOutcome decided = effect_error_outcome(e);
+      if (decided == StoreErrorOutcome::Stop) throw;
+      outcome = decided == StoreErrorOutcome::Retry ? Outcome::Retry : Outcome::DeadLetter;
       database_error = e.source() == ErrorSource::Postgres || e.source() == ErrorSource::Sqlite;
       error_class = "handler.exception";
       error_message =

@@ -17,6 +17,17 @@ std::string_view to_string(ErrorCode code) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(ErrorScope scope) noexcept {
+  switch (scope) {
+    case ErrorScope::Statement: return "statement";
+    case ErrorScope::Transaction: return "transaction";
+    case ErrorScope::Connection: return "connection";
+    case ErrorScope::InDoubt: return "in_doubt";
+    case ErrorScope::Permanent: return "permanent";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(ErrorSource source) noexcept {
   switch (source) {
     case ErrorSource::Config: return "config";

@@ -64,11 +64,17 @@ void ConfiguredSinks::check(Store& store) const {
       try {
         (void)tx->execute_params(st.sql, nulls);
       } catch (const Error& e) {
-        if (e.transient()) throw;
-        if (idem::detail::statement_refused_for_good(e))
-          problems.push_back({st.where.key, st.where.origin,
-                              fmt::format("the {} database refuses this statement: {}",
-                                          to_string(store.backend()), e.what())});
+        // What the consumer would do with it: a retry is the store's moment, a stop is the
+        // statement's problem, and a dead letter is the NULLs' (a NOT NULL constraint).
+        switch (idem::detail::effect_error_outcome(e)) {
+          case idem::detail::StoreErrorOutcome::Retry: throw;
+          case idem::detail::StoreErrorOutcome::Stop:
+            problems.push_back({st.where.key, st.where.origin,
+                                fmt::format("the {} database refuses this statement: {}",
+                                            to_string(store.backend()), e.what())});
+            break;
+          case idem::detail::StoreErrorOutcome::DeadLetter: break;
+        }
       }
       tx->rollback();
     }

@@ -221,10 +221,16 @@ Decided RouteTester::Impl::apply(const SinkEvent& event, const CallAnswer* answe
     sp.release();
     return {TestOutcome::Applied, {}, {}};
   } catch (const Error& e) {
-    if (idem::detail::statement_refused_for_good(e))
-      return {TestOutcome::Stopped, "stopped", e.what()};
-    if (e.transient()) return {TestOutcome::Retry, "handler.exception", e.what()};
-    return {TestOutcome::DeadLetter, "handler.exception", e.what()};
+    // What the consumer would do (idem::detail::effect_error_outcome, by the error's scope).
+    switch (idem::detail::effect_error_outcome(e)) {
+      case idem::detail::StoreErrorOutcome::Stop:
+        return {TestOutcome::Stopped, "stopped", e.what()};
+      case idem::detail::StoreErrorOutcome::Retry:
+        return {TestOutcome::Retry, "handler.exception", e.what()};
+      case idem::detail::StoreErrorOutcome::DeadLetter:
+        return {TestOutcome::DeadLetter, "handler.exception", e.what()};
+    }
+    return {TestOutcome::Stopped, "stopped", e.what()};
   } catch (const std::exception& e) {
     return {TestOutcome::DeadLetter, "handler.exception", e.what()};
   }

@@ -163,23 +163,45 @@ std::span<const StoreErrorRule> sqlite_error_rules() noexcept {
   return kSqliteRules;
 }
 
-StoreErrorOutcome effect_error_outcome(const Error& e) noexcept {
-  if (e.transient()) return Retry;
-  StoreErrorRule rule = kUnlisted;
+}  // namespace idem::detail
+
+namespace idem {
+
+ErrorScope scope_of(const Error& e) noexcept {
+  switch (e.code()) {
+    case ErrorCode::Connection:
+    case ErrorCode::Timeout: return ErrorScope::Connection;
+    case ErrorCode::TransactionAborted: return ErrorScope::Transaction;
+    case ErrorCode::InDoubt: return ErrorScope::InDoubt;
+    default: break;
+  }
+  detail::StoreErrorRule rule = detail::kUnlisted;
   if (e.source() == ErrorSource::Postgres) {
-    rule = postgres_error_rule(e.detail());
+    rule = detail::postgres_error_rule(e.detail());
   } else if (e.source() == ErrorSource::Sqlite) {
-    rule = sqlite_error_rule(e.detail());
+    rule = detail::sqlite_error_rule(e.detail());
   } else {
-    return DeadLetter;
+    return ErrorScope::Statement;  // a handler's own error: its event's business
   }
   // A Retry row's code thrown as permanent (08P01 on a live connection is a Bind the
-  // server refused: the statement's parameters do not match it) is the statement's.
-  return rule.outcome == DeadLetter ? DeadLetter : Stop;
+  // server refused: the statement's parameters do not match it) is not the event's.
+  return rule.outcome == detail::StoreErrorOutcome::DeadLetter ? ErrorScope::Statement
+                                                               : ErrorScope::Permanent;
 }
 
-bool statement_refused_for_good(const Error& e) noexcept {
-  return effect_error_outcome(e) == Stop;
+}  // namespace idem
+
+namespace idem::detail {
+
+StoreErrorOutcome effect_error_outcome(const Error& e) noexcept {
+  switch (scope_of(e)) {
+    case ErrorScope::Statement: return DeadLetter;
+    case ErrorScope::Permanent: return Stop;
+    case ErrorScope::Transaction:
+    case ErrorScope::Connection:
+    case ErrorScope::InDoubt: return Retry;
+  }
+  return Stop;
 }
 
 const Error* refused_for_good(const std::exception& e) noexcept {

@@ -50,22 +50,16 @@ struct StoreErrorRule {
 [[nodiscard]] std::span<const StoreErrorRule> postgres_error_rules() noexcept;
 [[nodiscard]] std::span<const StoreErrorRule> sqlite_error_rules() noexcept;
 
-/// What the consumer does when one event's effect throws `e`: Retry when it is transient;
-/// for a store error (PostgreSQL or SQLite) that is not, DeadLetter when the table's row
-/// for its SQLSTATE or SQLite code says so and Stop otherwise (no SQLSTATE, an unlisted
-/// one, a row that retries a code the store threw as permanent); DeadLetter for any other
-/// error (a handler's own, an HTTP error), which is the handler's business.
+/// What becomes of one event's effect that threw `e`, by its scope (idem::scope_of), the
+/// one mapping the consumer, `idem config test` and `idem config check` use: Statement ->
+/// DeadLetter (that event alone); Transaction, Connection, InDoubt -> Retry; Permanent ->
+/// Stop (no SQLSTATE, an unlisted one, a row that retries a code the store threw as
+/// permanent). A handler's own error (not the store's) is Statement.
 [[nodiscard]] StoreErrorOutcome effect_error_outcome(const Error& e) noexcept;
 
 /// The Error inside `e` when it is a store error (PostgreSQL or SQLite) that redoing the
 /// work cannot fix; null otherwise (transient, or not a store error).
 [[nodiscard]] const Error* refused_for_good(const std::exception& e) noexcept;
-
-/// True when a store error of one event's effect statement must stop the consumer rather
-/// than dead-letter the event: effect_error_outcome(e) == Stop. A constraint violation, a
-/// bad value or the user's own RAISE (classes 23, 22, P0, ...; SQLITE_CONSTRAINT,
-/// SQLITE_MISMATCH) is the event's own fault instead, and a transient error is neither.
-[[nodiscard]] bool statement_refused_for_good(const Error& e) noexcept;
 
 /// What `who` ("idem consumer", "idem relay") stops with after `cause`: the same code,
 /// source and detail, a message that names the error and what an operator should do.

@@ -143,7 +143,8 @@ TEST(StoreErrorTable, EveryPostgresClassIsRetriedStoppedOrDeadLettered) {
     const Error e = postgres_error(c.code);
     EXPECT_EQ(to_string(effect_error_outcome(e)), to_string(c.outcome)) << c.code;
     EXPECT_EQ(e.transient(), c.outcome == Retry) << c.code;
-    EXPECT_EQ(detail::statement_refused_for_good(e), c.outcome == Stop) << c.code;
+    EXPECT_EQ(scope_of(e) == ErrorScope::Permanent, c.outcome == Stop) << c.code;
+    EXPECT_EQ(scope_of(e) == ErrorScope::Statement, c.outcome == DeadLetter) << c.code;
   }
   // The codes the table gives: a constraint is Constraint, the server's own fault Internal,
   // a timeout Timeout, a lost session Connection.
@@ -155,6 +156,45 @@ TEST(StoreErrorTable, EveryPostgresClassIsRetriedStoppedOrDeadLettered) {
   EXPECT_EQ(detail::pg::classify_sqlstate("58030"), ErrorCode::TransactionAborted);
   EXPECT_EQ(detail::pg::classify_sqlstate("22P02"), ErrorCode::Query);
   EXPECT_EQ(detail::pg::classify_sqlstate("ZZ999"), ErrorCode::Query);
+}
+
+// The scope is what the consumer, `idem config test` and `idem config check` act on: one
+// mapping to an outcome (effect_error_outcome) for all three.
+TEST(StoreErrorTable, EachScopeHasOneOutcome) {
+  const auto scope = [](ErrorCode code, ErrorSource source, std::string detail) {
+    return scope_of(Error(code, source, "x", std::move(detail)));
+  };
+  EXPECT_EQ(scope(ErrorCode::Connection, ErrorSource::Postgres, "08006"), ErrorScope::Connection);
+  EXPECT_EQ(scope(ErrorCode::Timeout, ErrorSource::Postgres, "57014"), ErrorScope::Connection);
+  EXPECT_EQ(scope(ErrorCode::TransactionAborted, ErrorSource::Postgres, "40001"),
+            ErrorScope::Transaction);
+  EXPECT_EQ(scope(ErrorCode::TransactionAborted, ErrorSource::Sqlite, "SQLITE_BUSY"),
+            ErrorScope::Transaction);
+  EXPECT_EQ(scope(ErrorCode::InDoubt, ErrorSource::Postgres, ""), ErrorScope::InDoubt);
+  EXPECT_EQ(scope(ErrorCode::Constraint, ErrorSource::Postgres, "23505"), ErrorScope::Statement);
+  EXPECT_EQ(scope(ErrorCode::Constraint, ErrorSource::Sqlite, "SQLITE_CONSTRAINT_UNIQUE"),
+            ErrorScope::Statement);
+  EXPECT_EQ(scope(ErrorCode::Query, ErrorSource::Postgres, "42P01"), ErrorScope::Permanent);
+  EXPECT_EQ(scope(ErrorCode::Query, ErrorSource::Postgres, "ZZ999"), ErrorScope::Permanent);
+  // A handler's own error (not the store's) is its event's.
+  EXPECT_EQ(scope(ErrorCode::InvalidArgument, ErrorSource::Http, ""), ErrorScope::Statement);
+  const std::vector<std::pair<ErrorScope, StoreErrorOutcome>> outcomes = {
+      {ErrorScope::Statement, DeadLetter},
+      {ErrorScope::Transaction, Retry},
+      {ErrorScope::Connection, Retry},
+      {ErrorScope::InDoubt, Retry},
+      {ErrorScope::Permanent, Stop}};
+  const std::vector<Error> samples = {
+      Error(ErrorCode::Constraint, ErrorSource::Postgres, "x", "23505"),
+      Error(ErrorCode::TransactionAborted, ErrorSource::Postgres, "x", "40001"),
+      Error(ErrorCode::Connection, ErrorSource::Postgres, "x", "08006"),
+      Error(ErrorCode::InDoubt, ErrorSource::Postgres, "x", ""),
+      Error(ErrorCode::Query, ErrorSource::Postgres, "x", "42P01")};
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_EQ(scope_of(samples[i]), outcomes[i].first);
+    EXPECT_EQ(to_string(effect_error_outcome(samples[i])), to_string(outcomes[i].second))
+        << to_string(outcomes[i].first);
+  }
 }
 
 TEST(StoreErrorTable, AStoreErrorThrownAsPermanentUnderARetriedCodeStops) {
