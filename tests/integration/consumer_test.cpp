@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -501,6 +502,87 @@ TEST_F(ConsumerTest, AStopAtDepthTwoStoresThePositionItsLastLetterMoved) {
   EXPECT_EQ(next->stats().dead_lettered, 0u) << "the malformed record was read again";
   EXPECT_EQ(test::end_offsets(broker_->bootstrap_servers(), topic + ".dlq", 1).at(0), 1);
 }
+
+#ifdef IDEM_TEST_HAVE_POSTGRES_BACKEND
+// As above, with a revoke instead of the stop: a second member joins while the first has
+// the batch with the malformed record committing, and the first finishes that batch inside
+// its revoke. So that the revoke comes while the batch commits: the first member's hook,
+// as the batch is about to commit, starts the second member and waits until the first's
+// librdkafka logged the rebalance (its revoke is then due at the next poll, the one right
+// after the commit started); and the commit is held by a deferred trigger that waits for
+// an advisory lock the test holds (PostgreSQL) until the first member's loop stops turning
+// (it turns at least every half second while a commit is in flight), inside its revoke.
+TEST_F(ConsumerTest, ARevokeAtDepthTwoStoresThePositionItsLastLetterMoved) {
+  const std::string url = test::PostgresBackend::fresh_url();
+  if (url.empty()) return;
+  migrate_reference_system(*open_store(url));
+  auto pg = open_store(url);
+  {
+    auto tx = pg->begin();
+    tx->execute(
+        "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$");
+    tx->execute(
+        "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON effect_log "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit()");
+    tx->commit();
+  }
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 3; ++i) records.push_back(record_of(topic, make_event(i + 1), 0));
+  records.push_back({topic, "x", "{not json", {}, 0});
+  produce(records);
+
+  auto hold = pg->begin();
+  hold->execute("SELECT pg_advisory_xact_lock(4242)");
+  ConsumerConfig config = config_for(topic, group);
+  config.pipeline_depth = 2;
+  ConsumerConfig watched = config;
+  watched.kafka.emplace_back("log_level", "7");
+  watched.kafka.emplace_back("debug", "cgrp");
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool rebalancing = false;
+  bool started_second = false;
+  std::unique_ptr<RunningConsumer> second;
+  ConsumerHooks hooks;
+  hooks.log = [&](std::string_view line) {
+    if (line.find("rebalance in progress") == std::string_view::npos) return;
+    std::lock_guard lock(mutex);
+    rebalancing = true;
+    changed.notify_all();
+  };
+  hooks.at = [&](HookPoint point) {
+    if (point != HookPoint::BeforeDbCommit) return;
+    std::unique_lock lock(mutex);
+    if (started_second) return;
+    started_second = true;
+    second = std::make_unique<RunningConsumer>(counting_consumer(config, url));
+    changed.wait_for(lock, 60s, [&] { return rebalancing; });
+  };
+  RunningConsumer first(counting_consumer(watched, url, hooks));
+  const bool in_revoke = eventually(
+      [&] {
+        {
+          std::lock_guard lock(mutex);
+          if (!rebalancing) return false;
+        }
+        return std::chrono::steady_clock::now() - first->stats().last_loop > 2s;
+      },
+      60s);
+  hold->commit();
+  ASSERT_TRUE(in_revoke) << "no rebalance, or the first member's loop kept turning";
+  produce({record_of(topic, make_event(4), 0)});
+  ASSERT_TRUE(eventually([&] { return count_effects(*pg, group) == 4; }, 60s))
+      << count_effects(*pg, group);
+  ASSERT_TRUE(first.stop());
+  ASSERT_TRUE(second->stop());
+  EXPECT_EQ(first->stats().dead_lettered + (*second)->stats().dead_lettered, 1u);
+  EXPECT_EQ(test::end_offsets(broker_->bootstrap_servers(), topic + ".dlq", 1).at(0), 1)
+      << "the malformed record was dead-lettered again by the next owner";
+}
+#endif
 
 // A lossy failover that took back every transaction of a new group, its stored offsets
 // included, while Kafka kept the offsets committed after them. Kafka's offset is past
