@@ -30,7 +30,7 @@
 #include "idem/reference/order_service.hpp"
 #include "idem/reference/payment_provider.hpp"
 #include "idem/service/consumer_service.hpp"
-#include "idem/service/paused_endpoints.hpp"
+#include "idem/service/route_pauses.hpp"
 #include "idem/store.hpp"
 #include "stop_signals.hpp"
 #include "store_schema.hpp"
@@ -242,12 +242,13 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                           breaker);
       service.add_readiness(routes_readiness(*configured));
     } else if (handler_kind == HandlerKind::Billing) {
-      auto& pauses = service.own(std::make_unique<PausedEndpoints>(
-          "billing", metrics, config.group_id, service.logger().lines("billing")));
+      auto& pauses = service.own(std::make_unique<RoutePauses>("billing", metrics, config.group_id,
+                                                               service.logger().lines("billing")));
       BillingConfig billing = billing_config(settings.get<BillingSettings>(), config.max_in_flight,
                                              opts->no_idempotency_key);
       billing.client.breaker = breaker;
-      billing.client.on_breaker = pauses.observer();
+      billing.client.on_breaker = pauses.breaker_observer();
+      billing.on_pause = pauses.refusal_observer();
       service.add_readiness(pauses.readiness());
       const auto effect = billing_effect(std::move(billing));
       for (const auto& topic : config.topics) consumer.on_effect(topic, effect);

@@ -61,10 +61,25 @@ http::Request charge_request(const std::string& charge_url, const OrderConfirmed
   return request;
 }
 
-void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done) {
+void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done,
+                     http::RoutePause& pause, http::RoutePause::Start started) {
   if (result.status == http::CallStatus::RetriesExhausted) return done.retry(result.error);
-  if (result.status == http::CallStatus::Permanent)
+  if (result.status == http::CallStatus::Permanent) {
+    // The provider refusing every charge alike (its credentials, its URL) is billing's
+    // fault, not the orders': they wait, and none is dead-lettered.
+    if (result.classification.verdict == http::Verdict::RouteMisconfigured) {
+      switch (pause.refused(started, provider_answer(result))) {
+        case http::RoutePause::Refusal::Paused:
+          return done.retry("billing paused: " + provider_answer(result));
+        case http::RoutePause::Refusal::AfterRecovery:
+          return done.retry("billing resumed while this charge was answered: " +
+                            provider_answer(result));
+        case http::RoutePause::Refusal::RequestsOwn: break;
+      }
+    }
     return done.dead_letter(provider_answer(result));
+  }
+  pause.succeeded();
   std::string why;
   if (auto id = payment_id_of(result, why)) return done.done(BillingCharge{std::move(*id)});
   done.dead_letter(std::move(why));
@@ -89,15 +104,18 @@ EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config
   // One event-loop thread for every charge in flight (libcurl multi): the consumer's
   // max_in_flight bounds them, one per order at a time.
   auto client = std::make_shared<http::AsyncClient>(config.client);
+  auto pause = std::make_shared<http::RoutePause>(std::move(config.on_pause));
   return {
       .call =
-          [client, charge_url](const OrderConfirmed& event, const RecordInfo& record,
-                               CallCompletion<BillingCharge> done) {
+          [client, pause, charge_url](const OrderConfirmed& event, const RecordInfo& record,
+                                      CallCompletion<BillingCharge> done) {
             // The callback runs on the client's loop thread: complete_charge only hands the
             // result to the consumer's completion queue (it never blocks).
             try {
               client->start(charge_request(charge_url, event, record),
-                            [done](http::CallResult result) { complete_charge(result, done); });
+                            [done, pause, started = pause->at_start()](http::CallResult result) {
+                              complete_charge(result, done, *pause, started);
+                            });
             } catch (const std::exception& e) {  // e.g. a key that cannot be a header
               done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
             }

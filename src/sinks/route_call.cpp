@@ -47,7 +47,18 @@ Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Ba
 }  // namespace
 
 RouteCalls::RouteCalls(const Route& route, Backend backend, const SinkObservers& observers)
-    : route_(route), backend_(backend), observers_(observers) {
+    : route_(route),
+      backend_(backend),
+      observers_(observers),
+      pause_([this](bool paused, std::string_view why) {
+        if (observers_.log) {
+          observers_.log(paused ? fmt::format("route {} paused: {}; its calls wait and retry "
+                                              "until one succeeds",
+                                              route_.name, why)
+                                : fmt::format("route {} resumed: {}", route_.name, why));
+        }
+        if (observers_.on_pause) observers_.on_pause(route_.name, paused);
+      }) {
   const auto collect = [this](const Template& t) {
     for (const std::string& value : t.secrets) {
       secrets_.push_back(value);
@@ -94,8 +105,7 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
                        const CallCompletion<CallAnswer>& done) {
   http::Request request = *event.request;
   request.not_before = next_slot();
-  const AtStart then{successes_.load(std::memory_order_acquire),
-                     paused_.load(std::memory_order_acquire)};
+  const http::RoutePause::Start then = pause_.at_start();
   const auto started = std::chrono::steady_clock::now();
   try {
     // The callback runs on the client's loop thread and only completes `done` (never
@@ -113,20 +123,19 @@ void RouteCalls::start(http::AsyncClient& client, const SinkEvent& event,
     // dead-lettered. Its calls retry with the consumer's backoff until the configuration
     // is fixed; `idem consume` refuses such a route at start, so this is a last resort.
     const std::string reason = redacted(fmt::format("the call could not be sent: {}", e.what()));
-    pause(reason);
+    pause_.pause(reason);
     done.retry(fmt::format("route {} paused: {}", route_.name, reason));
   }
 }
 
-void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
-                        const CallCompletion<CallAnswer>& done) {
+void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
+                        http::RoutePause::Start then, const CallCompletion<CallAnswer>& done) {
   const http::Classification& c = result.classification;
   // Reasons go to dead letters, logs and /readyz: never with a value of ${VAR} in them.
   const auto why = [&] { return redacted(c.reason.empty() ? result.error : c.reason); };
   switch (result.status) {
     case http::CallStatus::Success: {
-      successes_.fetch_add(1, std::memory_order_acq_rel);
-      resume();
+      pause_.succeeded();
       Validated<CallAnswer> answer = read_answer(route_, event, backend_, result.body);
       if (!answer.ok())
         return done.dead_letter(
@@ -138,45 +147,19 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event, 
       if (c.verdict == http::Verdict::RouteMisconfigured) {
         // Every call failing alike is the route's fault (credentials, URL): pause, do not
         // dead-letter the stream. A call failing while others succeed is this request's.
-        if (successes_.load(std::memory_order_acquire) == then.successes) {
-          const std::string reason = why();
-          pause(reason);
-          return done.retry(fmt::format("route {} paused: {}", route_.name, reason));
+        const std::string reason = why();
+        switch (pause_.refused(then, reason)) {
+          case http::RoutePause::Refusal::Paused:
+            return done.retry(fmt::format("route {} paused: {}", route_.name, reason));
+          case http::RoutePause::Refusal::AfterRecovery:
+            return done.retry(fmt::format("route {} resumed while this call was answered: {}",
+                                          route_.name, reason));
+          case http::RoutePause::Refusal::RequestsOwn: break;
         }
-        // Unless the route was paused when this call started: the endpoint came back while
-        // it ran, and its answer may be from before; it is tried again (and if others
-        // still succeed then, that attempt's answer is its own).
-        if (then.paused)
-          return done.retry(
-              fmt::format("route {} resumed while this call was answered: {}", route_.name, why()));
       }
       return done.dead_letter(why());
     case http::CallStatus::RetriesExhausted: return done.retry(why());
   }
-}
-
-void RouteCalls::pause(const std::string& reason) {
-  std::lock_guard lock(mutex_);
-  if (pause_reason_.empty()) {
-    if (observers_.log)
-      observers_.log(fmt::format("route {} paused: {}; its calls wait and retry until one succeeds",
-                                 route_.name, reason));
-    if (observers_.on_pause) observers_.on_pause(route_.name, true);
-  }
-  pause_reason_ = reason;
-  paused_.store(true, std::memory_order_release);
-}
-
-void RouteCalls::resume() {
-  // Every successful call comes here: the flag spares them the lock while nothing is paused.
-  if (!paused_.load(std::memory_order_acquire)) return;
-  std::lock_guard lock(mutex_);
-  if (pause_reason_.empty()) return;
-  pause_reason_.clear();
-  paused_.store(false, std::memory_order_release);
-  if (observers_.log)
-    observers_.log(fmt::format("route {} resumed: a call succeeded", route_.name));
-  if (observers_.on_pause) observers_.on_pause(route_.name, false);
 }
 
 void RouteCalls::endpoint_changed(std::string_view endpoint, bool open, std::string_view why) {
@@ -184,15 +167,14 @@ void RouteCalls::endpoint_changed(std::string_view endpoint, bool open, std::str
   if (open) {
     // The calls are held by the breaker, not ended: no record of the route moves on to a
     // retry topic or the DLQ for the outage, and the backlog waits in Kafka.
-    pause(redacted(fmt::format("its endpoint {} is down ({})", endpoint, why)));
+    pause_.pause(redacted(fmt::format("its endpoint {} is down ({})", endpoint, why)));
   } else {
-    resume();
+    pause_.resume(redacted(fmt::format("its endpoint {} answered ({})", endpoint, why)));
   }
 }
 
 std::string RouteCalls::paused_reason() const {
-  std::lock_guard lock(mutex_);
-  return pause_reason_;
+  return pause_.paused_reason();
 }
 
 Outcome apply_statements(const SinkEvent& event, const CallAnswer* answer, Transaction& tx) {

@@ -3,7 +3,7 @@
 // phase sends the request rendered at the boundary and reads the answer with
 // http::ResponsePolicy; the apply phase runs the route's statements with the values the
 // answer gave. One RouteCalls per route holds what its calls share: the rate limit and
-// whether the route is paused.
+// whether the route is paused (http::RoutePause, as compiled effect handlers decide it).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -17,6 +17,7 @@
 
 #include "idem/consumer.hpp"
 #include "idem/http/async_client.hpp"
+#include "idem/http/route_pause.hpp"
 #include "idem/sinks/configured_sinks.hpp"
 #include "sinks/sink_event.hpp"
 
@@ -46,20 +47,12 @@ class RouteCalls {
   void endpoint_changed(std::string_view endpoint, bool open, std::string_view why);
 
  private:
-  /// What the route was like when a call started: how many calls had succeeded, and
-  /// whether it was paused.
-  struct AtStart {
-    std::uint64_t successes = 0;
-    bool paused = false;
-  };
-  void finish(const http::CallResult& result, const SinkEvent& event, AtStart then,
+  void finish(const http::CallResult& result, const SinkEvent& event, http::RoutePause::Start then,
               const CallCompletion<CallAnswer>& done);
-  void pause(const std::string& reason);
   /// `text` with every value the route took from the environment (`${VAR}`) replaced by
   /// `<redacted>`: a reason must not carry a token or a secret URL into a dead letter, a
   /// log line or /readyz.
   [[nodiscard]] std::string redacted(std::string text) const;
-  void resume();
   [[nodiscard]] std::chrono::steady_clock::time_point next_slot();
 
   const Route& route_;
@@ -68,12 +61,7 @@ class RouteCalls {
   std::vector<std::string> secrets_;  // values of ${VAR} in the URL and headers, longest first
   std::string endpoint_;              // where every call of the route goes (url_endpoint)
   std::chrono::steady_clock::time_point next_slot_{};  // run() thread only
-  std::atomic<std::uint64_t> successes_{0};
-  /// Whether pause_reason_ is set, readable without the lock: each call's start and
-  /// each success read it. Written under mutex_ with pause_reason_.
-  std::atomic<bool> paused_{false};
-  mutable std::mutex mutex_;
-  std::string pause_reason_;  // guarded by mutex_
+  http::RoutePause pause_;
 };
 
 /// The apply phase: the route's statements with the answer's values in place.

@@ -25,41 +25,13 @@
 #include "sinks/route_call.hpp"
 #include "support/charge_route.hpp"
 #include "support/wait.hpp"
+#include "support/waited_completion.hpp"
 
 namespace idem::sinks {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// Where one call completes (the consumer's CompletionPort), waited on.
-class Completion final : public idem::detail::CompletionPort {
- public:
-  void complete(std::uint64_t /*ticket*/, Outcome outcome, std::shared_ptr<void> /*result*/,
-                std::string reason) noexcept override {
-    std::lock_guard lock(mutex_);
-    outcome_ = outcome;
-    reason_ = std::move(reason);
-    done_ = true;
-    completed_.notify_all();
-  }
-  /// The outcome, or nullopt when the call did not end within 30 s.
-  std::optional<Outcome> wait() {
-    std::unique_lock lock(mutex_);
-    if (!completed_.wait_for(lock, 30s, [&] { return done_; })) return std::nullopt;
-    return outcome_;
-  }
-  [[nodiscard]] std::string reason() {
-    std::lock_guard lock(mutex_);
-    return reason_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable completed_;
-  bool done_ = false;
-  Outcome outcome_ = Outcome::Retry;
-  std::string reason_;
-};
+using test::WaitedCompletion;
 
 /// A loopback endpoint: orders in `refused` get 401, the others 200 with a payment id;
 /// an order in `held` is answered only once release() is called for it.
@@ -144,7 +116,7 @@ class RouteCall : public ::testing::Test {
   /// One call in flight: its event and where it completes.
   struct Call {
     std::unique_ptr<detail::SinkEvent> event;
-    std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+    std::shared_ptr<WaitedCompletion> completion = std::make_shared<WaitedCompletion>();
   };
 
   /// Starts the call of the event of order `order`.
@@ -160,9 +132,7 @@ class RouteCall : public ::testing::Test {
     EXPECT_TRUE(read.ok()) << read.error().message;
     Call call;
     call.event = std::make_unique<detail::SinkEvent>(std::move(read).value());
-    calls_->start(client_, *call.event,
-                  CallCompletion<detail::CallAnswer>(std::make_shared<idem::detail::CallTicket>(
-                      call.completion, std::uint64_t{0}, std::shared_ptr<const void>())));
+    calls_->start(client_, *call.event, test::completion_into<detail::CallAnswer>(call.completion));
     return call;
   }
 

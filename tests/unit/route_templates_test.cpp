@@ -25,6 +25,7 @@
 #include "sinks/param_values.hpp"
 #include "sinks/route_call.hpp"
 #include "support/wait.hpp"
+#include "support/waited_completion.hpp"
 
 namespace idem::sinks {
 namespace {
@@ -215,35 +216,6 @@ class Endpoint {
   std::vector<std::string> targets_;
 };
 
-/// Where one call completes, waited on.
-class Completion final : public idem::detail::CompletionPort {
- public:
-  void complete(std::uint64_t /*ticket*/, Outcome outcome, std::shared_ptr<void> /*result*/,
-                std::string reason) noexcept override {
-    std::lock_guard lock(mutex_);
-    outcome_ = outcome;
-    reason_ = std::move(reason);
-    done_ = true;
-    completed_.notify_all();
-  }
-  std::optional<Outcome> wait() {
-    std::unique_lock lock(mutex_);
-    if (!completed_.wait_for(lock, 30s, [&] { return done_; })) return std::nullopt;
-    return outcome_;
-  }
-  std::string reason() {
-    std::lock_guard lock(mutex_);
-    return reason_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable completed_;
-  bool done_ = false;
-  Outcome outcome_ = Outcome::Retry;
-  std::string reason_;
-};
-
 class TemplateCalls : public Templates {
  protected:
   /// Starts the call of an event with value `a` on `calls` and waits for its outcome.
@@ -252,10 +224,8 @@ class TemplateCalls : public Templates {
     Validated<detail::SinkEvent> e = read(a);
     EXPECT_TRUE(e.ok()) << e.error().message;
     events_.push_back(std::make_unique<detail::SinkEvent>(std::move(e).value()));
-    auto completion = std::make_shared<Completion>();
-    calls.start(client_, *events_.back(),
-                CallCompletion<detail::CallAnswer>(std::make_shared<idem::detail::CallTicket>(
-                    completion, std::uint64_t{0}, std::shared_ptr<const void>())));
+    auto completion = std::make_shared<test::WaitedCompletion>();
+    calls.start(client_, *events_.back(), test::completion_into<detail::CallAnswer>(completion));
     const auto outcome = completion->wait();
     return {outcome, completion->reason()};
   }

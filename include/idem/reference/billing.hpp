@@ -22,6 +22,7 @@
 #include "idem/consumer.hpp"
 #include "idem/http/async_client.hpp"
 #include "idem/http/idempotent_client.hpp"
+#include "idem/http/route_pause.hpp"
 #include "idem/reference/order_confirmed.hpp"
 
 namespace idem {
@@ -38,6 +39,10 @@ struct BillingConfig {
   /// time, and charges beyond the limit wait inside libcurl (at 100 ms per charge, the
   /// default 64 connections cap billing at 640 orders/s whatever max_in_flight is).
   http::ClientConfig client;
+  /// billing_effect: called when billing pauses (every charge refused with 401, 403 or
+  /// 404 since the first of them was sent: the provider's credentials or URL are wrong)
+  /// or resumes (a charge succeeded); http::RoutePause decides. Optional.
+  http::RoutePause::Observer on_pause;
 };
 
 /// What the provider answered to a successful charge: the apply phase's input.
@@ -56,9 +61,12 @@ struct BillingCharge {
 [[nodiscard]] EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config);
 
 /// Turns the provider's answer to a charge into the call's completion: 2xx with a
-/// payment_id -> done; a permanent answer -> dead_letter with the answer as reason;
-/// retries exhausted -> retry (the key waits; the same Idempotency-Key is sent again).
-void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done);
+/// payment_id -> done; 401, 403, 404 -> retry with the route paused, when `pause` says the
+/// route is refused rather than this charge (http::RoutePause; `started`: as the charge
+/// was sent); any other permanent answer -> dead_letter with the answer as reason; retries
+/// exhausted -> retry (the key waits; the same Idempotency-Key is sent again).
+void complete_charge(const http::CallResult& result, const CallCompletion<BillingCharge>& done,
+                     http::RoutePause& pause, http::RoutePause::Start started);
 
 /// The charge request of `event`: URL, body, Idempotency-Key = event_id, and a child
 /// span of the record's traceparent.
