@@ -224,6 +224,12 @@ class Transaction {
   [[nodiscard]] virtual std::vector<bool> mark_processed_batch(std::span<const Uuid> event_ids,
                                                                std::string_view consumer_group) = 0;
 
+  /// Removes the dedup mark of `event_id` for `consumer_group`, so that an event
+  /// dead-lettered (or to be retried) is processed, not skipped as a duplicate, when it
+  /// comes back. Part of this transaction: rolls back with it. The statement is the same
+  /// on every backend (a Uuid binds as each backend stores it).
+  virtual void unmark_processed(const Uuid& event_id, std::string_view consumer_group);
+
   /// A read-only look at the dedup rows: element i of the result is true when
   /// event_ids[i] is already marked for `consumer_group` (committed, or marked earlier in
   /// this transaction). Allowed in a begin_read() transaction. Only an optimisation (the

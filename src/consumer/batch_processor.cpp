@@ -9,7 +9,6 @@
 #include "idem/consumer_offsets.hpp"
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
-#include "stores/dedup_marks.hpp"
 #include "stores/store_errors.hpp"
 
 namespace idem::detail {
@@ -502,7 +501,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
 void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {
   // Inside the batch transaction: an event that the handler dead-lettered (or that must
   // be retried) is then processed, not skipped as a duplicate, when it comes back.
-  unmark_processed(tx, event_id, config_.group_id);
+  tx.unmark_processed(event_id, config_.group_id);
 }
 
 RecordInfo BatchProcessor::record_info(const rd_kafka_message_t& m) {

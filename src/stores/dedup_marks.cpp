@@ -18,11 +18,6 @@ std::optional<Uuid> optional_uuid(const RowView& row, std::size_t col) {
 
 }  // namespace
 
-void unmark_processed(Transaction& tx, const Uuid& event_id, std::string_view consumer_group) {
-  tx.execute("DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2", event_id,
-             consumer_group);
-}
-
 std::vector<DedupGroupStats> dedup_group_stats(Store& store) {
   // PostgreSQL (before 16) has no min/max over uuid; the text form orders like the bytes
   // (fixed-width lower-case hex), so the text's extremes are the UUIDs' extremes.

@@ -1,11 +1,8 @@
 #pragma once
-// Dedup-mark statements beyond the Transaction interface's own marks.
-//
-// unmark_processed is a free function rather than a Transaction method only to keep
-// this change apart from concurrent work on Transaction; its statement is the same on
-// every backend (a Uuid binds as each backend stores it). dedup_group_stats is what the
-// web console shows of the marks; it reads processed_event's columns, whose types differ
-// per backend, so it stays with the store that defines them.
+// What the web console shows of the dedup marks (the marks themselves are Transaction's:
+// mark_processed, mark_processed_batch, unmark_processed, processed_among).
+// dedup_group_stats reads processed_event's columns, whose types differ per backend, so it
+// stays with the store that defines them.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -31,10 +28,5 @@ struct DedupGroupStats {
 /// One row per group, by group name, in a read transaction (on SQLite it never queues
 /// behind a consumer's write). A full scan of processed_event: callers cache it.
 [[nodiscard]] std::vector<DedupGroupStats> dedup_group_stats(Store& store);
-
-/// Removes the dedup mark of `event_id` for `consumer_group` inside `tx`, so that an
-/// event dead-lettered (or to be retried) is processed, not skipped as a duplicate, when
-/// it comes back. Part of `tx`: rolls back with it. Throws idem::Error like execute().
-void unmark_processed(Transaction& tx, const Uuid& event_id, std::string_view consumer_group);
 
 }  // namespace idem::detail

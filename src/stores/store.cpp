@@ -29,6 +29,11 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 
 Param::Param(Timestamp v) : value_(format_rfc3339(v)) {}
 
+void Transaction::unmark_processed(const Uuid& event_id, std::string_view consumer_group) {
+  execute("DELETE FROM processed_event WHERE event_id = $1 AND consumer_group = $2", event_id,
+          consumer_group);
+}
+
 std::vector<bool> Transaction::processed_among(std::span<const Uuid> event_ids,
                                                std::string_view consumer_group) {
   std::vector<bool> out(event_ids.size(), false);
