@@ -122,10 +122,10 @@ void ConfiguredSinks::install(Consumer& consumer, std::size_t max_in_flight,
     }
     EffectHandler<SinkEvent, CallAnswer> effect;
     effect.call = [impl = impl_.get()](const SinkEvent& event, const RecordInfo&,
-                                       CallCompletion<CallAnswer> done) {
+                                       const CallCompletion<CallAnswer>& done) {
       // A type of this topic without a call (or skipped): nothing to send.
       if (event.route == nullptr || !event.request) return done.done(CallAnswer{});
-      impl->calls.at(event.route)->start(*impl->client, event, std::move(done));
+      impl->calls.at(event.route)->start(*impl->client, event, done);
     };
     effect.apply = [](const SinkEvent& event, const RecordInfo&, const CallAnswer& answer,
                       Transaction& tx) { return detail::apply_statements(event, &answer, tx); };
