@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
+#include "console/dedup_stats.hpp"
 #include "console/replay_audit.hpp"
 #include "idem/dlq.hpp"
 #include "idem/error.hpp"
 #include "idem/retention.hpp"
-#include "stores/dedup_marks.hpp"
 #include "stores/maintenance_operations.hpp"
 #include "stores/outbox_queries.hpp"
 
@@ -292,7 +292,7 @@ json dedup_health(const ApiContext& ctx) {
               {"now_ms", unix_ms(now)}};
   out["groups"] = section([&] {
     json groups = json::array();
-    for (const auto& g : ctx.store.with([](Store& s) { return detail::dedup_group_stats(s); })) {
+    for (const auto& g : ctx.store.with([](Store& s) { return dedup_group_stats(s); })) {
       const auto born = [](const std::optional<Uuid>& id) {
         return id && id->is_v7() ? json(unix_ms(id->timestamp())) : json();
       };

@@ -1,6 +1,6 @@
-#include "stores/dedup_marks.hpp"
+#include "console/dedup_stats.hpp"
 
-namespace idem::detail {
+namespace idem::console {
 
 namespace {
 
@@ -40,4 +40,4 @@ std::vector<DedupGroupStats> dedup_group_stats(Store& store) {
   return out;
 }
 
-}  // namespace idem::detail
+}  // namespace idem::console

@@ -1,8 +1,8 @@
 #pragma once
-// What the web console shows of the dedup marks (the marks themselves are Transaction's:
-// mark_processed, mark_processed_batch, unmark_processed, processed_among).
-// dedup_group_stats reads processed_event's columns, whose types differ per backend, so it
-// stays with the store that defines them.
+// What the web console shows of the dedup marks, per consumer group: the console's own
+// query through the Transaction API (the marks themselves are Transaction's:
+// mark_processed, mark_processed_batch, unmark_processed, processed_among). It reads
+// processed_event's columns as each backend types them.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
-namespace idem::detail {
+namespace idem::console {
 
 /// processed_event rows of one consumer group.
 struct DedupGroupStats {
@@ -29,4 +29,4 @@ struct DedupGroupStats {
 /// behind a consumer's write). A full scan of processed_event: callers cache it.
 [[nodiscard]] std::vector<DedupGroupStats> dedup_group_stats(Store& store);
 
-}  // namespace idem::detail
+}  // namespace idem::console
