@@ -268,7 +268,7 @@ PartitionList PollLoop::commit_list(std::span<const PartitionOffset> offsets) co
   if (!listener_.commit_metadata) return list;
   for (int i = 0; i < list->cnt; ++i) {
     rd_kafka_topic_partition_t& e = list->elems[i];
-    const std::string metadata = listener_.commit_metadata({e.topic, e.partition});
+    const std::string_view metadata = listener_.commit_metadata({e.topic, e.partition});
     if (metadata.empty()) continue;
     // The list frees it with free() (librdkafka's rd_free) when destroyed.
     void* copy = std::malloc(metadata.size());

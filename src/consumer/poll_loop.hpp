@@ -39,7 +39,7 @@ class PollLoop final : private CallbackContext, public FetchControl {
         start_offsets;
     /// What each offset commit of a partition carries as its metadata (the string Kafka
     /// keeps beside a committed offset); empty: none. Called on the run() thread.
-    std::function<std::string(const TopicPartition& partition)> commit_metadata;
+    std::function<std::string_view(const TopicPartition& partition)> commit_metadata;
   };
 
   /// Creates the consumer handle. `log` must outlive the PollLoop; librdkafka's own log

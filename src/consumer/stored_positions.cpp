@@ -87,7 +87,7 @@ std::vector<std::optional<std::int64_t>> StoredPositions::starts(
       out[i] = row->next_offset;
       progress_.restore(*row);
       // A row from before Kafka learnt F: the store keeps it from there at the latest.
-      kept_from_[tp] = kept_from.value_or(row->next_offset);
+      keep_from(tp, kept_from.value_or(row->next_offset));
       if (committed.offset)
         report(tp, row->next_offset, *committed.offset, "Kafka's committed offset", delta);
       continue;
@@ -96,14 +96,14 @@ std::vector<std::optional<std::int64_t>> StoredPositions::starts(
       // Never kept in the store: Kafka's committed offset (an upgrade from a release that
       // kept none, nothing read again), or auto.offset.reset for a new partition. F is
       // where it starts, known at the first record unless Kafka says.
-      if (committed.offset) kept_from_[tp] = *committed.offset;
+      if (committed.offset) keep_from(tp, *committed.offset);
       continue;
     }
     // The store kept this partition and has no row of it now: it lost every transaction
     // that wrote one. Kafka's offset may be past effects it lost; F is not.
     const std::int64_t from = std::min(*kept_from, *committed.offset);
     out[i] = from;
-    kept_from_[tp] = from;
+    keep_from(tp, from);
     ++delta.offset_disagreements;
     delta.offset_records_read_again += static_cast<std::uint64_t>(*committed.offset - from);
     log_(fmt::format(
@@ -115,15 +115,20 @@ std::vector<std::optional<std::int64_t>> StoredPositions::starts(
   return out;
 }
 
-std::string StoredPositions::commit_metadata(const TopicPartition& tp) {
+void StoredPositions::keep_from(const TopicPartition& tp, std::int64_t offset) {
+  kept_from_.insert_or_assign(tp, fmt::format("{}{}", kStoreKeptFrom, offset));
+}
+
+std::string_view StoredPositions::commit_metadata(const TopicPartition& tp) {
   if (!enabled()) return {};
   auto it = kept_from_.find(tp);
   if (it == kept_from_.end()) {
     const std::optional<std::int64_t> first = progress_.first_seen(tp);
     if (!first) return {};
-    it = kept_from_.emplace(tp, *first).first;
+    keep_from(tp, *first);
+    it = kept_from_.find(tp);
   }
-  return fmt::format("{}{}", kStoreKeptFrom, it->second);
+  return it->second;
 }
 
 void StoredPositions::forget(std::span<const TopicPartition> partitions) {

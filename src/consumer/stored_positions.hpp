@@ -69,7 +69,7 @@ class StoredPositions {
   /// which the store keeps the partition's row (where the partition stood when the store
   /// began keeping it); empty with offsets in the store off, or before anything of the
   /// partition was received.
-  [[nodiscard]] std::string commit_metadata(const TopicPartition& tp);
+  [[nodiscard]] std::string_view commit_metadata(const TopicPartition& tp);
   /// Drops what is known of `partitions` (revoked).
   void forget(std::span<const TopicPartition> partitions);
 
@@ -97,8 +97,12 @@ class StoredPositions {
   Store& store_;
   PartitionProgress& progress_;
   const LogFn& log_;
-  /// Per partition owned, the offset F of commit_metadata(); absent until known.
-  std::unordered_map<TopicPartition, std::int64_t, TopicPartitionHash> kept_from_;
+  /// Records F of `tp` as the metadata of its commits, formatted once: every offset commit
+  /// (one per batch) reads it.
+  void keep_from(const TopicPartition& tp, std::int64_t offset);
+
+  /// Per partition owned, commit_metadata() (`idem.store-from=F`); absent until F is known.
+  std::unordered_map<TopicPartition, std::string, TopicPartitionHash> kept_from_;
 };
 
 /// The offset F of `metadata` written by commit_metadata(), or nullopt when it is not one.

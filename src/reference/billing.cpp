@@ -67,17 +67,16 @@ void complete_charge(const http::CallResult& result, const CallCompletion<Billin
   if (result.status == http::CallStatus::Permanent) {
     // The provider refusing every charge alike (its credentials, its URL) is billing's
     // fault, not the orders': they wait, and none is dead-lettered.
+    const std::string answer = provider_answer(result);
     if (result.classification.verdict == http::Verdict::RouteMisconfigured) {
-      switch (pause.refused(started, provider_answer(result))) {
-        case http::RoutePause::Refusal::Paused:
-          return done.retry("billing paused: " + provider_answer(result));
+      switch (pause.refused(started, answer)) {
+        case http::RoutePause::Refusal::Paused: return done.retry("billing paused: " + answer);
         case http::RoutePause::Refusal::AfterRecovery:
-          return done.retry("billing resumed while this charge was answered: " +
-                            provider_answer(result));
+          return done.retry("billing resumed while this charge was answered: " + answer);
         case http::RoutePause::Refusal::RequestsOwn: break;
       }
     }
-    return done.dead_letter(provider_answer(result));
+    return done.dead_letter(answer);
   }
   pause.succeeded();
   std::string why;

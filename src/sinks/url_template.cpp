@@ -32,6 +32,13 @@ std::string url_pattern(const Template& url) {
   return out;
 }
 
+// The URL a template makes with every value a plain `x`: what the checks at start parse.
+std::string sample_url(const Template& url) {
+  std::string sample;
+  for (const Template::Part& part : url.parts) sample += part.is_param ? "x" : part.text;
+  return sample;
+}
+
 // Where the path of `url` starts and ends: after `scheme://` (when the text before `://`
 // is a scheme) and the host and port, up to the query or the fragment.
 struct PathSpan {
@@ -113,10 +120,8 @@ std::optional<std::string> control_character(std::string_view text) {
 
 std::optional<std::string> url_endpoint(const Template& url) {
   if (param_before_path(url)) return std::nullopt;
-  std::string sample;
-  for (const Template::Part& part : url.parts) sample += part.is_param ? "x" : part.text;
   try {
-    return http::endpoint_of(sample);
+    return http::endpoint_of(sample_url(url));
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -130,8 +135,7 @@ std::optional<std::string> url_template_problem(const Template& url,
         "port): the route's host and port are its own; insert values into the "
         "path or the query",
         params[*first].name);
-  std::string sample;
-  for (const Template::Part& part : url.parts) sample += part.is_param ? "x" : part.text;
+  const std::string sample = sample_url(url);
   if (control_character(sample)) return std::nullopt;  // read_template said which
   if (auto why = http::detail::http_url_problem(sample))
     return fmt::format("libcurl cannot send to this URL{}: {}",

@@ -104,6 +104,24 @@ class ConsumerTest : public ::testing::Test {
     producer.flush();
   }
 
+  /// Produces orders first..first+count-1 to `topic`, order i to partition_of(i) (-1: by
+  /// its key).
+  void produce_orders(const std::string& topic, int first, int count,
+                      const std::function<std::int32_t(int)>& partition_of = {}) {
+    std::vector<TestRecord> records;
+    for (int i = first; i < first + count; ++i)
+      records.push_back(record_of(topic, make_event(i), partition_of ? partition_of(i) : -1));
+    produce(records);
+  }
+
+  /// Orders 1-3 and then a malformed record, all to partition 0 of `topic`.
+  void produce_orders_then_a_malformed_one(const std::string& topic) {
+    std::vector<TestRecord> records;
+    for (int i = 1; i <= 3; ++i) records.push_back(record_of(topic, make_event(i), 0));
+    records.push_back({topic, "x", "{not json", {}, 0});
+    produce(records);
+  }
+
   static test::SharedBroker* broker_;
   std::string db_url_;
   std::unique_ptr<Store> observer_;
@@ -471,10 +489,7 @@ TEST_F(ConsumerTest, StopCommitsAndLeavesGroup) {
 TEST_F(ConsumerTest, AStopAtDepthTwoStoresThePositionItsLastLetterMoved) {
   const std::string topic = make_topic(1);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 3; ++i) records.push_back(record_of(topic, make_event(i + 1), 0));
-  records.push_back({topic, "x", "{not json", {}, 0});
-  produce(records);
+  produce_orders_then_a_malformed_one(topic);
   ConsumerConfig config = config_for(topic, group);
   config.pipeline_depth = 2;
   std::atomic<Consumer*> stopping{nullptr};
@@ -529,10 +544,7 @@ TEST_F(ConsumerTest, ARevokeAtDepthTwoStoresThePositionItsLastLetterMoved) {
   }
   const std::string topic = make_topic(1);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 3; ++i) records.push_back(record_of(topic, make_event(i + 1), 0));
-  records.push_back({topic, "x", "{not json", {}, 0});
-  produce(records);
+  produce_orders_then_a_malformed_one(topic);
 
   auto hold = pg->begin();
   hold->execute("SELECT pg_advisory_xact_lock(4242)");
@@ -592,9 +604,7 @@ TEST_F(ConsumerTest, ARevokeAtDepthTwoStoresThePositionItsLastLetterMoved) {
 TEST_F(ConsumerTest, AStoreThatLostEveryRowOfANewGroupGetsEveryEffectAgain) {
   const std::string topic = make_topic(2);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 20; ++i) records.push_back(record_of(topic, make_event(i + 1), i % 2));
-  produce(records);
+  produce_orders(topic, 1, 20, [](int i) { return (i - 1) % 2; });
   {
     RunningConsumer first(counting_consumer(config_for(topic, group), db_url_));
     ASSERT_TRUE(eventually([&] { return effects(group) == 20; }));
@@ -624,9 +634,7 @@ TEST_F(ConsumerTest, AStoreThatLostEveryRowOfANewGroupGetsEveryEffectAgain) {
 TEST_F(ConsumerTest, AnUpgradeFromOffsetsInKafkaOnlyResumesWhereKafkaStands) {
   const std::string topic = make_topic(2);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 10; ++i) records.push_back(record_of(topic, make_event(i + 1)));
-  produce(records);
+  produce_orders(topic, 1, 10);
   {
     ConsumerConfig before = config_for(topic, group);
     before.offsets_in_store = false;
@@ -634,9 +642,7 @@ TEST_F(ConsumerTest, AnUpgradeFromOffsetsInKafkaOnlyResumesWhereKafkaStands) {
     ASSERT_TRUE(eventually([&] { return effects(group) == 10; }));
     ASSERT_TRUE(first.stop());
   }
-  records.clear();
-  for (int i = 10; i < 15; ++i) records.push_back(record_of(topic, make_event(i + 1)));
-  produce(records);
+  produce_orders(topic, 11, 5);
   RunningConsumer next(counting_consumer(config_for(topic, group), db_url_));
   ASSERT_TRUE(eventually([&] { return effects(group) == 15; }));
   ASSERT_TRUE(next.stop());

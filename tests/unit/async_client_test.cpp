@@ -479,6 +479,17 @@ ClientConfig outage_config(int failures_to_open) {
   return config;
 }
 
+/// Starts `count` calls to `url`, keys `<prefix>-0`, `<prefix>-1`, ..., each completing
+/// into `results`.
+void start_calls(AsyncClient& client, const std::string& url, const std::string& prefix,
+                 std::size_t count, Results& results) {
+  for (std::size_t i = 0; i < count; ++i) {
+    client.start(
+        Request{.url = url, .body = "{}", .idempotency_key = fmt::format("{}-{}", prefix, i)},
+        results.callback(i));
+  }
+}
+
 TEST(AsyncClientBreaker, CallsToAnEndpointThatIsDownWaitForItInsteadOfGivingUp) {
   ScriptedServer server(outage_then_up(), 2 * kOutageCalls);
   ClientConfig config = outage_config(3);
@@ -487,12 +498,7 @@ TEST(AsyncClientBreaker, CallsToAnEndpointThatIsDownWaitForItInsteadOfGivingUp) 
   Results results(kOutageCalls);
   {
     AsyncClient client(config);
-    for (std::size_t i = 0; i < kOutageCalls; ++i) {
-      client.start(
-          Request{
-              .url = server.url(), .body = "{}", .idempotency_key = "outage-" + std::to_string(i)},
-          results.callback(i));
-    }
+    start_calls(client, server.url(), "outage", kOutageCalls, results);
     // Past every call's budget: a call giving up would have run its callback by now.
     ASSERT_TRUE(server.wait_for_requests(kOutageCalls * 3 + 1));
     ASSERT_TRUE(results.wait_for(kOutageCalls));
@@ -520,12 +526,7 @@ TEST(AsyncClientBreaker, WithoutABreakerTheSameOutageEndsEveryCall) {
   Results results(kOutageCalls);
   {
     AsyncClient client(config);
-    for (std::size_t i = 0; i < kOutageCalls; ++i) {
-      client.start(
-          Request{
-              .url = server.url(), .body = "{}", .idempotency_key = "outage-" + std::to_string(i)},
-          results.callback(i));
-    }
+    start_calls(client, server.url(), "outage", kOutageCalls, results);
     ASSERT_TRUE(results.wait_for(kOutageCalls));
   }
   for (const CallResult& r : results.results()) {
@@ -545,11 +546,7 @@ TEST(AsyncClientBreaker, AnEndpointThatAnswersIsUpWhateverItAnswers) {
   Results results(4);
   {
     AsyncClient client(config);
-    for (std::size_t i = 0; i < 4; ++i) {
-      client.start(
-          Request{.url = server.url(), .body = "{}", .idempotency_key = "bug-" + std::to_string(i)},
-          results.callback(i));
-    }
+    start_calls(client, server.url(), "bug", 4, results);
     ASSERT_TRUE(results.wait_for(4));
   }
   for (const CallResult& r : results.results()) EXPECT_EQ(r.status, CallStatus::RetriesExhausted);
@@ -572,11 +569,7 @@ TEST(AsyncClientBreaker, ARefusedConnectionOpensItAndTheDestructorCancelsWhatItH
   Results results(5);
   {
     AsyncClient client(config);
-    for (std::size_t i = 0; i < 5; ++i) {
-      client.start(
-          Request{.url = url, .body = "{}", .idempotency_key = "refused-" + std::to_string(i)},
-          results.callback(i));
-    }
+    start_calls(client, url, "refused", 5, results);
     std::unique_lock lock(mutex);
     ASSERT_TRUE(changed.wait_for(lock, 1min, [&] { return !events.empty(); }));
     EXPECT_TRUE(events.front().starts_with(fmt::format("true {} ", endpoint_of(url))))
