@@ -26,6 +26,7 @@
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 #include "stores/store_errors.hpp"
+#include "support/dead_letters.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/postgres_test_db.hpp"
@@ -120,17 +121,6 @@ TEST(StoreErrorOutcomes, ErrorsOfRealStatementsAndOneASwallowedErrorLeftBehind) 
   }
 }
 
-OrderConfirmed order(std::int64_t order_id) {
-  OrderConfirmed e;
-  e.event_id = new_uuid_v7();
-  e.occurred_at =
-      std::chrono::time_point_cast<std::chrono::microseconds>(std::chrono::system_clock::now());
-  e.order_id = order_id;
-  e.customer_id = 42;
-  e.total_amount = Amount::from_hundredths(1999);
-  return e;
-}
-
 class StoreErrorConsumerTest : public test::DevBrokerSuite {
  protected:
   void SetUp() override {
@@ -213,8 +203,8 @@ TEST_F(StoreErrorConsumerTest, ServerFaultsAreRetriedAndOnlyTheEventsFaultsDeadL
   // partition go on; a retried event goes first, once it stops raising.
   int partition = 0;
   for (const auto& [id, c] : cases) {
-    produce(topic, order(id), partition);
-    produce(topic, order(1000 + id), partition);
+    produce(topic, test::console_order(id), partition);
+    produce(topic, test::console_order(1000 + id), partition);
     ++partition;
   }
   const std::string group = test::unique_name("g");
@@ -270,7 +260,7 @@ TEST_F(StoreErrorConsumerTest, WhatNoEventIsToBlameForStopsTheConsumer) {
     const auto id = static_cast<std::int64_t>(i) + 1;
     cases[i][id] = {codes[i], Stop};
     const std::string topic = make_topic(1);
-    produce(topic, order(id), 0);
+    produce(topic, test::console_order(id), 0);
     groups.push_back(test::unique_name("g"));
     running.push_back(
         std::make_unique<test::RunningConsumer>(consumer(topic, groups.back(), cases[i], 0)));
