@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # idem_bench_consumer of two builds (an older commit's and this one's) against one
 # PostgreSQL server at fsync=on, full_page_writes=on, rounds interleaved (old, new, new,
-# old, old, new, ...) so load changes on a shared machine hit both alike; prints the best round of
-# every row per build, with the load average when that round started.
+# old, old, new, ...) so load changes on a shared machine hit both alike; prints the median and
+# the best round of every row per build, with the load average when the best round started.
 #
 #   scripts/with-postgres.sh bench/consumer-before-after.sh OLD_BENCH NEW_BENCH [ROUNDS] [-- ARGS...]
 #
@@ -74,11 +74,14 @@ for line in open(sys.argv[1]):
         order.append(key)
         best[key] = []
     best[key].append((int(rate), float(load), int(events)))
-print("\n| build | config | handler | batch | events | events/s (best) | every round | load at best |")
-print("|---|---|---|---:|---:|---:|---|---:|")
+print("\n| build | config | handler | batch | events | events/s (median) | events/s (best) | every round | load at best |")
+print("|---|---|---|---:|---:|---:|---:|---|---:|")
 for key in sorted(order, key=lambda k: (k[3], k[1], k[2], k[0])):
     runs = best[key]
     b = max(runs)
-    print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {b[2]} | {b[0]} | "
+    rates = sorted(r[0] for r in runs)
+    mid = len(rates) // 2
+    median = rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) // 2
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {b[2]} | {median} | {b[0]} | "
           f"{' / '.join(str(r[0]) for r in runs)} | {b[1]:.2f} |")
 EOF

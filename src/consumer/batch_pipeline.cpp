@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "consumer/partition_positions.hpp"
 #include "idem/error.hpp"
 
 namespace idem::detail {
@@ -81,7 +82,8 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
   if (processor.open()) processor.before_commit();  // on HookAbort, abandon() clears the lane
   // Now that the batch before is finished (its letters acknowledged, its records done),
   // where this one leaves its partitions is known.
-  if (!lane.result.offsets_written) lane.result.offsets = offsets_to_store(context_, lane.result);
+  if (context_.positions != nullptr && !lane.result.rows_written)
+    lane.result.rows = context_.positions->rows_after(lane.result.partitions);
   waiting_ = &lane;
   const auto commit = [&processor, &lane] {
     processor.commit(lane.result);
@@ -93,16 +95,6 @@ void BatchPipeline::submit(std::vector<KafkaMessage>& batch, const RetrySchedule
     return;
   }
   commit_->start(commit);
-}
-
-void BatchPipeline::offsets_verified() noexcept {
-  for (auto& processor : processors_) processor->offsets_verified();
-}
-
-bool BatchPipeline::connections_replaced() {
-  bool replaced = false;
-  for (auto& processor : processors_) replaced = processor->connection_replaced() || replaced;
-  return replaced;
 }
 
 void BatchPipeline::await_commit() {

@@ -76,14 +76,6 @@ class BatchPipeline {
   /// in flight (settle() first).
   [[nodiscard]] BatchProcessor& first_processor() noexcept { return *processors_[0]; }
 
-  /// BatchProcessor::offsets_verified() on every connection; only while nothing is in
-  /// flight (settle() first).
-  void offsets_verified() noexcept;
-  /// BatchProcessor::connection_replaced() on every connection (each is looked at, so
-  /// that all are replaced before the stored offsets are read again): whether one was
-  /// replaced since offsets_verified(). Only while nothing is in flight (settle() first).
-  [[nodiscard]] bool connections_replaced();
-
  private:
   void prepare(Lane& lane, const RetrySchedule& schedule);
   /// Waits for the commit of the batch in flight to return. \throws what it threw.

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "idem/consumer_offsets.hpp"
+#include "consumer/partition_positions.hpp"
 #include "idem/error.hpp"
 #include "kafka/kafka_handle.hpp"
 #include "stores/store_errors.hpp"
@@ -37,13 +37,13 @@ void call_hook(const ConsumerHooks& hooks, HookPoint point) {
 }
 
 BatchProcessor::BatchProcessor(const ConsumerContext& context, Store& store)
-    : context_(context),
-      config_(context.config),
-      store_(store),
-      verified_reconnects_(store.reconnects()) {}
+    : context_(context), config_(context.config), store_(store) {
+  if (context_.positions != nullptr) context_.positions->watch(store_);
+}
 
 BatchProcessor::~BatchProcessor() {
   rollback();
+  if (context_.positions != nullptr) context_.positions->unwatch(store_);
 }
 
 void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) {
@@ -85,8 +85,8 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     item.filed_as = {};
     item.error_class.clear();
     item.error_message.clear();
-    if (context_.progress != nullptr &&
-        context_.progress->letter_acknowledged(groups_.back().tp, m.offset)) {
+    if (context_.positions != nullptr &&
+        context_.positions->progress().letter_acknowledged(groups_.back().tp, m.offset)) {
       // Its letter was acknowledged already (before a restart, as the store says): sent
       // again it would reach the DLQ (or its retry topic) twice.
       item.valid = false;
@@ -147,10 +147,10 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
 }
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule, bool offsets_now) {
+                                    const RetrySchedule& schedule, bool rows_now) {
   pointers_.clear();
   for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule, offsets_now);
+  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule, rows_now);
 }
 
 void BatchProcessor::before_commit() {
@@ -163,9 +163,9 @@ void BatchProcessor::before_commit() {
 }
 
 BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule, bool offsets_now) {
+                                    const RetrySchedule& schedule, bool rows_now) {
   rollback();
-  offsets_now_ = offsets_now;
+  rows_now_ = rows_now && context_.positions != nullptr;
   BatchResult result;
   validate(batch);
   result.partitions.reserve(groups_.size());
@@ -177,51 +177,23 @@ BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> b
   return result;
 }
 
-void BatchProcessor::offsets_verified() noexcept {
-  verified_reconnects_ = store_.reconnects();
-}
-
-bool BatchProcessor::connection_replaced() {
-  if (!tx_) {
-    try {
-      store_.begin_read()->rollback();
-    } catch (const std::exception& e) {
-      context_.log(fmt::format("idem consumer: the store connection broke: {}", e.what()));
-    }
-  }
-  return store_.reconnects() != verified_reconnects_;
-}
-
-bool BatchProcessor::commit_offsets(std::span<const StoredOffset> offsets) {
-  rollback();
-  if (store_.reconnects() != verified_reconnects_) return false;
-  const std::unique_ptr<Transaction> tx = store_.begin();
-  // begin() may have replaced a broken connection: not verified either.
-  if (store_.reconnects() != verified_reconnects_) return false;
-  write_stored_offsets(*tx, config_.group_id, offsets);
-  tx->commit();
-  return true;
-}
-
 void BatchProcessor::commit(BatchResult& result) {
   if (!tx_) return;
   const std::unique_ptr<Transaction> tx = std::move(tx_);
-  const bool in_store = config_.offsets_in_store && context_.progress != nullptr;
-  if (in_store && store_.reconnects() != verified_reconnects_) {
+  if (context_.positions != nullptr && context_.positions->replaced(store_)) {
     // The connection was replaced since the stored offsets were last read (a failover may
     // have taken back transactions this consumer counts as done): written now, these
     // positions would cover records whose effects are gone. Nothing of the batch commits;
     // the consumer reads the stored offsets again and goes back where the store is behind.
     tx->rollback();
-    result.offsets_unverified = true;
+    context_.positions->unverified();
     const Error replaced(ErrorCode::Connection, ErrorSource::Internal,
                          "the store connection was replaced: reading the stored offsets again");
     fail_all(result, replaced);
     return;
   }
   try {
-    if (result.offsets && !result.offsets_written)
-      write_stored_offsets(*tx, config_.group_id, *result.offsets);
+    if (result.rows && !result.rows_written) context_.positions->write(*tx, *result.rows);
     tx->commit();
     result.committed = true;
   } catch (const std::exception& e) {
@@ -243,8 +215,8 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
     result.dead_letters.clear();
     result.processed = 0;
     result.duplicates = 0;
-    result.offsets.reset();
-    result.offsets_written = false;
+    result.rows.reset();
+    result.rows_written = false;
     for (auto& p : result.partitions) {
       p.decided_end = p.first_offset;
       p.retry_at.reset();
@@ -266,16 +238,6 @@ void BatchProcessor::tally_routes(BatchResult& result) const {
     }
     ++(item.fate == Item::Fate::Applied ? tally->applied : tally->duplicates);
   }
-}
-
-std::optional<std::vector<StoredOffset>> offsets_to_store(const ConsumerContext& context,
-                                                          const BatchResult& result) {
-  if (!context.config.offsets_in_store || context.progress == nullptr) return std::nullopt;
-  std::vector<StoredOffset> rows;
-  for (const PartitionOutcome& p : result.partitions) {
-    if (auto row = context.progress->to_store(p.tp, p.done_on_commit)) rows.push_back(*row);
-  }
-  return rows;
 }
 
 void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
@@ -302,12 +264,12 @@ bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedul
         return false;
       }
     }
-    if (tx_ && offsets_now_) {
+    if (tx_ && rows_now_) {
       // Deferred with the handlers' statements: the sync below (or, after the isolated
       // pass, the commit) sends them in the same round trip.
-      result.offsets = offsets_to_store(context_, result);
-      if (result.offsets) write_stored_offsets(*tx_, config_.group_id, *result.offsets);
-      result.offsets_written = result.offsets.has_value();
+      result.rows = context_.positions->rows_after(result.partitions);
+      if (result.rows) context_.positions->write(*tx_, *result.rows);
+      result.rows_written = result.rows.has_value();
     }
     if (tx_ && pass == Pass::Optimistic) {
       // The handlers' deferred statements run here; a failure among them belongs to
@@ -344,8 +306,8 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   result.routes.clear();
   result.processed = 0;
   result.duplicates = 0;
-  result.offsets.reset();
-  result.offsets_written = false;
+  result.rows.reset();
+  result.rows_written = false;
   for (auto& p : result.partitions) {
     p.decided_end = p.first_offset;
     p.retry_at = p.first_offset;

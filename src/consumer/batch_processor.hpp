@@ -63,20 +63,13 @@ struct BatchResult {
   bool committed = false;          ///< a transaction committed
   std::string failure;             ///< why the whole transaction failed (empty if not)
   std::vector<RouteTally> routes;  ///< per route, when records were filed under one
-  /// Not committed because the store connection was replaced since the stored offsets
-  /// were last read (commit()): the caller reads them again.
-  bool offsets_unverified = false;
-  /// The rows of stored offsets the transaction writes (offsets_to_store); nullopt when
-  /// offsets are not kept in the store. Written by prepare() (offsets_now) with the
-  /// handlers' statements, in their round trip, or else by commit().
-  std::optional<std::vector<StoredOffset>> offsets;
-  bool offsets_written = false;
+  /// The rows of idem_consumer_offsets the transaction writes
+  /// (PartitionPositions::rows_after); nullopt when positions are not kept in the store.
+  /// Written by prepare() (`rows_now`) with the handlers' statements, in their round
+  /// trip, or else by commit().
+  std::optional<std::vector<StoredOffset>> rows;
+  bool rows_written = false;
 };
-
-/// The rows a batch's transaction writes to the store (PartitionProgress::to_store of
-/// each of its partitions); nullopt when offsets are not kept in the store.
-[[nodiscard]] std::optional<std::vector<StoredOffset>> offsets_to_store(
-    const ConsumerContext& context, const BatchResult& result);
 
 /// Adds what `result` applied and skipped to `delta` (its totals stay the caller's), per
 /// route; dead letters count per route once acknowledged (DeadLetter::route).
@@ -101,43 +94,28 @@ class BatchProcessor {
   /// \throws HookAbort when a hook throws (the transaction is rolled back);
   ///   stopping_error (store_errors.hpp) when the store refuses one of idem's own
   ///   statements for good (rolled back too; the caller commits no offset of the batch).
-  /// `offsets_now`: no batch of the consumer is between its prepare and its settling, so
-  /// the stored offsets are known now and are written with the handlers' statements.
+  /// `rows_now`: no batch of the consumer is between its prepare and its settling, so
+  /// where its partitions will stand is known now, and the rows go with the handlers'
+  /// statements.
   [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
-                                    const RetrySchedule& schedule, bool offsets_now = false);
+                                    const RetrySchedule& schedule, bool rows_now = false);
   /// The same over records the caller owns (the effect pipeline's); they must stay alive
   /// until the result's dead letters are sent.
   [[nodiscard]] BatchResult prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule, bool offsets_now = false);
+                                    const RetrySchedule& schedule, bool rows_now = false);
   /// True between a prepare() that left a transaction open and commit() or rollback().
   [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
   /// The BeforeDbCommit hook, on the caller's thread, before commit(). \throws HookAbort
   /// when the hook throws (the open transaction is rolled back first).
   void before_commit();
   /// Commits what prepare() left open (nothing to do when nothing is), with
-  /// `result.offsets` written in the same transaction if prepare() did not write them,
-  /// and records in `result` whether it did; a failed commit makes it a failure of the
-  /// whole batch. With offsets kept in the store, on a connection replaced since
-  /// offsets_verified() nothing commits and `result.offsets_unverified` is set. Calls no hook, so
-  /// any thread may call it while the caller's thread goes on. \throws stopping_error as prepare()
-  /// does.
+  /// `result.rows` written in the same transaction if prepare() did not write them, and
+  /// records in `result` whether it did; a failed commit makes it a failure of the whole
+  /// batch. On a connection replaced since the stored offsets were read
+  /// (PartitionPositions::replaced) nothing commits and the positions are told
+  /// (unverified()). Calls no hook, so any thread may call it while the caller's thread
+  /// goes on. \throws stopping_error as prepare() does.
   void commit(BatchResult& result);
-  /// Writes `offsets` in a transaction of their own (positions moved by acknowledgements
-  /// alone); only while nothing is open. Returns false, writing nothing, when the
-  /// connection was replaced since offsets_verified(). \throws Error from the store.
-  bool commit_offsets(std::span<const StoredOffset> offsets);
-  /// The stored offsets were read on the database this processor's connection reaches
-  /// now (taken before that read, so a replacement during it counts).
-  void offsets_verified() noexcept;
-  /// Reconnects of this processor's store (Store::reconnects()); only while nothing is in
-  /// flight on it.
-  [[nodiscard]] std::uint64_t reconnects() const noexcept { return store_.reconnects(); }
-  /// Looks at the connection as the start of a transaction does (Store::begin_read(),
-  /// rolled back unused: a connection that broke is replaced; PostgreSQL sends nothing for
-  /// it, it reads what the server sent while the connection was idle) and returns whether
-  /// it was replaced since offsets_verified(). A replacement that failed is logged, and
-  /// counts (Store::reconnects()). Only while nothing is in flight on it.
-  [[nodiscard]] bool connection_replaced();
   /// Rolls back what prepare() left open (the batch before it failed: this one must not
   /// commit ahead of its retry).
   void rollback() noexcept;
@@ -186,9 +164,8 @@ class BatchProcessor {
   const ConsumerContext& context_;
   const ConsumerConfig& config_;  // context_.config
   Store& store_;
-  std::unique_ptr<Transaction> tx_;        // left open by prepare()
-  std::uint64_t verified_reconnects_ = 0;  // store_.reconnects() when offsets were last read
-  bool offsets_now_ = false;               // of the prepare() running
+  std::unique_ptr<Transaction> tx_;  // left open by prepare()
+  bool rows_now_ = false;            // of the prepare() running
   // Reused from batch to batch.
   std::vector<Item> items_;
   std::vector<Group> groups_;

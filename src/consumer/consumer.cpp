@@ -1,9 +1,10 @@
-// idem::Consumer: wires the poll loop, the batch pipeline, the dead-letter producer, the
-// partition progress, the stored offsets and the fetch gate (pauses, resumes, the retry
-// schedule) together. The order of one batch is the whole protocol: poll -> validate ->
-// transaction (mark, handlers, stored offsets, commit) -> DLQ acks -> offset commit; a
-// partition that failed pauses and retries after a backoff. With pipeline_depth 2 the next
-// batch is polled and prepared while one commits (BatchPipeline); each batch keeps this order.
+// idem::Consumer: sequences the poll loop, the batch pipeline, the effect pipeline, the
+// dead-letter producer, the partitions' positions (PartitionPositions, which decides where
+// each partition stands) and the fetch gate (pauses, resumes, seeks, the retry schedule). The order
+// of one batch is the whole protocol: poll -> validate -> transaction (mark, handlers, stored
+// offsets, commit) -> DLQ acks -> offset commit; a partition that failed pauses and retries after a
+// backoff. With pipeline_depth 2 the next batch is polled and prepared while one commits
+// (BatchPipeline); each batch keeps this order.
 #include "idem/consumer.hpp"
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,16 +23,13 @@
 #include "consumer/dedup_retention_declarer.hpp"
 #include "consumer/effect_pipeline.hpp"
 #include "consumer/fetch_gate.hpp"
-#include "consumer/idle_store_check.hpp"
-#include "consumer/partition_progress.hpp"
+#include "consumer/partition_positions.hpp"
 #include "consumer/poll_loop.hpp"
 #include "consumer/retry_topics.hpp"
-#include "consumer/stored_positions.hpp"
 #include "consumer/topic_retention_check.hpp"
 #include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "kafka/consumer_queries.hpp"
-#include "retry/backoff.hpp"
 
 namespace idem {
 
@@ -44,6 +40,7 @@ using detail::TopicPartition;
 namespace {
 
 using detail::bad_config;
+using SteadyClock = std::chrono::steady_clock;
 
 // How long one idle poll waits for a first record. stop() wakes it early; a paused
 // partition that becomes due shortens it.
@@ -52,41 +49,72 @@ constexpr std::chrono::milliseconds kIdleWait{500};
 // Attempts at reading the stored offsets at an assignment before the consumer stops.
 constexpr std::uint32_t kStoredOffsetReads = 8;
 
-detail::LogFn make_log(const ConsumerHooks& hooks) {
-  if (hooks.log) return hooks.log;
-  return [](std::string_view line) {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
-  };
+void log_to_stderr(std::string_view line) {
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
 }
+
+/// Where the consumer is in its life: started, asked to stop (from any thread), finishing.
+struct Lifecycle {
+  std::atomic<bool> started{false};
+  std::atomic<bool> stop_requested{false};
+  /// When stop() was first called (steady clock), or 0: the start of the stop timeout.
+  std::atomic<SteadyClock::rep> stop_requested_at{0};
+  /// Set once finish() began (run() thread): the revoke of the close must not commit again.
+  bool finishing = false;
+
+  void request_stop() noexcept {
+    SteadyClock::rep unset = 0;
+    stop_requested_at.compare_exchange_strong(unset, SteadyClock::now().time_since_epoch().count());
+    stop_requested.store(true);
+  }
+  /// The stop timeout counted from the first stop(), or from now without one.
+  [[nodiscard]] SteadyClock::time_point stop_deadline(
+      std::chrono::milliseconds timeout) const noexcept {
+    const SteadyClock::rep requested = stop_requested_at.load();
+    const SteadyClock::time_point from =
+        requested != 0 ? SteadyClock::time_point(SteadyClock::duration(requested))
+                       : SteadyClock::now();
+    return from + timeout;
+  }
+};
+
+/// The counters other threads read (Consumer::stats), and when the loop last turned.
+struct SharedStats {
+  mutable std::mutex mutex;
+  ConsumerStats totals;
+  std::atomic<SteadyClock::rep> last_loop{0};
+
+  void add(const ConsumerStats& delta) {
+    std::lock_guard lock(mutex);
+    totals.add(delta);
+  }
+};
 
 }  // namespace
 
 struct Consumer::Impl {
-  Impl(ConsumerConfig cfg, std::unique_ptr<Store> s, ConsumerHooks h)
+  Impl(ConsumerConfig cfg, std::unique_ptr<Store> s, ConsumerHooks h, bool forward_kafka_logs)
       : config(std::move(cfg)),
         store(std::move(s)),
         hooks(std::move(h)),
-        log(make_log(hooks)),
-        backoff(config.retry),
         retry_topics(config),
-        horizon_guard(config),
-        declarer(config, *store, horizon_guard, log) {
-    const bool forward = static_cast<bool>(hooks.log);
+        declarer(config, *store, hooks.log),
+        positions(config, *store, hooks.log) {
     poll = std::make_unique<detail::PollLoop>(
-        config, &log, forward,
+        config, &hooks.log, forward_kafka_logs,
         detail::PollLoop::Listener{
             [this](std::span<const TopicPartition> tps, bool lost) { on_revoked(tps, lost); },
             // Kafka's committed offsets follow the stored ones the partitions started from
             // where the two disagreed (lag tools read Kafka's).
             [this](std::span<const TopicPartition>) {
-              if (!start_commits.empty())
-                static_cast<void>(poll->commit(std::exchange(start_commits, {}), true));
+              std::vector<PartitionOffset> starts = positions.take_start_commits();
+              if (!starts.empty()) static_cast<void>(poll->commit(starts, true));
             },
             [this](std::span<const TopicPartition> tps) { return start_offsets(tps); },
-            [this](const TopicPartition& tp) { return stored.commit_metadata(tp); }});
-    gate = std::make_unique<detail::FetchGate>(*poll, progress);
-    dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &log, forward);
-    letters = std::make_unique<detail::DeadLetterSender>(*dlq, config, log);
+            [this](const TopicPartition& tp) { return positions.commit_metadata(tp); }});
+    gate = std::make_unique<detail::FetchGate>(*poll, positions.progress(), config.retry);
+    dlq = std::make_unique<detail::DeadLetterProducer>(config, retry_topics, &hooks.log,
+                                                       forward_kafka_logs);
     batches = std::make_unique<detail::BatchPipeline>(
         context, *store, [this](detail::BatchPipeline::Lane& lane) { finish_batch(lane); },
         [this] { poll->wake(); });
@@ -94,12 +122,10 @@ struct Consumer::Impl {
 
   void run();
   void loop();
-  void process_batch();
+  void process_batch(std::vector<detail::KafkaMessage>& batch);
   void finish_batch(detail::BatchPipeline::Lane& lane);
   void run_effects(ConsumerStats& delta, bool start_calls);
-  void add_stats(const ConsumerStats& delta);
-  /// Commits the positions that moved (asynchronously) and records them for lag().
-  /// Returns whether there were any.
+  /// Commits the positions that moved (asynchronously). Returns whether there were any.
   bool commit_moved(ConsumerStats& delta);
   /// Sends `r`'s dead letters; returns those the broker did not acknowledge.
   std::vector<PartitionOffset> send_dead_letters(const detail::BatchResult& r,
@@ -108,88 +134,71 @@ struct Consumer::Impl {
   void on_revoked(std::span<const TopicPartition> tps, bool lost);
   /// Finishes the batch and the apply whose commits are in flight.
   void settle_all();
-  /// Where assigned partitions start: at their stored offsets (offsets_in_store).
+  /// Whether a transaction is between its prepare and its settling.
+  [[nodiscard]] bool in_flight() const noexcept {
+    return batches->in_flight() || (effects && effects->applying());
+  }
+  /// Where assigned partitions start (PartitionPositions::starts).
   std::vector<std::optional<std::int64_t>> start_offsets(std::span<const TopicPartition> tps);
-  /// The store connection was replaced: reads the stored offsets again and goes back to
+  /// A store connection was replaced: reads the stored offsets again and goes back to
   /// them, dropping what was held of those partitions (a failover may have taken back
   /// transactions this consumer counts as done).
-  void resync_stored_offsets();
-  /// Every connection now reaches the database the stored offsets were read from.
-  void offsets_verified();
+  void go_back_to_the_store();
   /// With nothing in flight: writes positions moved by acknowledgements alone.
-  void write_unstored_offsets();
-  [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const noexcept;
-  [[nodiscard]] std::vector<std::string> finish(std::chrono::steady_clock::time_point deadline);
+  void write_moved_positions();
+  [[nodiscard]] std::vector<std::string> finish(SteadyClock::time_point deadline);
   void finish_quietly() noexcept;
   std::vector<PartitionLag> lag() const;
 
   ConsumerConfig config;
   std::unique_ptr<Store> store;
-  ConsumerHooks hooks;
-  detail::LogFn log;
+  ConsumerHooks hooks;  // hooks.log is set (stderr unless the caller's)
   detail::RouteTable routes;
-  detail::PartitionProgress progress;
-  detail::Backoff backoff;
   detail::RetryTopicMap retry_topics;
-  detail::DedupHorizonGuard horizon_guard;
-  detail::DedupRetentionDeclarer declarer;
-  detail::StoredPositions stored{config, *store, progress, log};
-  bool resync_due = false;  // a transaction found its connection replaced
-  detail::IdleStoreCheck idle_check{config, *store};
-  std::vector<PartitionOffset> start_commits;  // stored starts Kafka disagreed with
-  const detail::ConsumerContext context{
-      config,   hooks, log, routes, retry_topics, horizon_guard, detail::SteadyClock::real(),
-      &progress};
+  detail::DedupRetentionDeclarer declarer;  // owns the dedup horizon guard
+  detail::PartitionPositions positions;
+  const detail::ConsumerContext context{config,
+                                        hooks,
+                                        hooks.log,
+                                        routes,
+                                        retry_topics,
+                                        declarer.guard(),
+                                        detail::SteadyClock::real(),
+                                        &positions};
   std::unique_ptr<detail::DeadLetterProducer> dlq;
-  std::unique_ptr<detail::DeadLetterSender> letters;
   std::unique_ptr<detail::PollLoop> poll;
-  std::unique_ptr<detail::FetchGate> gate;  // over poll and progress
+  std::unique_ptr<detail::FetchGate> gate;  // over poll and the positions' progress
   // Declared after poll: records must be destroyed before the consumer handle.
   std::unique_ptr<detail::BatchPipeline> batches;
-  std::vector<detail::KafkaMessage> batch;
   std::unique_ptr<detail::EffectPipeline> effects;  // null without effect routes
-
-  // Next offset to process per partition, for lag(), read from another thread than the
-  // progress it copies; guarded by stats_mutex, dropped on revoke.
-  std::unordered_map<TopicPartition, std::int64_t, detail::TopicPartitionHash> processed_next;
-  std::atomic<std::chrono::steady_clock::rep> last_loop{0};
-
-  std::atomic<bool> stop_requested{false};
-  // When stop() was first called (steady clock), or 0: the start of the stop timeout.
-  std::atomic<std::chrono::steady_clock::rep> stop_requested_at{0};
-  // Set once finish() began: the revoke of the close must not commit again.
-  bool final_commit_attempted = false;
-  std::atomic<bool> started{false};
-  mutable std::mutex stats_mutex;
-  ConsumerStats stats;
+  Lifecycle life;
+  SharedStats shared;
 };
 
 void Consumer::Impl::on_revoked(std::span<const TopicPartition> tps, bool lost) {
   // The batch (and the effects' apply transaction) whose commit is in flight is finished
   // first, so its offsets are among those committed here and none is advanced for a
   // partition no longer owned.
-  if (!final_commit_attempted) {
+  if (!life.finishing) {
     settle_all();
     // The letters the settle acknowledged moved positions no transaction wrote; the next
     // owner starts from the store, and would send them again.
-    if (!lost) write_unstored_offsets();
+    if (!lost) write_moved_positions();
   }
   // Commit exactly what was processed before the partitions go; a failure (the mock
   // rejects commits during a rebalance) only means duplicates for the next owner.
   // While finishing, the final commit was made (or could not be made in time) already;
   // a synchronous one here could wait for a broker that is gone past the stop deadline.
-  const std::vector<PartitionOffset> positions = progress.positions(tps);
-  if (!lost && !final_commit_attempted && !positions.empty()) {
-    static_cast<void>(poll->commit(positions, /*async=*/false));
-    std::lock_guard lock(stats_mutex);
-    ++stats.offset_commits;
+  const std::vector<PartitionOffset> moved = positions.positions(tps);
+  if (!lost && !life.finishing && !moved.empty()) {
+    static_cast<void>(poll->commit(moved, /*async=*/false));
+    ConsumerStats delta;
+    delta.offset_commits = 1;
+    shared.add(delta);
   }
-  progress.forget(tps);
-  stored.forget(tps);
+  positions.forget(tps);
   gate->forget(tps);
   if (effects) effects->on_revoked(tps);
-  std::lock_guard lock(stats_mutex);
-  for (const auto& tp : tps) processed_next.erase(tp);
 }
 
 void Consumer::Impl::settle_all() {
@@ -197,112 +206,85 @@ void Consumer::Impl::settle_all() {
   if (effects) {
     ConsumerStats delta;
     effects->settle(delta);
-    add_stats(delta);
+    shared.add(delta);
   }
-}
-
-void Consumer::Impl::offsets_verified() {
-  batches->offsets_verified();
-  if (effects) effects->offsets_verified();
 }
 
 std::vector<std::optional<std::int64_t>> Consumer::Impl::start_offsets(
     std::span<const TopicPartition> tps) {
-  if (!stored.enabled()) return {};
+  if (!positions.in_store()) return {};
   settle_all();  // the first connection is free, and nothing commits unverified
   // Nothing of these partitions may be fetched before their stored offsets are known; a
   // store that does not answer for long stops the consumer (rethrown by the poll).
-  const std::vector<StoredOffset> rows = stored.read(stop_requested, kStoredOffsetReads);
+  const std::vector<StoredOffset> rows = positions.read(life.stop_requested, kStoredOffsetReads);
   std::vector<detail::CommittedOffset> kafka(tps.size());
   try {
     kafka = poll->committed(tps, std::chrono::seconds(10));
   } catch (const Error& e) {
-    log(fmt::format("idem consumer: Kafka's committed offsets not compared with the store's: {}",
-                    e.what()));
+    hooks.log(fmt::format(
+        "idem consumer: Kafka's committed offsets not compared with the store's: {}", e.what()));
   }
   ConsumerStats delta;
-  std::vector<std::optional<std::int64_t>> starts = stored.starts(tps, rows, kafka, delta);
-  add_stats(delta);
-  for (std::size_t i = 0; i < starts.size(); ++i) {
-    if (starts[i] && starts[i] != kafka[i].offset) start_commits.push_back({tps[i], *starts[i]});
-  }
-  offsets_verified();
+  std::vector<std::optional<std::int64_t>> starts = positions.starts(tps, rows, kafka, delta);
+  shared.add(delta);
   return starts;
 }
 
-void Consumer::Impl::resync_stored_offsets() {
+void Consumer::Impl::go_back_to_the_store() {
   settle_all();
   // Not read (the store is still away): nothing commits on the replaced connection
   // meanwhile, and the next turn tries again.
-  const std::optional<std::vector<StoredOffset>> rows = stored.read_again();
+  const std::optional<std::vector<StoredOffset>> rows = positions.read_again();
   if (!rows) return;
-  resync_due = false;
-  // The other connections, if broken too, are replaced before they count as verified.
-  static_cast<void>(detail::store_connections_replaced(*batches, effects.get()));
   ConsumerStats delta;
-  const std::vector<PartitionOffset> rewinds = stored.rewinds(poll->assignment(), *rows, delta);
-  add_stats(delta);
-  std::vector<TopicPartition> tps;
-  tps.reserve(rewinds.size());
-  for (const auto& r : rewinds) tps.push_back(r.tp);
-  // As if revoked and assigned again at the stored offsets, with no commit in between.
-  if (effects) effects->on_revoked(tps);
-  progress.forget(tps);
-  stored.restore(tps, *rows);
-  gate->rewind(rewinds);
-  offsets_verified();
+  const std::vector<PartitionOffset> back = positions.go_back(poll->assignment(), *rows, delta);
+  shared.add(delta);
+  if (effects) {
+    std::vector<TopicPartition> tps;
+    tps.reserve(back.size());
+    for (const auto& b : back) tps.push_back(b.tp);
+    effects->on_revoked(tps);
+  }
+  gate->rewind(back);
 }
 
-void Consumer::Impl::write_unstored_offsets() {
-  if (!stored.enabled() || batches->in_flight() || (effects && effects->applying())) return;
-  if (!stored.write_unstored(batches->first_processor())) resync_due = true;
+void Consumer::Impl::write_moved_positions() {
+  if (!in_flight()) positions.write_moved();
 }
 
 std::vector<PartitionLag> Consumer::Impl::lag() const {
-  // Runs on the caller's (scrape) thread; no librdkafka call is made under the lock (the
+  // Runs on the caller's (scrape) thread; no librdkafka call is made under a lock (the
   // poll thread takes it from callbacks).
   return detail::assignment_lag(
       poll->handle(),
       [this](std::string_view topic, std::int32_t partition) -> std::optional<std::int64_t> {
-        std::lock_guard lock(stats_mutex);
-        const auto it = processed_next.find({std::string(topic), partition});
-        if (it == processed_next.end()) return std::nullopt;
-        return it->second;
+        return positions.next_to_process({std::string(topic), partition});
       });
 }
 
-std::chrono::steady_clock::time_point Consumer::Impl::stop_deadline() const noexcept {
-  using SteadyClock = std::chrono::steady_clock;
-  const SteadyClock::rep requested = stop_requested_at.load();
-  const SteadyClock::time_point from =
-      requested != 0 ? SteadyClock::time_point(SteadyClock::duration(requested))
-                     : SteadyClock::now();
-  return from + config.stop_timeout;
-}
-
-std::vector<std::string> Consumer::Impl::finish(std::chrono::steady_clock::time_point deadline) {
-  batch.clear();
-  final_commit_attempted = true;
-  const std::vector<PartitionOffset> positions = progress.positions({});
-  if (!positions.empty()) {
-    std::lock_guard lock(stats_mutex);
-    ++stats.offset_commits;
+std::vector<std::string> Consumer::Impl::finish(SteadyClock::time_point deadline) {
+  life.finishing = true;
+  const std::vector<PartitionOffset> moved = positions.positions({});
+  if (!moved.empty()) {
+    ConsumerStats delta;
+    delta.offset_commits = 1;
+    shared.add(delta);
   }
-  return poll->finish(positions, deadline, format_duration(config.stop_timeout));
+  return poll->finish(moved, deadline, format_duration(config.stop_timeout));
 }
 
 void Consumer::Impl::finish_quietly() noexcept {
   try {
-    for (const std::string& problem : finish(stop_deadline()))
-      log("idem consumer: while closing: " + problem);
+    for (const std::string& problem : finish(life.stop_deadline(config.stop_timeout)))
+      hooks.log("idem consumer: while closing: " + problem);
   } catch (const std::exception& e) {
-    log(fmt::format("idem consumer: error while closing: {}", e.what()));
+    hooks.log(fmt::format("idem consumer: error while closing: {}", e.what()));
   } catch (...) {
   }
 }
 
 void Consumer::Impl::resume_due() {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SteadyClock::now();
   const auto due = gate->next_due();
   if (!due || *due > now) return;
   // A partition resumes at the record expected next, which a batch still committing moves:
@@ -313,7 +295,7 @@ void Consumer::Impl::resume_due() {
 
 void Consumer::Impl::run() {
   std::optional<detail::TopicRetentionCheck> retention_check;
-  if (config.check_topic_retention) retention_check.emplace(config, log);
+  if (config.check_topic_retention) retention_check.emplace(config, hooks.log);
   std::vector<std::string> subscription = config.topics;
   for (auto& name : retry_topics.all()) subscription.push_back(std::move(name));
   const bool has_effects = std::any_of(routes.begin(), routes.end(), [](const auto& r) {
@@ -321,19 +303,19 @@ void Consumer::Impl::run() {
   });
   if (has_effects) {
     effects = std::make_unique<detail::EffectPipeline>(
-        detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *gate, progress,
+        detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *gate, positions,
                                      [this](const detail::BatchResult& r, ConsumerStats& delta) {
                                        return send_dead_letters(r, delta);
                                      }});
   }
-  declarer.declare_at_start(stop_requested);
+  declarer.declare_at_start(life.stop_requested);
   poll->subscribe(subscription);
   try {
     loop();
     batches->settle();
     // As on a revoke: the letters of the batch finished just now moved positions that no
     // transaction wrote.
-    write_unstored_offsets();
+    write_moved_positions();
   } catch (const detail::HookAbort& abort) {
     batches->abandon();
     finish_quietly();
@@ -345,21 +327,22 @@ void Consumer::Impl::run() {
   }
   // Graceful stop: the last batch is processed; commit it and leave the group, both
   // bounded by the stop deadline. What could not be done is the caller's error to report.
-  const std::vector<std::string> undone = finish(stop_deadline());
+  const std::vector<std::string> undone = finish(life.stop_deadline(config.stop_timeout));
   if (!undone.empty()) {
-    for (std::size_t i = 1; i < undone.size(); ++i) log("idem consumer: " + undone[i]);
+    for (std::size_t i = 1; i < undone.size(); ++i) hooks.log("idem consumer: " + undone[i]);
     throw Error(ErrorCode::Timeout, ErrorSource::Kafka, "consumer stop: " + undone.front());
   }
 }
 
 void Consumer::Impl::loop() {
-  using SteadyClock = std::chrono::steady_clock;
   // While stopping, calls in flight are awaited (their results applied and committed)
   // and the poll keeps being served meanwhile; no new call starts.
   const std::atomic<bool> keep_polling{false};
   std::optional<SteadyClock::time_point> drain_deadline;
+  // Declared here, after poll: the records are destroyed before the consumer handle.
+  std::vector<detail::KafkaMessage> batch;
   while (true) {
-    const bool stopping = stop_requested.load();
+    const bool stopping = life.stop_requested.load();
     const auto now = SteadyClock::now();
     if (stopping) {
       if (!effects || effects->settled()) break;
@@ -368,15 +351,17 @@ void Consumer::Impl::loop() {
       // out session.timeout.ms before another member gets them).
       if (!drain_deadline) {
         drain_deadline =
-            std::min(now + config.call_drain_timeout, stop_deadline() - config.stop_timeout / 2);
+            std::min(now + config.call_drain_timeout,
+                     life.stop_deadline(config.stop_timeout) - config.stop_timeout / 2);
       }
       if (now >= *drain_deadline) {
-        log("idem consumer: stopping with calls still in flight; their events are not "
+        hooks.log(
+            "idem consumer: stopping with calls still in flight; their events are not "
             "committed and will be delivered again");
         break;
       }
     }
-    last_loop.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    shared.last_loop.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (declarer.renewal_due()) batches->settle();  // the declaration uses the first connection
     declarer.renew_if_due();
     resume_due();
@@ -392,9 +377,9 @@ void Consumer::Impl::loop() {
     // A batch whose commit is in flight is finished as soon as the commit returns; the
     // poll stops waiting for it then.
     poll->poll_batch(batch, config.batch_size, wait, config.batch_window,
-                     stopping ? keep_polling : stop_requested,
+                     stopping ? keep_polling : life.stop_requested,
                      effects ? &effects->wake_flag() : &batches->commit_done());
-    if (!batch.empty()) idle_check.records_polled(now);
+    if (!batch.empty()) positions.records_polled(now);
     // Polled while the calls drain (the poll keeps the membership alive): not taken. They
     // are the next owner's; nothing of them is received, so no commit covers them.
     if (stopping) batch.clear();
@@ -416,55 +401,46 @@ void Consumer::Impl::loop() {
       if (batch.size() != polled) detail::call_hook(hooks, HookPoint::BatchPolled);
     }
     if (!batch.empty())
-      process_batch();
+      process_batch(batch);
     else
       batches->settle();
     batch.clear();
     if (effects) run_effects(effect_delta, !stopping);
-    if (effects && effects->take_offsets_unverified()) resync_due = true;
     // Idle: no transaction would notice a failover, nor apply again what it took back.
-    if (!resync_due && !stopping && idle_check.take_due(now))
-      resync_due = detail::store_connections_replaced(*batches, effects.get());
-    if (resync_due) resync_stored_offsets();
-    write_unstored_offsets();
+    if (!positions.resync_due() && !stopping && !in_flight()) positions.idle_look(now);
+    if (positions.resync_due()) go_back_to_the_store();
+    write_moved_positions();
   }
 }
 
 void Consumer::Impl::run_effects(ConsumerStats& delta, bool start_calls) {
   effects->turn(delta, start_calls);
   const bool committed = commit_moved(delta);
-  add_stats(delta);
+  shared.add(delta);
   if (committed) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
 }
 
 bool Consumer::Impl::commit_moved(ConsumerStats& delta) {
-  const std::vector<PartitionOffset> moved = progress.take_moved();
+  const std::vector<PartitionOffset> moved = positions.take_moved();
   if (moved.empty()) return false;
   static_cast<void>(poll->commit(moved, /*async=*/true));
   delta.offset_commits = 1;
-  std::lock_guard lock(stats_mutex);
-  for (const auto& p : moved) processed_next[p.tp] = p.offset;
   return true;
-}
-
-void Consumer::Impl::add_stats(const ConsumerStats& delta) {
-  std::lock_guard lock(stats_mutex);
-  stats.add(delta);
 }
 
 std::vector<PartitionOffset> Consumer::Impl::send_dead_letters(const detail::BatchResult& r,
                                                                ConsumerStats& delta) {
-  std::vector<PartitionOffset> refused = letters->send(r, delta);
+  std::vector<PartitionOffset> refused = detail::send_letters(*dlq, config, hooks.log, r, delta);
   for (const detail::DeadLetter& letter : r.dead_letters) {
     const rd_kafka_message_t& m = *letter.original;
     PartitionOffset at{{rd_kafka_topic_name(m.rkt), m.partition}, m.offset};
     if (std::find(refused.begin(), refused.end(), at) == refused.end())
-      progress.acknowledge_letter(at.tp, at.offset);
+      positions.progress().acknowledge_letter(at.tp, at.offset);
   }
   return refused;
 }
 
-void Consumer::Impl::process_batch() {
+void Consumer::Impl::process_batch(std::vector<detail::KafkaMessage>& batch) {
   detail::call_hook(hooks, HookPoint::BatchPolled);
   batches->submit(batch, gate->schedule());
   if (effects) batches->settle();  // the effect path uses the first connection
@@ -475,7 +451,7 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   ConsumerStats delta;
   delta.delivered = lane.batch.size();
   if (!r.failure.empty()) {
-    log(
+    hooks.log(
         fmt::format("idem consumer: batch of {} record(s) not committed, retrying its "
                     "partitions after a backoff: {}",
                     lane.batch.size(), r.failure));
@@ -484,13 +460,11 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
   delta.duplicates = r.duplicates;
   detail::add_route_counts(r, delta);
   delta.transactions = r.committed ? 1 : 0;
-  if (r.committed && r.offsets) {
-    for (const StoredOffset& row : *r.offsets) progress.stored(row);
-  }
-  if (r.offsets_unverified) resync_due = true;
+  if (r.committed && r.rows) positions.committed(*r.rows);
   const std::vector<PartitionOffset> refused = send_dead_letters(r, delta);
 
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SteadyClock::now();
+  detail::PartitionProgress& progress = positions.progress();
   std::vector<std::int64_t> refused_here;
   for (auto& p : r.partitions) {
     refused_here.clear();
@@ -501,20 +475,20 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
     if (const auto position = progress.commit_position(p.tp)) gate->progressed(p.tp, *position);
     if (!again) continue;
     p.retry_at = again;  // BatchPipeline holds the partition's later records back too
-    const auto delay = gate->retry_later(p.tp, *again, now, backoff);
+    const auto delay = gate->retry_later(p.tp, *again, now);
     const auto retried = std::find_if(lane.batch.begin(), lane.batch.end(), [&](const auto& m) {
       return m->partition == p.tp.partition && m->offset == *again &&
              p.tp.topic == rd_kafka_topic_name(m->rkt);
     });
     if (retried != lane.batch.end()) {
-      log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
-                      delay.count()));
+      hooks.log(fmt::format("idem consumer: retrying {} in {} ms", record_location(**retried),
+                            delay.count()));
     }
     ++delta.retries;
   }
 
   const bool committed = commit_moved(delta);
-  add_stats(delta);
+  shared.add(delta);
   if (committed) detail::call_hook(hooks, HookPoint::AfterOffsetCommit);
   if (hooks.on_batch)
     hooks.on_batch({lane.batch.size(), r.committed, lane.committed - lane.started});
@@ -523,14 +497,18 @@ void Consumer::Impl::finish_batch(detail::BatchPipeline::Lane& lane) {
 Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, ConsumerHooks hooks) {
   detail::validate_consumer_config(config);
   if (!store) bad_config("store is null");
-  impl_ = std::make_unique<Impl>(std::move(config), std::move(store), std::move(hooks));
+  // librdkafka's own lines go to the caller's log only when the caller gave one.
+  const bool forward_kafka_logs = static_cast<bool>(hooks.log);
+  if (!hooks.log) hooks.log = log_to_stderr;
+  impl_ = std::make_unique<Impl>(std::move(config), std::move(store), std::move(hooks),
+                                 forward_kafka_logs);
 }
 
 Consumer::~Consumer() = default;
 
 void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route,
                          bool has_handler) {
-  if (impl_->started.load()) bad_config("on() after run() started");
+  if (impl_->life.started.load()) bad_config("on() after run() started");
   if (!has_handler) bad_config(fmt::format("empty handler for topic '{}'", topic));
   const auto& topics = impl_->config.topics;
   if (std::find(topics.begin(), topics.end(), topic) == topics.end())
@@ -558,15 +536,12 @@ void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::Effec
 }
 
 void Consumer::run() {
-  if (impl_->started.exchange(true)) bad_config("run() may be called only once");
+  if (impl_->life.started.exchange(true)) bad_config("run() may be called only once");
   impl_->run();
 }
 
 void Consumer::stop() noexcept {
-  std::chrono::steady_clock::rep unset = 0;
-  impl_->stop_requested_at.compare_exchange_strong(
-      unset, std::chrono::steady_clock::now().time_since_epoch().count());
-  impl_->stop_requested.store(true);
+  impl_->life.request_stop();
   impl_->poll->wake();
 }
 
@@ -575,11 +550,11 @@ std::vector<PartitionLag> Consumer::lag() const {
 }
 
 ConsumerStats Consumer::stats() const {
-  std::lock_guard lock(impl_->stats_mutex);
-  ConsumerStats out = impl_->stats;
-  impl_->horizon_guard.fill(out);
-  out.last_loop = std::chrono::steady_clock::time_point(
-      std::chrono::steady_clock::duration(impl_->last_loop.load(std::memory_order_relaxed)));
+  std::lock_guard lock(impl_->shared.mutex);
+  ConsumerStats out = impl_->shared.totals;
+  impl_->declarer.guard().fill(out);
+  out.last_loop = SteadyClock::time_point(
+      SteadyClock::duration(impl_->shared.last_loop.load(std::memory_order_relaxed)));
   return out;
 }
 

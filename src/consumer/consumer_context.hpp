@@ -1,20 +1,21 @@
 #pragma once
 // What every part of idem::Consumer's processing reads and none owns: the configuration,
 // the hooks and the log line sink, the routes (topic -> handler), the retry topics, the
-// dedup horizon guard and the steady clock. Consumer::Impl owns them and hands this out by
-// reference; each must outlive whoever holds it.
+// dedup horizon guard, the steady clock and the partitions' positions. Consumer::Impl owns them and
+// hands this out by reference; each must outlive whoever holds it.
 #include <map>
 #include <memory>
 #include <string>
 
 #include "consumer/dedup_horizon_guard.hpp"
-#include "consumer/partition_progress.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
 #include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
+
+class PartitionPositions;
 
 using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
 
@@ -29,10 +30,11 @@ struct ConsumerContext {
   DedupHorizonGuard& horizon_guard;
   /// The clock of retry times, backoffs and deferrals (SteadyClock::real() but in tests).
   const SteadyClock& steady_clock;
-  /// Letters acknowledged above the committed positions (a record whose letter the broker
-  /// acknowledged, by this process or before a restart, is skipped, not sent again);
-  /// null: none are known. Read on the run() thread only.
-  const PartitionProgress* progress = nullptr;
+  /// Where the partitions stand (PartitionPositions): the letters acknowledged above the
+  /// committed positions (a record whose letter the broker acknowledged, by this process
+  /// or before a restart, is skipped, not sent again), the rows each transaction writes,
+  /// and whether its connection may commit. Null: none of that (a processor on its own).
+  PartitionPositions* positions = nullptr;
 };
 
 }  // namespace idem::detail

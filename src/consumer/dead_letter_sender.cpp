@@ -8,10 +8,12 @@
 
 namespace idem::detail {
 
-std::vector<PartitionOffset> DeadLetterSender::send(const BatchResult& r, ConsumerStats& delta) {
+std::vector<PartitionOffset> send_letters(DeadLetterProducer& producer,
+                                          const ConsumerConfig& config, const LogFn& log,
+                                          const BatchResult& r, ConsumerStats& delta) {
   std::vector<PartitionOffset> refused;
   if (r.dead_letters.empty()) return refused;
-  std::vector<rd_kafka_resp_err_t> errors = producer_.send(r.dead_letters, config_.dlq_ack_timeout);
+  std::vector<rd_kafka_resp_err_t> errors = producer.send(r.dead_letters, config.dlq_ack_timeout);
   // A retry letter refused as too large for its retry topic is refused on every attempt
   // (the whole record must go there, to be processed again): its partition would stop
   // there for good and its call be repeated forever. The record becomes a dead letter
@@ -31,7 +33,7 @@ std::vector<PartitionOffset> DeadLetterSender::send(const BatchResult& r, Consum
   std::vector<const DeadLetter*> sent(r.dead_letters.size());
   for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = &r.dead_letters[i];
   if (!instead.empty()) {
-    const auto again = producer_.send(instead, config_.dlq_ack_timeout);
+    const auto again = producer.send(instead, config.dlq_ack_timeout);
     for (std::size_t k = 0; k < instead.size(); ++k) {
       errors[instead_of[k]] = again[k];
       sent[instead_of[k]] = &instead[k];
@@ -52,8 +54,8 @@ std::vector<PartitionOffset> DeadLetterSender::send(const BatchResult& r, Consum
         ++route.dead_lettered;
         ++route.dead_lettered_by_reason[letter.error_class];
       }
-      log_(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
-                       record_location(*letter.original), letter.error_class, letter.attempts));
+      log(fmt::format("idem consumer: dead-lettered {} class={} attempts={}",
+                      record_location(*letter.original), letter.error_class, letter.attempts));
       continue;
     }
     // Never lose a bad message: the partition goes back to this record and retries. A

@@ -12,20 +12,12 @@
 
 namespace idem::detail {
 
-class DeadLetterSender {
- public:
-  /// Everything must outlive the sender.
-  DeadLetterSender(DeadLetterProducer& producer, const ConsumerConfig& config, const LogFn& log)
-      : producer_(producer), config_(config), log_(log) {}
-
-  /// Sends `r`'s letters and waits for the broker (ConsumerConfig::dlq_ack_timeout);
-  /// counts them in `delta`. Returns the records whose letters were not acknowledged.
-  [[nodiscard]] std::vector<PartitionOffset> send(const BatchResult& r, ConsumerStats& delta);
-
- private:
-  DeadLetterProducer& producer_;
-  const ConsumerConfig& config_;
-  const LogFn& log_;
-};
+/// Sends `r`'s letters through `producer` and waits for the broker
+/// (ConsumerConfig::dlq_ack_timeout); counts them in `delta`. Returns the records whose
+/// letters were not acknowledged.
+[[nodiscard]] std::vector<PartitionOffset> send_letters(DeadLetterProducer& producer,
+                                                        const ConsumerConfig& config,
+                                                        const LogFn& log, const BatchResult& r,
+                                                        ConsumerStats& delta);
 
 }  // namespace idem::detail

@@ -29,8 +29,8 @@ std::string this_process() {
 }  // namespace
 
 DedupRetentionDeclarer::DedupRetentionDeclarer(const ConsumerConfig& config, Store& store,
-                                               DedupHorizonGuard& guard, const LogFn& log)
-    : config_(config), store_(store), guard_(guard), log_(log), declared_by_(this_process()) {}
+                                               const LogFn& log)
+    : config_(config), store_(store), guard_(config), log_(log), declared_by_(this_process()) {}
 
 milliseconds DedupRetentionDeclarer::renew_interval(milliseconds retention) noexcept {
   return std::min<milliseconds>(kDedupRetentionRenewal, retention / 6);

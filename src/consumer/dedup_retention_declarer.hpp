@@ -5,7 +5,8 @@
 // while it runs (a declaration expires `retention` after its last renewal). Each
 // declaration also reads what maintenance has dropped, which the horizon guard then
 // treats as stale: a consumer started after a shorter pass never re-executes an event
-// whose mark is gone.
+// whose mark is gone. The declarer owns that guard; every part of the consumer judges
+// events by it (ConsumerContext::horizon_guard).
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -19,8 +20,10 @@ namespace idem::detail {
 
 class DedupRetentionDeclarer {
  public:
-  DedupRetentionDeclarer(const ConsumerConfig& config, Store& store, DedupHorizonGuard& guard,
-                         const LogFn& log);
+  DedupRetentionDeclarer(const ConsumerConfig& config, Store& store, const LogFn& log);
+
+  /// The horizon guard, told what maintenance dropped at each declaration.
+  [[nodiscard]] DedupHorizonGuard& guard() noexcept { return guard_; }
 
   /// Checks the store's idem schema version (require_idem_schema), then declares, before
   /// the first poll. Transient store errors are retried with the consumer's backoff until
@@ -45,7 +48,7 @@ class DedupRetentionDeclarer {
 
   const ConsumerConfig& config_;
   Store& store_;
-  DedupHorizonGuard& guard_;
+  DedupHorizonGuard guard_;
   const LogFn& log_;
   const std::string declared_by_;
   std::chrono::steady_clock::time_point next_renewal_{};

@@ -15,7 +15,7 @@ EffectPipeline::EffectPipeline(Deps deps)
       config_(deps_.context.config),
       completions_(std::make_shared<CompletionQueue>()),
       scheduler_(config_.max_in_flight),
-      windows_(deps_.gate, deps_.progress, config_.max_buffered_per_partition),
+      windows_(deps_.gate, deps_.positions.progress(), config_.max_buffered_per_partition),
       key_backoff_(config_.retry),
       apply_backoff_(config_.retry) {
   for (const auto& [topic, route] : deps_.context.routes) {
@@ -127,7 +127,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   // either: the processor skips it, so the letter is not sent again.
   bool callable = e.record->headers.size() <= config_.limits.max_headers &&
                   !deps_.context.retry_topics.header_problem(*e.message) &&
-                  !deps_.progress.letter_acknowledged(e.tp, e.message->offset);
+                  !deps_.positions.progress().letter_acknowledged(e.tp, e.message->offset);
   if (callable) {
     EffectRoute::Owned owned = route.parse_owned(e.record->info, config_.limits);
     callable = owned.event_id.ok();
@@ -337,7 +337,7 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
   Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
   // The apply before was settled: where this one leaves its partitions is known now.
-  a.result = processor.prepare(messages, no_schedule_, /*offsets_now=*/true);
+  a.result = processor.prepare(messages, no_schedule_, /*rows_now=*/true);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
   const auto commit = [this, &processor] {
@@ -371,10 +371,7 @@ void EffectPipeline::finish_apply(ConsumerStats& delta, Applying& a, TimePoint n
   delta.duplicates += r.duplicates;
   add_route_counts(r, delta);
   if (r.committed) ++delta.transactions;
-  if (r.committed && r.offsets) {
-    for (const StoredOffset& row : *r.offsets) deps_.progress.stored(row);
-  }
-  if (r.offsets_unverified) offsets_unverified_ = true;
+  if (r.committed && r.rows) deps_.positions.committed(*r.rows);
   if (!r.failure.empty()) {
     // The transaction failed as a whole (the store is down): every result waits, and no
     // call is repeated for it.
@@ -405,7 +402,7 @@ void EffectPipeline::settle_applied(const BatchResult& r, std::span<const Partit
     const std::int64_t offset = e.message->offset;
     const std::optional<std::int64_t> stop = retry_at[e.tp];
     if (!stop || offset < *stop) {
-      deps_.progress.done(e.tp, offset);
+      deps_.positions.progress().done(e.tp, offset);
       finish(t);
       continue;
     }
@@ -420,18 +417,6 @@ void EffectPipeline::settle_applied(const BatchResult& r, std::span<const Partit
     }
     ready_.push_back(t);  // held back behind the retry in its partition: applied again
   }
-}
-
-void EffectPipeline::offsets_verified() noexcept {
-  if (applier_) applier_->offsets_verified();
-}
-
-bool EffectPipeline::apply_connection_replaced() {
-  return applier_ && applier_->connection_replaced();
-}
-
-bool EffectPipeline::take_offsets_unverified() noexcept {
-  return std::exchange(offsets_unverified_, false);
 }
 
 void EffectPipeline::finish(std::uint64_t ticket) {

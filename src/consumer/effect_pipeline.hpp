@@ -15,8 +15,9 @@
 //      calls; the next apply transaction starts once that commit returned and its
 //      outcome was settled (dead letters sent, offsets advanced, keys freed);
 //   4. each record applied (or dead-lettered and acknowledged) is done in the consumer's
-//      PartitionProgress, which moves the partition's commit position over its contiguous
-//      done prefix only; a partition holding too many records is held in the FetchGate.
+//      PartitionPositions (its PartitionProgress), which moves the partition's commit position over
+//      its contiguous done prefix only; a partition holding too many records is held in the
+//      FetchGate.
 // A call that completes with retry() holds back only its key (capped backoff), or, with
 // retry topics on, sends its record to the next retry topic and frees the key. Records
 // of revoked partitions are dropped; a call still in flight for one keeps its key busy
@@ -44,6 +45,7 @@
 #include "consumer/effect_record.hpp"
 #include "consumer/fetch_gate.hpp"
 #include "consumer/keyed_scheduler.hpp"
+#include "consumer/partition_positions.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/retry_topics.hpp"
 #include "retry/backoff.hpp"
@@ -65,8 +67,8 @@ class EffectPipeline {
     /// On the first connection: applies commit inline there when the store has no
     /// second connection (a private in-memory SQLite database).
     BatchProcessor& processor;
-    FetchGate& gate;              ///< holds partitions that are full; wakes the poll
-    PartitionProgress& progress;  ///< the consumer's, shared with the batch path
+    FetchGate& gate;                ///< holds partitions that are full; wakes the poll
+    PartitionPositions& positions;  ///< the consumer's, shared with the batch path
     SendDeadLetters send_dead_letters;
   };
 
@@ -102,15 +104,6 @@ class EffectPipeline {
     return calling_ == 0 && ready_.empty() && !applying_;
   }
 
-  /// BatchProcessor::offsets_verified() on the apply connection; only while nothing is
-  /// applying (settle() first).
-  void offsets_verified() noexcept;
-  /// BatchProcessor::connection_replaced() on the apply connection (false without one);
-  /// only while nothing is applying (settle() first).
-  [[nodiscard]] bool apply_connection_replaced();
-  /// True (once) when an apply did not commit because its connection was replaced since
-  /// the stored offsets were read: the consumer reads them again.
-  [[nodiscard]] bool take_offsets_unverified() noexcept;
   /// Whether an apply transaction is between its prepare and its settling.
   [[nodiscard]] bool applying() const noexcept { return applying_.has_value(); }
 
@@ -197,7 +190,6 @@ class EffectPipeline {
   std::unordered_set<TopicPartition, TopicPartitionHash> touched_;  // admitted by admit()
   std::map<StageKey, const StagedCall*> staged_;
   std::uint32_t apply_failures_ = 0;
-  bool offsets_unverified_ = false;
   TimePoint apply_not_before_{};
   // The apply transactions' own connection and processor (null: no second connection;
   // applies then commit inline through deps_.processor).

@@ -47,8 +47,8 @@ void FetchGate::drop_held(std::vector<KafkaMessage>& batch) const {
 }
 
 std::chrono::milliseconds FetchGate::retry_later(const TopicPartition& tp, std::int64_t offset,
-                                                 TimePoint now, Backoff& backoff) {
-  const auto delay = schedule_.failed(tp, offset, now, backoff);
+                                                 TimePoint now) {
+  const auto delay = schedule_.failed(tp, offset, now, backoff_);
   hold(tp, Hold::Retry, offset);
   return delay;
 }

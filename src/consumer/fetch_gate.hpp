@@ -38,9 +38,9 @@ class FetchGate {
     Retry = 2,   ///< a record of it is not due yet (RetrySchedule)
   };
 
-  /// `fetch` and `progress` must outlive the gate.
-  FetchGate(FetchControl& fetch, PartitionProgress& progress)
-      : fetch_(fetch), progress_(progress) {}
+  /// `fetch` and `progress` must outlive the gate. `retry` spaces the blocking retries.
+  FetchGate(FetchControl& fetch, PartitionProgress& progress, const RetryPolicy& retry = {})
+      : fetch_(fetch), progress_(progress), backoff_(retry) {}
 
   /// Holds `tp` for `why` from `at` on (at or after the record PartitionProgress expects
   /// next): it is paused there. The expected record does not move: records before `at`
@@ -58,9 +58,10 @@ class FetchGate {
   void wake() noexcept { fetch_.wake(); }
 
   /// A blocking retry of the record at `offset` of `tp` (PartitionProgress already
-  /// rewound there): holds the partition until now + backoff. Returns the delay.
+  /// rewound there): holds the partition until now + the backoff of its attempts so far.
+  /// Returns the delay.
   std::chrono::milliseconds retry_later(const TopicPartition& tp, std::int64_t offset,
-                                        TimePoint now, Backoff& backoff);
+                                        TimePoint now);
   /// Retry-topic records of `batch` whose not-before is after `wall_now_ms`: each such
   /// partition is held from its first one until that is due, and that record and the
   /// partition's later ones leave the batch (they come again); its earlier ones stay.
@@ -92,6 +93,7 @@ class FetchGate {
   };
   FetchControl& fetch_;
   PartitionProgress& progress_;
+  Backoff backoff_;
   RetrySchedule schedule_;
   std::unordered_map<TopicPartition, Held, TopicPartitionHash> held_;
 };

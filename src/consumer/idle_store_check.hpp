@@ -2,12 +2,12 @@
 // When an idle consumer looks at its store connections (ConsumerConfig::idle_store_check).
 //
 // A failover is noticed by the transaction that finds its connection replaced
-// (BatchProcessor::commit); a consumer whose partitions get no record runs none, and the
-// effects the failover took back stay missing for as long as they stay quiet. So once no
-// record was polled for a whole interval, and at that interval while none is, the consumer
-// looks at every connection (BatchProcessor::connection_replaced: the socket is read
-// without blocking, nothing is sent, a broken connection is replaced) and, when one was
-// replaced, goes back to the stored offsets as after any replacement.
+// (PartitionPositions::replaced, asked by BatchProcessor::commit); a consumer whose partitions get
+// no record runs none, and the effects the failover took back stay missing for as long as they stay
+// quiet. So once no record was polled for a whole interval, and at that interval while none is, the
+// consumer looks at every connection (PartitionPositions::idle_look: the socket is read without
+// blocking, nothing is sent, a broken connection is replaced) and, when one was replaced,
+// goes back to the stored offsets as after any replacement.
 //
 // Why the socket and not a round trip (a query): a server that died (killed, shut down,
 // its sessions terminated) has closed its connections, and the look sees that at once;
@@ -18,8 +18,6 @@
 // moves the deadline on with the time of the turn it measured already.
 #include <chrono>
 
-#include "consumer/batch_pipeline.hpp"
-#include "consumer/effect_pipeline.hpp"
 #include "idem/consumer.hpp"
 #include "idem/store.hpp"
 
@@ -51,16 +49,5 @@ class IdleStoreCheck {
   bool on_;
   TimePoint next_{};  // the first turn looks: nothing was polled yet
 };
-
-/// Whether a connection of `batches` or of `effects` (null: none) was replaced since the
-/// stored offsets were read. Each one is looked at (BatchProcessor::connection_replaced),
-/// so that all are replaced before the offsets are read again. With a transaction in
-/// flight it looks at none and returns false: that transaction's commit looks itself.
-[[nodiscard]] inline bool store_connections_replaced(BatchPipeline& batches,
-                                                     EffectPipeline* effects) {
-  if (batches.in_flight() || (effects != nullptr && effects->applying())) return false;
-  const bool batch_connections = batches.connections_replaced();
-  return (effects != nullptr && effects->apply_connection_replaced()) || batch_connections;
-}
 
 }  // namespace idem::detail

@@ -77,7 +77,7 @@ std::vector<std::int64_t> PartitionProgress::letters_from(const Window& w, std::
   return {w.letters.lower_bound(from), w.letters.end()};
 }
 
-std::optional<StoredOffset> PartitionProgress::to_store(
+std::optional<StoredOffset> PartitionProgress::row_after(
     const TopicPartition& tp, std::span<const std::int64_t> done_on_commit) const {
   const auto it = windows_.find(tp);
   const Window none;
@@ -108,31 +108,13 @@ std::optional<StoredOffset> PartitionProgress::to_store(
     position = offset + 1;
   }
   if (position < 0) return std::nullopt;
-  StoredOffset row{tp.topic, tp.partition, position, letters_from(w, position), {}};
-  if (w.stored && *w.stored == row) return std::nullopt;  // nothing new to write
-  return row;
+  return StoredOffset{tp.topic, tp.partition, position, letters_from(w, position), {}};
 }
 
-void PartitionProgress::stored(const StoredOffset& row) {
-  windows_[{row.topic, row.partition}].stored = row;
-}
-
-void PartitionProgress::restore(const StoredOffset& row) {
-  Window& w = windows_[{row.topic, row.partition}];
-  w.stored = row;
-  w.letters.insert(row.acknowledged_letters.begin(), row.acknowledged_letters.end());
-}
-
-std::vector<StoredOffset> PartitionProgress::unstored() const {
-  std::vector<StoredOffset> out;
-  for (const auto& [tp, w] : windows_) {
-    std::optional<StoredOffset> now = to_store(tp, {});
-    if (!now) continue;
-    // Never behind what is stored: a position read at assignment is not taken back by one
-    // that started lower (records the store already counts as done, delivered again).
-    if (w.stored && w.stored->next_offset > now->next_offset) continue;
-    out.push_back(std::move(*now));
-  }
+std::vector<TopicPartition> PartitionProgress::partitions() const {
+  std::vector<TopicPartition> out;
+  out.reserve(windows_.size());
+  for (const auto& entry : windows_) out.push_back(entry.first);
   return out;
 }
 

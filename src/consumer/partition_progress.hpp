@@ -17,13 +17,11 @@
 // (compaction, transaction markers). So every record the consumer drops must be rewound
 // to, or the gap it leaves would be taken for the log's own.
 //
-// With offsets in the store (docs/consumer-offsets.md) each transaction also writes where
-// its partitions will stand once it commits (to_store): the done prefix extended over the
-// records the transaction decides, stopping at the first record whose letter is not yet
-// acknowledged, plus the letters acknowledged above that position, so a restart neither
-// reads those records as undone nor sends their letters again. What the store holds is
-// remembered (stored), so that positions moved by acknowledgements alone are written by a
-// transaction of their own (unstored).
+// Where a partition would stand once a transaction commits (row_after): the done prefix
+// extended over the records the transaction decides, stopping at the first record whose
+// letter is not yet acknowledged, plus the letters acknowledged above that position, so a
+// restart neither reads those records as undone nor sends their letters again.
+// PartitionPositions, which owns this class, decides what of that the store is to hold.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -49,7 +47,7 @@ struct PartitionOutcome {
   std::optional<std::int64_t> retry_at;
   /// The records done once the transaction commits (applied, duplicates, skipped), in
   /// offset order, up to the first one that is not: a letter (done only once the broker
-  /// acknowledged it) or a retry. What PartitionProgress::to_store() stores.
+  /// acknowledged it) or a retry. What PartitionProgress::row_after() takes.
   std::vector<std::int64_t> done_on_commit;
 };
 
@@ -82,19 +80,13 @@ class PartitionProgress {
   /// restart as the store said): it is not to be sent again.
   [[nodiscard]] bool letter_acknowledged(const TopicPartition& tp, std::int64_t offset) const;
 
-  /// What the store is to hold for `tp` once a transaction commits in which the records
-  /// `done_on_commit` (ascending; none of them a letter) become done: one past the done
-  /// prefix extended over them, and the acknowledged letters above it. nullopt when no
-  /// position is known yet, or when the store holds that row already.
-  [[nodiscard]] std::optional<StoredOffset> to_store(
+  /// Where `tp` stands once a transaction commits in which the records `done_on_commit`
+  /// (ascending; none of them a letter) become done: one past the done prefix extended
+  /// over them, and the acknowledged letters above it. nullopt when no position is known.
+  [[nodiscard]] std::optional<StoredOffset> row_after(
       const TopicPartition& tp, std::span<const std::int64_t> done_on_commit) const;
-  /// `row` (a partition of this consumer's) is what the store holds now: written by a
-  /// committed transaction, or read at assignment (its letters are then taken as
-  /// acknowledged).
-  void stored(const StoredOffset& row);
-  void restore(const StoredOffset& row);
-  /// Rows of partitions whose position or letters moved past what the store holds.
-  [[nodiscard]] std::vector<StoredOffset> unstored() const;
+  /// Every partition with a window (received, settled, rewound to or with letters).
+  [[nodiscard]] std::vector<TopicPartition> partitions() const;
   /// The first record of `tp` received or settled since it was assigned (or forgotten).
   [[nodiscard]] std::optional<std::int64_t> first_seen(const TopicPartition& tp) const;
 
@@ -116,13 +108,12 @@ class PartitionProgress {
 
  private:
   struct Window {
-    std::map<std::int64_t, bool> held;   // offset -> done, above the done prefix
-    std::int64_t commit = -1;            // one past the done prefix; -1: none yet
-    std::int64_t expected = -1;          // the record expected next; -1: any
-    bool moved = false;                  // commit moved since taken
-    std::int64_t first = -1;             // the first record seen; -1: none yet
-    std::set<std::int64_t> letters;      // acknowledged letters at or above commit
-    std::optional<StoredOffset> stored;  // what the store holds, as far as known
+    std::map<std::int64_t, bool> held;  // offset -> done, above the done prefix
+    std::int64_t commit = -1;           // one past the done prefix; -1: none yet
+    std::int64_t expected = -1;         // the record expected next; -1: any
+    bool moved = false;                 // commit moved since taken
+    std::int64_t first = -1;            // the first record seen; -1: none yet
+    std::set<std::int64_t> letters;     // acknowledged letters at or above commit
   };
   [[nodiscard]] static std::vector<std::int64_t> letters_from(const Window& w, std::int64_t from);
   void advance(Window& w, std::int64_t to);

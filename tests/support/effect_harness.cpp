@@ -225,11 +225,12 @@ EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
       retry_topics_(config_),
       horizon_guard_(config_),
       context_{config_, hooks_, log_, routes_, retry_topics_, horizon_guard_, steady_},
+      store_(open_store("sqlite://:memory:")),
+      positions_(config_, *store_, log_),
       records_(broker.bootstrap_servers()),
       fetch_(records_),
-      gate_(fetch_, progress_),
+      gate_(fetch_, positions_.progress()),
       ids_(std::make_unique<UuidV7Generator>(wall_)) {
-  store_ = open_store("sqlite://:memory:");
   store_->migrate();
   migrate_reference_system(*store_);
   for (const auto& [topic, partitions] : options_.topics) {
@@ -268,9 +269,9 @@ EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
   processor_ = std::make_unique<detail::BatchProcessor>(context_, *store_);
   letters_ = std::make_unique<detail::DeadLetterProducer>(config_, retry_topics_, &log_, false);
   pipeline_ = std::make_unique<detail::EffectPipeline>(detail::EffectPipeline::Deps{
-      context_, *store_, *processor_, gate_, progress_,
+      context_, *store_, *processor_, gate_, positions_,
       [this](const detail::BatchResult& r, ConsumerStats& delta) {
-        auto refused = detail::DeadLetterSender(*letters_, config_, log_).send(r, delta);
+        auto refused = detail::send_letters(*letters_, config_, log_, r, delta);
         // Retry letters went to retry topics this harness fetches from: learn their ends.
         std::set<std::string> written;
         for (const auto& letter : r.dead_letters) {
@@ -344,15 +345,16 @@ void EffectHarness::turn() {
   ConsumerStats delta;
   if (!batch.empty()) pipeline_->admit(batch, delta);
   pipeline_->turn(delta, true);
-  for (const auto& moved : progress_.take_moved()) committed_[key_of(moved.tp)] = moved.offset;
+  for (const auto& moved : positions_.progress().take_moved())
+    committed_[key_of(moved.tp)] = moved.offset;
   stats_.add(delta);
 }
 
 void EffectHarness::reassign(const std::vector<TopicPartition>& partitions) {
   ConsumerStats delta;
   pipeline_->settle(delta);
-  for (const auto& p : progress_.positions(partitions)) committed_[key_of(p.tp)] = p.offset;
-  progress_.forget(partitions);
+  for (const auto& p : positions_.positions(partitions)) committed_[key_of(p.tp)] = p.offset;
+  positions_.forget(partitions);
   gate_.forget(partitions);
   pipeline_->on_revoked(partitions);
   for (const auto& tp : partitions) {

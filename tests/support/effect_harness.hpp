@@ -29,7 +29,7 @@
 #include "consumer/effect_pipeline.hpp"
 #include "consumer/fetch_control.hpp"
 #include "consumer/fetch_gate.hpp"
-#include "consumer/partition_progress.hpp"
+#include "consumer/partition_positions.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
@@ -177,7 +177,7 @@ class EffectHarness {
   ManualClock& wall() { return wall_; }
   ManualSteadyClock& steady() { return steady_; }
   ScriptedFetch& fetch() { return fetch_; }
-  detail::PartitionProgress& progress() { return progress_; }
+  detail::PartitionProgress& progress() { return positions_.progress(); }
   detail::FetchGate& gate() { return gate_; }
   detail::DedupHorizonGuard& horizon_guard() { return horizon_guard_; }
   ConsumerConfig& config() { return config_; }
@@ -198,7 +198,7 @@ class EffectHarness {
   detail::ConsumerContext context_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<detail::BatchProcessor> processor_;
-  detail::PartitionProgress progress_;
+  detail::PartitionPositions positions_;
   RecordLog records_;
   ScriptedFetch fetch_;
   detail::FetchGate gate_;

@@ -115,8 +115,7 @@ TEST(FetchGate, RewindDropsTheHoldsAndSeeksThePartitionBackAndResumesIt) {
   RecordedFetch fetch;
   idem::detail::PartitionProgress progress;
   FetchGate gate(fetch, progress);
-  idem::detail::Backoff backoff(idem::RetryPolicy{});
-  static_cast<void>(gate.retry_later(held, 40, kStart, backoff));
+  static_cast<void>(gate.retry_later(held, 40, kStart));
   ASSERT_TRUE(gate.held(held));
   fetch.calls.clear();
 

@@ -131,23 +131,7 @@ StoredOffset row(std::int64_t next, std::vector<std::int64_t> letters = {}) {
   return {kP0.topic, kP0.partition, next, std::move(letters), {}};
 }
 
-TEST(PartitionProgressToStore, ABatchStoresItsDonePrefixUpToItsFirstLetter) {
-  PartitionProgress o;
-  // The batch path: records 10..14 of which 12 is dead-lettered (a letter is done only
-  // once acknowledged, after the commit), so the transaction stores 12.
-  const std::vector<std::int64_t> done{10, 11};
-  EXPECT_EQ(o.to_store(kP0, done), row(12));
-  o.settle_batch({kP0, 10, 15, std::nullopt, {10, 11}}, {});
-  o.acknowledge_letter(kP0, 12);  // before settle in the consumer; passed by now
-  EXPECT_EQ(o.commit_position(kP0), 15);
-  o.stored(row(12));
-  EXPECT_EQ(o.unstored(), std::vector<StoredOffset>{row(15)})
-      << "the acknowledgement moved the position with no transaction: written on its own";
-  o.stored(row(15));
-  EXPECT_TRUE(o.unstored().empty());
-}
-
-TEST(PartitionProgressToStore, LettersAcknowledgedAboveThePositionAreStoredUntilPassed) {
+TEST(PartitionProgressRowAfter, LettersAcknowledgedAboveThePositionAreStoredUntilPassed) {
   PartitionProgress o;
   for (std::int64_t off = 0; off < 5; ++off) o.received(kP0, off);
   // The effect path: 0's call is slow; 1 and 2 were dead-lettered and acknowledged.
@@ -156,34 +140,21 @@ TEST(PartitionProgressToStore, LettersAcknowledgedAboveThePositionAreStoredUntil
   o.acknowledge_letter(kP0, 2);
   o.done(kP0, 2);
   EXPECT_TRUE(o.letter_acknowledged(kP0, 2));
-  EXPECT_EQ(o.to_store(kP0, std::vector<std::int64_t>{3}), row(0, {1, 2}))
+  EXPECT_EQ(o.row_after(kP0, std::vector<std::int64_t>{3}), row(0, {1, 2}))
       << "0 is not done: the position stays before it, the letters above it are recorded";
   o.done(kP0, 3);
   // A transaction applying 0 moves the position over 0..3; 4 stops it.
-  EXPECT_EQ(o.to_store(kP0, std::vector<std::int64_t>{0}), row(4));
+  EXPECT_EQ(o.row_after(kP0, std::vector<std::int64_t>{0}), row(4));
   o.done(kP0, 0);
   EXPECT_FALSE(o.letter_acknowledged(kP0, 2)) << "passed by the position: forgotten";
 }
 
-TEST(PartitionProgressToStore, AStoredRowGivesItsLettersBackAfterARestart) {
-  PartitionProgress o;
-  o.restore(row(5, {7, 9}));
-  EXPECT_TRUE(o.letter_acknowledged(kP0, 7));
-  EXPECT_TRUE(o.letter_acknowledged(kP0, 9));
-  EXPECT_FALSE(o.letter_acknowledged(kP0, 8));
-  // Records 5..7 done (7 skipped as acknowledged): 9 stays recorded above the position.
-  EXPECT_EQ(o.to_store(kP0, std::vector<std::int64_t>{5, 6, 7}), row(8, {9}));
-  o.stored(row(8, {9}));
-  EXPECT_EQ(o.to_store(kP0, std::vector<std::int64_t>{5, 6, 7}), std::nullopt)
-      << "the store holds that row already";
-}
-
-TEST(PartitionProgressToStore, ARecordHeldNotDoneStopsThePosition) {
+TEST(PartitionProgressRowAfter, ARecordHeldNotDoneStopsThePosition) {
   PartitionProgress o;
   for (std::int64_t off = 20; off < 24; ++off) o.received(kP0, off);
   o.done(kP0, 20);
   // 21 is calling; the transaction applies 22 and 23 only.
-  EXPECT_EQ(o.to_store(kP0, std::vector<std::int64_t>{22, 23}), row(21));
+  EXPECT_EQ(o.row_after(kP0, std::vector<std::int64_t>{22, 23}), row(21));
   EXPECT_EQ(o.first_seen(kP0), 20);
 }
 
