@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "idem/config_document.hpp"
 #include "idem/sinks/route_tests.hpp"
 
 namespace idem::cli {
@@ -27,8 +28,8 @@ ConfigProblem problem(const Config& settings, std::string key, std::string messa
 }  // namespace
 
 std::optional<sinks::SinkConfig> configured_routes(const Config& settings) {
-  if (settings.file.empty()) return std::nullopt;
-  return sinks::load_sink_config(settings.file, process_environment());
+  if (!settings.document) return std::nullopt;
+  return sinks::load_sink_config(*settings.document, settings.environment);
 }
 
 void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
@@ -133,7 +134,7 @@ bool run_configured_route_tests(const Config& settings) {
   const std::string url = settings.store_url.empty() ? "sqlite://:memory:" : settings.store_url;
   const auto store = open_store(url, settings.store_options);
   const std::string file = routes->file;
-  const std::vector<sinks::RouteTest> tests = sinks::load_route_tests(file, *routes);
+  const std::vector<sinks::RouteTest> tests = sinks::load_route_tests(*settings.document, *routes);
   sinks::ConfiguredSinks configured(std::move(*routes), store->backend());
   // On the configured store every statement must prepare first, as `idem consume` checks
   // them; a throwaway store has the routes' tables only once a test's setup ran.

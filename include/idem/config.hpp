@@ -158,6 +158,7 @@ struct ConfigEntry {
 };
 
 class ConfigSchema;
+class ConfigDocument;
 
 namespace detail {
 /// One key's value as the layers left it, and where it came from.
@@ -190,9 +191,14 @@ struct Config {
   DedupSettings dedup;
   MaintenanceSettings maintenance;
   DlqSettings dlq;
-  /// The TOML file read (empty: none), for a part that reads a table of it itself
-  /// (ConfigSchema::reserve_table).
+  /// The TOML file read (empty: none).
   std::string file;
+  /// That file as parsed (null: none), for a part that reads a table of it itself
+  /// (ConfigSchema::reserve_table): the file is parsed once.
+  std::shared_ptr<const ConfigDocument> document;
+  /// The environment the loader read (ConfigSources::environment), for a part that reads
+  /// variables of its own (a route's `{env.NAME}`): the environment is read once.
+  std::vector<std::pair<std::string, std::string>> environment;
   /// Every key (unset ones with an empty value; pass-through `kafka.*` ones when set),
   /// sorted by key.
   std::vector<ConfigEntry> entries;

@@ -1,8 +1,6 @@
 // load_config(): defaults -> TOML file -> environment -> flags, then one validation pass
 // that collects every problem before throwing.
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 
@@ -10,8 +8,8 @@
 #include <toml++/toml.h>
 
 #include "config/problems.hpp"
-#include "config/toml_text.hpp"
 #include "idem/config.hpp"
+#include "idem/config_document.hpp"
 
 namespace idem {
 
@@ -88,31 +86,17 @@ void flatten(const ConfigSchema& schema, const toml::table& table, const std::st
   }
 }
 
-void apply_file(const ConfigSchema& schema, const std::string& path, Settings& out,
-                Problems& problems, const ConfigOrigin& named_by) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    problems.add(path, named_by, "cannot read TOML file: it does not exist or is not readable");
-    return;
+std::shared_ptr<const ConfigDocument> apply_file(const ConfigSchema& schema,
+                                                 const std::string& path, Settings& out,
+                                                 Problems& problems, const ConfigOrigin& named_by) {
+  std::string problem;
+  std::shared_ptr<const ConfigDocument> document = ConfigDocument::read(path, problem);
+  if (!document) {
+    problems.add(path, named_by, problem);
+    return nullptr;
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const std::size_t line = detail::first_non_ascii_line(text); line > 0) {
-    problems.add(path, named_by,
-                 fmt::format("cannot parse TOML file (line {}): a byte outside ASCII; write "
-                             "such characters as \\uXXXX escapes inside a quoted string",
-                             line));
-    return;
-  }
-  try {
-    const toml::table table = toml::parse(text, path);
-    flatten(schema, table, "", path, out, problems);
-  } catch (const toml::parse_error& e) {
-    const auto line = e.source().begin.line;
-    problems.add(path, named_by,
-                 line > 0
-                     ? fmt::format("cannot parse TOML file (line {}): {}", line, e.description())
-                     : fmt::format("cannot read TOML file: {}", e.description()));
-  }
+  flatten(schema, document->table(), "", path, out, problems);
+  return document;
 }
 
 // ---- layer 3: the environment ----------------------------------------------------------
@@ -204,7 +188,8 @@ Config load_config(const ConfigSources& sources, const ConfigSchema& schema) {
       }
     }
   }
-  if (!file.empty()) apply_file(schema, file, settings, problems, file_named_by);
+  std::shared_ptr<const ConfigDocument> document;
+  if (!file.empty()) document = apply_file(schema, file, settings, problems, file_named_by);
   apply_environment(schema, sources.environment, settings, problems);
   for (const FlagSetting& f : sources.flags) {
     const ConfigOrigin origin{ConfigLayer::Flag, f.flag};
@@ -216,9 +201,10 @@ Config load_config(const ConfigSources& sources, const ConfigSchema& schema) {
   }
 
   Config config = schema.build(settings, problems);
-  config.file = file;
   if (!problems.empty()) throw ConfigError(problems.take());
   config.file = file;
+  config.document = std::move(document);
+  config.environment = sources.environment;
   return config;
 }
 

@@ -27,8 +27,7 @@ const StoredOffset* row_of(std::span<const StoredOffset> rows, const TopicPartit
 
 }  // namespace
 
-PartitionPositions::PartitionPositions(const ConsumerConfig& config, Store& store,
-                                       const LogFn& log)
+PartitionPositions::PartitionPositions(const ConsumerConfig& config, Store& store, const LogFn& log)
     : config_(config),
       store_(store),
       log_(log),
@@ -49,9 +48,8 @@ void PartitionPositions::watch(Store& connection) {
 }
 
 void PartitionPositions::unwatch(const Store& connection) noexcept {
-  std::erase_if(watched_, [&](Watched& w) {
-    return w.connection == &connection && --w.watchers == 0;
-  });
+  std::erase_if(watched_,
+                [&](Watched& w) { return w.connection == &connection && --w.watchers == 0; });
 }
 
 bool PartitionPositions::replaced(const Store& connection) const noexcept {
@@ -114,9 +112,8 @@ std::optional<std::vector<StoredOffset>> PartitionPositions::read_again() {
   }
 }
 
-void PartitionPositions::report(const TopicPartition& tp, std::int64_t stored,
-                                std::int64_t other, std::string_view what,
-                                ConsumerStats& delta) const {
+void PartitionPositions::report(const TopicPartition& tp, std::int64_t stored, std::int64_t other,
+                                std::string_view what, ConsumerStats& delta) const {
   if (stored == other) return;
   ++delta.offset_disagreements;
   const std::int64_t by = stored < other ? other - stored : stored - other;

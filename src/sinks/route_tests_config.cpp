@@ -1,5 +1,6 @@
-// load_route_tests(): the `[[tests]]` array of idem's TOML file, read with toml++ as
-// load_sink_config() reads `routes`, every problem reported with its file, line and key.
+// load_route_tests(): the `[[tests]]` array of idem's TOML file, read from the loader's
+// parse of it (ConfigDocument) as load_sink_config() reads `routes`, every problem
+// reported with its file, line and key.
 #include <array>
 #include <fstream>
 #include <iterator>
@@ -9,7 +10,7 @@
 #include <fmt/ranges.h>
 #include <toml++/toml.h>
 
-#include "config/toml_text.hpp"
+#include "idem/config_document.hpp"
 #include "idem/sinks/route_tests.hpp"
 
 namespace idem::sinks {
@@ -302,20 +303,11 @@ std::string_view to_string(TestOutcome outcome) noexcept {
   return "?";
 }
 
-std::vector<RouteTest> load_route_tests(const std::string& file, const SinkConfig& routes) {
+std::vector<RouteTest> load_route_tests(const ConfigDocument& document, const SinkConfig& routes) {
   Reader r;
-  r.file = file;
-  std::ifstream in(file, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  r.file = document.file();
   std::vector<RouteTest> tests;
-  // load_sink_config() read this file already: a file it accepted parses.
-  if (!in || idem::detail::first_non_ascii_line(text) > 0) return tests;
-  toml::table doc;
-  try {
-    doc = toml::parse(text, file);
-  } catch (const toml::parse_error&) {
-    return tests;
-  }
+  const toml::table& doc = document.table();
   const toml::node* node = doc.get(kTests);
   if (node == nullptr) return tests;
   r.tables(std::string(kTests), *node, [&](const std::string& at, const toml::table& t) {

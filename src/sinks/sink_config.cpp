@@ -1,6 +1,6 @@
-// load_sink_config(): the `routes` table of idem's TOML file, read with toml++ (header-only,
-// as the core loader reads the rest of the file) and checked in one pass that reports
-// every problem with its file, line and key.
+// load_sink_config(): the `routes` table of idem's TOML file, read from the loader's own
+// parse of it (ConfigDocument, toml++) and checked in one pass that reports every problem
+// with its file, line and key.
 #include "idem/sinks/sink_config.hpp"
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "config/toml_text.hpp"
+#include "idem/config_document.hpp"
 #include "sinks/param_values.hpp"
 #include "sinks/sql_text.hpp"
 
@@ -518,23 +518,14 @@ std::vector<std::string> SinkConfig::topic_names() const {
 }
 
 std::optional<SinkConfig> load_sink_config(
-    const std::string& file, const std::vector<std::pair<std::string, std::string>>& environment) {
+    const ConfigDocument& document,
+    const std::vector<std::pair<std::string, std::string>>& environment) {
+  const std::string& file = document.file();
   Reader r;
   r.file = file;
   r.environment = &environment;
   const SinkKey whole{std::string(kRoutes), {ConfigLayer::File, file}};
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError({{file, whole.origin, "cannot read TOML file"}});
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (idem::detail::first_non_ascii_line(text) > 0) {
-    return std::nullopt;  // the core loader refuses this file and says why
-  }
-  toml::table doc;
-  try {
-    doc = toml::parse(text, file);
-  } catch (const toml::parse_error&) {
-    return std::nullopt;  // the core loader reports it
-  }
+  const toml::table& doc = document.table();
   const toml::node* routes = doc.get(kRoutes);
   if (routes == nullptr) return std::nullopt;
   const auto* table = routes->as_table();
@@ -560,6 +551,14 @@ std::optional<SinkConfig> load_sink_config(
     r.problems.add(whole, "declares no route ([routes.NAME] with topic, type and sql)");
   if (!r.problems.empty()) throw ConfigError(r.problems.take());
   return out;
+}
+
+std::optional<SinkConfig> load_sink_config(
+    const std::string& file, const std::vector<std::pair<std::string, std::string>>& environment) {
+  std::string problem;
+  const std::shared_ptr<const ConfigDocument> document = ConfigDocument::read(file, problem);
+  if (!document) throw ConfigError({{file, {ConfigLayer::File, file}, problem}});
+  return load_sink_config(*document, environment);
 }
 
 std::string SinkConfig::describe() const {

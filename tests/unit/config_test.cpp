@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "idem/config.hpp"
+#include "idem/config_document.hpp"
 #include "idem/console/console.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/metrics/metrics.hpp"
@@ -305,6 +306,24 @@ TEST(ConfigLoader, FileWithANonAsciiByteIsRefusedNamingTheLine) {
   ConfigSources ok;
   ok.file = escaped;
   EXPECT_EQ(load(ok).consumer.group_id, "caf\xc3\xa9");
+}
+
+// The file is parsed once: what the loader parsed, with each value's line, and the
+// environment it read are handed on to the parts that read a table of their own.
+TEST(ConfigLoader, HandsItsParseOfTheFileAndItsEnvironmentOn) {
+  const std::string file = write_toml("[consumer]\ngroup = \"g\"\n\n[routes.r]\ntopic = \"t\"\n");
+  ConfigSchema reserving;
+  reserving.reserve_table("routes");
+  ConfigSources s = from_file(file, {{"TOKEN", "t0k3n"}});
+  const Config c = load_config(s, reserving);
+  ASSERT_NE(c.document, nullptr);
+  EXPECT_EQ(c.document->file(), file);
+  const toml::node* topic = c.document->table().at_path("routes.r.topic").node();
+  ASSERT_NE(topic, nullptr);
+  EXPECT_EQ(topic->value<std::string>(), "t");
+  EXPECT_EQ(topic->source().begin.line, 5U);
+  EXPECT_EQ(c.environment, (Env{{"TOKEN", "t0k3n"}}));
+  EXPECT_EQ(load_config(from_env({}), reserving).document, nullptr) << "no file, no document";
 }
 
 TEST(ConfigLoader, ConfigFileComesFromTheFlagBeforeIdemConfig) {

@@ -88,6 +88,17 @@ TEST(SinkConfigFile, AFileWithoutRoutesHasNone) {
       load_sink_config(write_file("plain.toml", "store.url = \"sqlite://:memory:\"\n"), {}));
 }
 
+TEST(SinkConfigFile, AFileThatIsNotTomlIsRefusedWithItsLine) {
+  const std::string path = write_file("broken.toml", "[routes.r]\ntopic = \"t\"\ntype = \n");
+  try {
+    (void)load_sink_config(path, {});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(messages(e).find("cannot parse TOML file (line 3)"), std::string::npos)
+        << messages(e);
+  }
+}
+
 TEST(SinkConfigFile, EveryProblemNamesTheFileLineAndKey) {
   const std::string path = write_file("bad.toml", R"toml([routes.r]
 topic = "t"

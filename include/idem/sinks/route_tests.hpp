@@ -94,10 +94,10 @@ struct RouteTest {
   SinkKey where;
 };
 
-/// Reads the `[[tests]]` array of the TOML file `file` (empty when it has none), checking
-/// each event's topic against `routes`.
+/// Reads the `[[tests]]` array of the configuration file `document` (Config::document;
+/// empty when it has none), checking each event's topic against `routes`.
 /// \throws ConfigError listing every problem with its file, line and key.
-[[nodiscard]] std::vector<RouteTest> load_route_tests(const std::string& file,
+[[nodiscard]] std::vector<RouteTest> load_route_tests(const ConfigDocument& document,
                                                       const SinkConfig& routes);
 
 /// What one test gave.

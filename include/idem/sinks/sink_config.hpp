@@ -183,13 +183,19 @@ struct SinkConfig {
 /// load_route_tests().
 void reserve_tables(ConfigSchema& schema);
 
-/// Reads the `routes` table of the TOML file `file`. nullopt when the file has no such
-/// table (the built-in handlers run then).
+/// Reads the `routes` table of the configuration file `document` (Config::document: the
+/// loader's parse, not a second one). nullopt when the file has no such table (the
+/// built-in handlers run then).
 /// \throws ConfigError listing every problem, each naming the file and line, the key
 ///   and what is wrong: an unknown key, a bad pointer or source, an unknown type, a
 ///   statement with an undeclared or positional parameter, a schema that does not load.
 /// `environment` gives the values of `${VAR}` in a call's URL and header values (secrets
 /// such as an API token stay out of the file).
+[[nodiscard]] std::optional<SinkConfig> load_sink_config(
+    const ConfigDocument& document,
+    const std::vector<std::pair<std::string, std::string>>& environment);
+/// The same for a file of routes on its own (no other key of the file is checked).
+/// \throws ConfigError also when the file cannot be read or parsed.
 [[nodiscard]] std::optional<SinkConfig> load_sink_config(
     const std::string& file, const std::vector<std::pair<std::string, std::string>>& environment);
 
