@@ -74,9 +74,25 @@ enum class ErrorScope {
 /// The scope of `e` (see ErrorScope).
 [[nodiscard]] ErrorScope scope_of(const Error& e) noexcept;
 
+/// What becomes of an error of one event's effect (a handler's or its statement's).
+enum class StoreErrorOutcome {
+  Retry,       ///< redo the transaction after a backoff (Error::transient())
+  Stop,        ///< no event's fault: the consumer stops, saying why
+  DeadLetter,  ///< that event's fault: that event alone goes to the DLQ
+};
+
+/// What becomes of one event's effect that threw `e`, by its scope (scope_of), the one
+/// mapping the consumer, `idem config test` and `idem config check` use: Statement ->
+/// DeadLetter (that event alone); Transaction, Connection, InDoubt -> Retry; Permanent ->
+/// Stop (no SQLSTATE, an unlisted one, a row that retries a code the store threw as
+/// permanent). A handler's own error (not the store's) is Statement.
+[[nodiscard]] StoreErrorOutcome effect_error_outcome(const Error& e) noexcept;
+
 /// Short stable names, for logs and DLQ headers.
 [[nodiscard]] std::string_view to_string(ErrorCode code) noexcept;
 [[nodiscard]] std::string_view to_string(ErrorScope scope) noexcept;
 [[nodiscard]] std::string_view to_string(ErrorSource source) noexcept;
+/// "retry", "stop" or "dead-letter".
+[[nodiscard]] std::string_view to_string(StoreErrorOutcome outcome) noexcept;
 
 }  // namespace idem

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 namespace idem::detail {
 

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "consumer/retry_topics.hpp"
-#include "core/sha256.hpp"
 #include "idem/error.hpp"
+#include "idem/sha256.hpp"
 #include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
@@ -137,7 +137,7 @@ void DeadLetterProducer::produce_one(const DeadLetter& letter, std::uint64_t id,
     add("idem.payload.truncated", "true");
     add("idem.original.size", std::to_string(m.len));
     add("idem.original.sha256",
-        idem::detail::sha256_hex(std::string_view(static_cast<const char*>(m.payload), m.len)));
+        idem::sha256_hex(std::string_view(static_cast<const char*>(m.payload), m.len)));
   }
 
   // rd_kafka_produceva instead of producev: the RD_KAFKA_V_* macros are C casts.

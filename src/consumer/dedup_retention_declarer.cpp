@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
+#include "idem/retry.hpp"
 #include "idem/timestamp.hpp"
-#include "retry/backoff.hpp"
 #include "stores/dedup_retention.hpp"
 #include "stores/store_errors.hpp"
 

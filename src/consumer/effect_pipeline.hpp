@@ -48,7 +48,7 @@
 #include "consumer/partition_positions.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/retry_topics.hpp"
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 namespace idem::detail {
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 #include "stores/store_errors.hpp"
 
 namespace idem::detail {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "consumer/topic_partition.hpp"
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 namespace idem::detail {
 

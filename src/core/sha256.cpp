@@ -1,11 +1,11 @@
-#include "core/sha256.hpp"
+#include "idem/sha256.hpp"
 
 #include <array>
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
-namespace idem::detail {
+namespace idem {
 
 std::string sha256_hex(std::string_view data) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
@@ -18,4 +18,4 @@ std::string sha256_hex(std::string_view data) {
   return hex;
 }
 
-}  // namespace idem::detail
+}  // namespace idem

@@ -26,8 +26,8 @@
 #include "http/async_client_impl.hpp"
 #include "http/curl_support.hpp"
 #include "idem/error.hpp"
+#include "idem/retry.hpp"
 #include "idem/uuid.hpp"
-#include "retry/backoff.hpp"
 
 // The event loop is libcurl's socket interface (curl_multi_socket_action, the shape of
 // its hiperfifo.c example) over epoll, written here by hand: libcurl tells us which

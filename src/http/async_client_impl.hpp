@@ -25,7 +25,7 @@
 #include "http/curl_support.hpp"
 #include "http/endpoint_breaker.hpp"
 #include "idem/http/async_client.hpp"
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 namespace idem::http {
 
@@ -122,7 +122,7 @@ struct AsyncClient::Impl {
   void complete(std::unique_ptr<Call> call, CallStatus status) noexcept;
 
   const ClientConfig config;
-  idem::detail::Backoff backoff;  // loop thread only (its random generator is not thread-safe)
+  idem::Backoff backoff;  // loop thread only (its random generator is not thread-safe)
   // Declared before `multi`, destroyed after it: curl_multi_cleanup still reports the
   // sockets it closes to on_socket.
   OwnedFd epoll;

@@ -108,12 +108,6 @@ Url parse_http_url(const std::string& url) {
   return std::move(parsed);
 }
 
-std::optional<std::string> http_url_problem(const std::string& url) {
-  auto [parsed, why] = parsed_http_url(url);
-  if (parsed) return std::nullopt;
-  return why;
-}
-
 std::string host_of(CURLU* url) {
   return fmt::format("{}://{}:{}", url_part(url, CURLUPART_SCHEME), url_part(url, CURLUPART_HOST),
                      url_part(url, CURLUPART_PORT));
@@ -122,6 +116,12 @@ std::string host_of(CURLU* url) {
 }  // namespace idem::http::detail
 
 namespace idem::http {
+
+std::optional<std::string> url_problem(const std::string& url) {
+  auto [parsed, why] = detail::parsed_http_url(url);
+  if (parsed) return std::nullopt;
+  return why;
+}
 
 std::string endpoint_of(std::string_view url) {
   const detail::Url parsed = detail::parse_http_url(std::string(url));

@@ -51,9 +51,6 @@ using HeaderList = std::unique_ptr<curl_slist, SlistDeleter>;
 /// in its query, a webhook's path).
 [[nodiscard]] Url parse_http_url(const std::string& url);
 
-/// Why parse_http_url() would refuse `url`, without quoting it; nullopt when it would not.
-[[nodiscard]] std::optional<std::string> http_url_problem(const std::string& url);
-
 /// "scheme://host:port" of a parsed URL (the port is the scheme's default when it has
 /// none): the key of the per-host connection limit.
 [[nodiscard]] std::string host_of(CURLU* url);

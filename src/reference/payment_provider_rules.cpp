@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "core/sha256.hpp"
 #include "idem/error.hpp"
 #include "idem/http/idempotent_client.hpp"
+#include "idem/sha256.hpp"
 
 namespace idem::http::detail {
 
@@ -125,7 +125,7 @@ std::optional<std::string> parse_idempotency_key(std::string_view value, std::st
 
 std::string client_identity(std::string_view header_value) {
   if (header_value.empty()) return {};
-  std::string hex = idem::detail::sha256_hex(header_value);
+  std::string hex = idem::sha256_hex(header_value);
   if (hex.empty())
     throw Error(ErrorCode::Internal, ErrorSource::Http, "payment provider: SHA-256 failed");
   return hex;

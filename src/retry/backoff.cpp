@@ -1,11 +1,11 @@
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "idem/error.hpp"
 
-namespace idem::detail {
+namespace idem {
 
 void Backoff::validate(const RetryPolicy& policy) {
   const auto bad = [](const char* what) {
@@ -36,4 +36,4 @@ std::chrono::milliseconds Backoff::delay(std::uint32_t attempt) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(1.0, base)));
 }
 
-}  // namespace idem::detail
+}  // namespace idem

@@ -12,7 +12,6 @@
 #include "sinks/event_reader.hpp"
 #include "sinks/route_call.hpp"
 #include "sinks/sink_event.hpp"
-#include "stores/store_errors.hpp"
 
 namespace idem::sinks {
 
@@ -66,14 +65,14 @@ void ConfiguredSinks::check(Store& store) const {
       } catch (const Error& e) {
         // What the consumer would do with it: a retry is the store's moment, a stop is the
         // statement's problem, and a dead letter is the NULLs' (a NOT NULL constraint).
-        switch (idem::detail::effect_error_outcome(e)) {
-          case idem::detail::StoreErrorOutcome::Retry: throw;
-          case idem::detail::StoreErrorOutcome::Stop:
+        switch (idem::effect_error_outcome(e)) {
+          case idem::StoreErrorOutcome::Retry: throw;
+          case idem::StoreErrorOutcome::Stop:
             problems.push_back({st.where.key, st.where.origin,
                                 fmt::format("the {} database refuses this statement: {}",
                                             to_string(store.backend()), e.what())});
             break;
-          case idem::detail::StoreErrorOutcome::DeadLetter: break;
+          case idem::StoreErrorOutcome::DeadLetter: break;
         }
       }
       tx->rollback();

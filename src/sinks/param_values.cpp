@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "http/curl_support.hpp"
 #include "idem/timestamp.hpp"
 #include "idem/uuid.hpp"
 

@@ -20,7 +20,6 @@
 
 #include "idem/error.hpp"
 #include "sinks/configured_sinks_impl.hpp"
-#include "stores/store_errors.hpp"
 
 namespace idem::sinks {
 
@@ -221,13 +220,12 @@ Decided RouteTester::Impl::apply(const SinkEvent& event, const CallAnswer* answe
     sp.release();
     return {TestOutcome::Applied, {}, {}};
   } catch (const Error& e) {
-    // What the consumer would do (idem::detail::effect_error_outcome, by the error's scope).
-    switch (idem::detail::effect_error_outcome(e)) {
-      case idem::detail::StoreErrorOutcome::Stop:
-        return {TestOutcome::Stopped, "stopped", e.what()};
-      case idem::detail::StoreErrorOutcome::Retry:
+    // What the consumer would do (idem::effect_error_outcome, by the error's scope).
+    switch (idem::effect_error_outcome(e)) {
+      case idem::StoreErrorOutcome::Stop: return {TestOutcome::Stopped, "stopped", e.what()};
+      case idem::StoreErrorOutcome::Retry:
         return {TestOutcome::Retry, "handler.exception", e.what()};
-      case idem::detail::StoreErrorOutcome::DeadLetter:
+      case idem::StoreErrorOutcome::DeadLetter:
         return {TestOutcome::DeadLetter, "handler.exception", e.what()};
     }
     return {TestOutcome::Stopped, "stopped", e.what()};

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "http/curl_support.hpp"
+#include "idem/http/async_client.hpp"
 #include "idem/http/circuit_breaker.hpp"
 #include "sinks/param_values.hpp"
 
@@ -137,7 +137,7 @@ std::optional<std::string> url_template_problem(const Template& url,
         params[*first].name);
   const std::string sample = sample_url(url);
   if (control_character(sample)) return std::nullopt;  // read_template said which
-  if (auto why = http::detail::http_url_problem(sample))
+  if (auto why = http::url_problem(sample))
     return fmt::format("libcurl cannot send to this URL{}: {}",
                        url.secret ? " (as ${VAR} expanded it, not shown)" : "", *why);
   return std::nullopt;

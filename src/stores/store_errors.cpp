@@ -8,15 +8,6 @@
 
 namespace idem::detail {
 
-std::string_view to_string(StoreErrorOutcome outcome) noexcept {
-  switch (outcome) {
-    case StoreErrorOutcome::Retry: return "retry";
-    case StoreErrorOutcome::Stop: return "stop";
-    case StoreErrorOutcome::DeadLetter: return "dead-letter";
-  }
-  return "unknown";
-}
-
 namespace {
 
 bool contains(std::string_view text, std::string_view part) {
@@ -185,24 +176,33 @@ ErrorScope scope_of(const Error& e) noexcept {
   }
   // A Retry row's code thrown as permanent (08P01 on a live connection is a Bind the
   // server refused: the statement's parameters do not match it) is not the event's.
-  return rule.outcome == detail::StoreErrorOutcome::DeadLetter ? ErrorScope::Statement
-                                                               : ErrorScope::Permanent;
+  return rule.outcome == StoreErrorOutcome::DeadLetter ? ErrorScope::Statement
+                                                       : ErrorScope::Permanent;
+}
+
+StoreErrorOutcome effect_error_outcome(const Error& e) noexcept {
+  switch (scope_of(e)) {
+    case ErrorScope::Statement: return StoreErrorOutcome::DeadLetter;
+    case ErrorScope::Permanent: return StoreErrorOutcome::Stop;
+    case ErrorScope::Transaction:
+    case ErrorScope::Connection:
+    case ErrorScope::InDoubt: return StoreErrorOutcome::Retry;
+  }
+  return StoreErrorOutcome::Stop;
+}
+
+std::string_view to_string(StoreErrorOutcome outcome) noexcept {
+  switch (outcome) {
+    case StoreErrorOutcome::Retry: return "retry";
+    case StoreErrorOutcome::Stop: return "stop";
+    case StoreErrorOutcome::DeadLetter: return "dead-letter";
+  }
+  return "unknown";
 }
 
 }  // namespace idem
 
 namespace idem::detail {
-
-StoreErrorOutcome effect_error_outcome(const Error& e) noexcept {
-  switch (scope_of(e)) {
-    case ErrorScope::Statement: return DeadLetter;
-    case ErrorScope::Permanent: return Stop;
-    case ErrorScope::Transaction:
-    case ErrorScope::Connection:
-    case ErrorScope::InDoubt: return Retry;
-  }
-  return Stop;
-}
 
 const Error* refused_for_good(const std::exception& e) noexcept {
   const auto* err = dynamic_cast<const Error*>(&e);

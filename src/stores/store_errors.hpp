@@ -1,7 +1,8 @@
 #pragma once
-// The one table of store errors (docs/store-errors.md): which SQLSTATEs and SQLite result
-// codes are retried, which are one event's fault (dead-lettered) and which stop the
-// process; what a long-running process (the consumer, the relay) stops with; and the
+// The one table of store errors (docs/store-errors.md; what an effect's error becomes,
+// StoreErrorOutcome and effect_error_outcome, is public in idem/error.hpp): which
+// SQLSTATEs and SQLite result codes are retried, which are one event's fault (dead-lettered) and
+// which stop the process; what a long-running process (the consumer, the relay) stops with; and the
 // schema check they run before they start.
 //
 // The rule: an idem::Error from PostgreSQL or SQLite that is transient (Error::transient():
@@ -19,16 +20,6 @@
 #include "idem/store.hpp"
 
 namespace idem::detail {
-
-/// What becomes of a store error of one event's effect statement.
-enum class StoreErrorOutcome {
-  Retry,       ///< redo the transaction after a backoff (Error::transient())
-  Stop,        ///< no event's fault: the consumer stops, saying why
-  DeadLetter,  ///< that event's fault: that event alone goes to the DLQ
-};
-
-/// "retry", "stop" or "dead-letter": for messages and tests.
-[[nodiscard]] std::string_view to_string(StoreErrorOutcome outcome) noexcept;
 
 /// One row of the table. `key` is a SQLSTATE prefix (a class "58", or longer: "57P",
 /// "55P03"; the longest matching key wins) or an SQLite result code's name (a primary code
@@ -49,13 +40,6 @@ struct StoreErrorRule {
 /// Every row, for the tests that hold the table to its documented properties.
 [[nodiscard]] std::span<const StoreErrorRule> postgres_error_rules() noexcept;
 [[nodiscard]] std::span<const StoreErrorRule> sqlite_error_rules() noexcept;
-
-/// What becomes of one event's effect that threw `e`, by its scope (idem::scope_of), the
-/// one mapping the consumer, `idem config test` and `idem config check` use: Statement ->
-/// DeadLetter (that event alone); Transaction, Connection, InDoubt -> Retry; Permanent ->
-/// Stop (no SQLSTATE, an unlisted one, a row that retries a code the store threw as
-/// permanent). A handler's own error (not the store's) is Statement.
-[[nodiscard]] StoreErrorOutcome effect_error_outcome(const Error& e) noexcept;
 
 /// The Error inside `e` when it is a store error (PostgreSQL or SQLite) that redoing the
 /// work cannot fix; null otherwise (transient, or not a store error).

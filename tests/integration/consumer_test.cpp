@@ -26,9 +26,9 @@
 #include "idem/error.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
+#include "idem/retry.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
-#include "retry/backoff.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"
 #include "support/shared_broker.hpp"
@@ -764,7 +764,7 @@ TEST(BackoffTest, GrowsExponentiallyWithJitterAndIsCapped) {
   p.max_backoff = 1000ms;
   p.multiplier = 2.0;
   p.jitter = 0.2;
-  detail::Backoff b(p, 1234);
+  Backoff b(p, 1234);
   for (int round = 0; round < 50; ++round) {
     EXPECT_GE(b.delay(1), 80ms);
     EXPECT_LE(b.delay(1), 120ms);
@@ -774,7 +774,7 @@ TEST(BackoffTest, GrowsExponentiallyWithJitterAndIsCapped) {
     EXPECT_GE(b.delay(1000), 800ms);
   }
   p.jitter = 1.5;
-  EXPECT_THROW(detail::Backoff{p}, Error);
+  EXPECT_THROW(Backoff{p}, Error);
 }
 
 }  // namespace

@@ -37,9 +37,7 @@ namespace idem {
 namespace {
 
 using namespace std::chrono_literals;
-using detail::effect_error_outcome;
-using detail::StoreErrorOutcome;
-using enum detail::StoreErrorOutcome;
+using enum StoreErrorOutcome;
 
 struct Case {
   std::string sqlstate;

@@ -13,7 +13,7 @@
 #include "consumer/partition_progress.hpp"
 #include "idem/config.hpp"
 #include "idem/error.hpp"
-#include "retry/backoff.hpp"
+#include "idem/retry.hpp"
 
 namespace {
 

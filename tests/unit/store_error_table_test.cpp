@@ -21,9 +21,7 @@
 namespace idem {
 namespace {
 
-using detail::effect_error_outcome;
-using detail::StoreErrorOutcome;
-using enum detail::StoreErrorOutcome;
+using enum StoreErrorOutcome;
 
 struct Case {
   std::string_view code;

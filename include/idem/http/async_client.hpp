@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,5 +68,9 @@ class AsyncClient {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Why start() would refuse `url` (bad syntax, a scheme other than http and https), in
+/// words that do not quote it (a URL may hold a secret); nullopt when it would not.
+[[nodiscard]] std::optional<std::string> url_problem(const std::string& url);
 
 }  // namespace idem::http
