@@ -129,4 +129,16 @@ bool requeue_rejected_outbox_row(Store& store, std::int64_t id);
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> outbox_headers_from_json(
     std::string_view json);
 
+/// Unpublished rows and the age of the oldest, by the database's clock. Rejected rows
+/// (set aside, never claimed) are counted apart: they do not wait for the relay.
+struct OutboxLag {
+  std::int64_t backlog = 0;
+  std::optional<std::chrono::milliseconds> oldest_unpublished_age;  ///< nullopt: none left
+  std::int64_t rejected = 0;                                        ///< rows in the rejected state
+};
+
+/// The outbox's backlog on `store`: rows not yet published, the age of the oldest, and
+/// the rows refused for good. Read on its own transaction.
+[[nodiscard]] OutboxLag outbox_lag(Store& store);
+
 }  // namespace idem

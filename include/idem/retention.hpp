@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,18 @@ struct DroppedDedupMarks {
 [[nodiscard]] std::vector<DedupRetentionDeclaration> dedup_retention_declarations(Store& store);
 /// What maintenance has recorded as dropped. \throws Error from the store.
 [[nodiscard]] DroppedDedupMarks dropped_dedup_marks(Store& store);
+
+/// One partition of processed_event: event ids born in [from, to), or the DEFAULT one.
+struct DedupPartition {
+  std::string name;
+  bool is_default = false;
+  std::chrono::sys_time<std::chrono::milliseconds> from{};
+  std::chrono::sys_time<std::chrono::milliseconds> to{};
+};
+
+/// processed_event's partitions (PostgreSQL, when migrated partitioned); nullopt when it is
+/// not partitioned (always on SQLite). Read on its own transaction.
+[[nodiscard]] std::optional<std::vector<DedupPartition>> dedup_partitions(Store& store);
 /// Removes every declaration of `consumer_group` (a group that no longer runs), so the
 /// next pass no longer keeps marks for it. Returns the rows removed. A group still
 /// running declares itself again at its next renewal.

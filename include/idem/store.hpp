@@ -384,4 +384,9 @@ class Store {
 [[nodiscard]] std::unique_ptr<Store> open_store(std::string_view url,
                                                 const StoreOptions& options = {});
 
+/// Throws Error(Schema, `message`) when `store`'s schema has no table `table` (a store
+/// migrated by an older idem, or by a program that did not apply a migration set the
+/// caller needs). Runs inside `tx`.
+void require_table(Store& store, Transaction& tx, std::string_view table, const char* message);
+
 }  // namespace idem

@@ -8,9 +8,8 @@
 #include "console/replay_audit.hpp"
 #include "idem/dlq.hpp"
 #include "idem/error.hpp"
+#include "idem/outbox.hpp"
 #include "idem/retention.hpp"
-#include "stores/maintenance_operations.hpp"
-#include "stores/outbox_queries.hpp"
 
 namespace idem::console {
 
@@ -326,8 +325,7 @@ json dedup_health(const ApiContext& ctx) {
   });
   out["partitions"] = section([&] {
     return ctx.store.with([](Store& s) {
-      const auto parts =
-          detail::make_maintenance_operations(s, SystemClock::instance())->partitions();
+      const auto parts = dedup_partitions(s);
       json list = json::array();
       if (parts) {
         for (const auto& part : *parts) {
@@ -341,8 +339,7 @@ json dedup_health(const ApiContext& ctx) {
     });
   });
   out["outbox"] = section([&] {
-    const detail::OutboxLag lag =
-        ctx.store.with([](Store& s) { return detail::outbox_queries(s).lag(s); });
+    const OutboxLag lag = ctx.store.with([](Store& s) { return outbox_lag(s); });
     return json{{"backlog", lag.backlog},
                 {"oldest_unpublished_age_ms", optional_ms(lag.oldest_unpublished_age)},
                 {"rejected", lag.rejected}};

@@ -7,7 +7,7 @@
 
 #include "idem/dedup_horizon.hpp"
 #include "idem/error.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::console {
 

@@ -1,7 +1,7 @@
 #include "console/replay_audit.hpp"
 
 #include "idem/error.hpp"
-#include "stores/store_errors.hpp"
+#include "idem/store.hpp"
 
 namespace idem::console {
 
@@ -11,10 +11,10 @@ using Millis = std::chrono::sys_time<std::chrono::milliseconds>;
 
 /// A replay must not run unrecorded: refuse a store without the console's table.
 void require_audit_table(Store& store, Transaction& tx) {
-  detail::require_table(store, tx, "idem_console_replay",
-                        "the store has no replay audit table (idem_console_replay): run `idem "
-                        "migrate` first (a program of your own: "
-                        "store.migrate_set(idem::console_migrations()))");
+  require_table(store, tx, "idem_console_replay",
+                "the store has no replay audit table (idem_console_replay): run `idem "
+                "migrate` first (a program of your own: "
+                "store.migrate_set(idem::console_migrations()))");
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include "consumer/partition_positions.hpp"
 #include "idem/error.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "stores/store_errors.hpp"
 
 namespace idem::detail {

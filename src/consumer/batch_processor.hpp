@@ -35,7 +35,7 @@
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 #include "idem/consumer_offsets.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -11,7 +11,7 @@
 #include "consumer/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -8,8 +8,8 @@
 
 #include "consumer/retry_topics.hpp"
 #include "idem/error.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/sha256.hpp"
-#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "idem/consumer.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "kafka/produce_errors.hpp"
 
 namespace idem::detail {

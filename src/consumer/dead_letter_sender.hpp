@@ -8,7 +8,7 @@
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

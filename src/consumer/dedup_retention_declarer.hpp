@@ -13,8 +13,8 @@
 
 #include "consumer/dedup_horizon_guard.hpp"
 #include "idem/consumer.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/store.hpp"
-#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -1,5 +1,5 @@
 #include "consumer/effect_record.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "idem/consumer.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

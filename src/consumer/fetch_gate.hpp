@@ -23,8 +23,8 @@
 #include "consumer/retry_schedule.hpp"
 #include "consumer/retry_topics.hpp"
 #include "consumer/topic_partition.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/retry.hpp"
-#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -63,8 +63,7 @@ void PartitionPositions::verified() noexcept {
   for (Watched& w : watched_) w.verified_reconnects = w.connection->reconnects();
 }
 
-void PartitionPositions::idle_look(TimePoint now) {
-  if (!idle_check_.take_due(now)) return;
+bool PartitionPositions::look_at_connections() {
   // Each one is looked at, so that all are replaced before the rows are read again.
   bool any = false;
   for (const Watched& w : watched_) {
@@ -75,7 +74,11 @@ void PartitionPositions::idle_look(TimePoint now) {
     }
     any = replaced(*w.connection) || any;
   }
-  if (any) unverified();
+  return any;
+}
+
+void PartitionPositions::idle_look(TimePoint now) {
+  if (idle_check_.take_due(now) && look_at_connections()) unverified();
 }
 
 // ---- Where assigned partitions start.
@@ -280,13 +283,7 @@ std::vector<PartitionOffset> PartitionPositions::go_back(std::span<const TopicPa
                                                          std::span<const StoredOffset> rows,
                                                          ConsumerStats& delta) {
   // The other connections, if broken too, are replaced before they count as verified.
-  for (const Watched& w : watched_) {
-    try {
-      w.connection->begin_read()->rollback();
-    } catch (const std::exception& e) {
-      log_(fmt::format("idem consumer: the store connection broke: {}", e.what()));
-    }
-  }
+  static_cast<void>(look_at_connections());
   std::vector<PartitionOffset> out;
   std::vector<TopicPartition> back;
   for (const TopicPartition& tp : owned) {

@@ -36,8 +36,8 @@
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 #include "idem/consumer_offsets.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/store.hpp"
-#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 
@@ -171,6 +171,10 @@ class PartitionPositions {
   };
 
   void verified() noexcept;
+  /// Looks at every connection as the start of a transaction does (Store::begin_read,
+  /// rolled back unused: a broken one is replaced); whether one was replaced since the rows
+  /// were read.
+  bool look_at_connections();
   /// Takes `row` as what the store holds, its letters as acknowledged.
   void restore(const StoredOffset& row);
   void keep_from(const TopicPartition& tp, std::int64_t offset);

@@ -16,7 +16,7 @@
 #include "consumer/fetch_control.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

@@ -8,7 +8,7 @@
 
 #include "idem/consumer_offsets.hpp"
 #include "idem/error.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem {
 

@@ -12,7 +12,7 @@
 #include <simdjson.h>
 
 #include "idem/error.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 namespace idem {
 

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/tracing.hpp"
-#include "kafka/kafka_handle.hpp"
 
 namespace idem::detail {
 

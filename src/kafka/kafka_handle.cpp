@@ -1,4 +1,4 @@
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 
 #include <algorithm>
 #include <array>

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "idem/error.hpp"
-#include "kafka/kafka_handle.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "kafka/produce_errors.hpp"
 
 namespace idem {

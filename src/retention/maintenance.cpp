@@ -20,7 +20,6 @@ namespace idem {
 namespace {
 
 using Millis = std::chrono::sys_time<std::chrono::milliseconds>;
-using detail::DedupPartition;
 using std::chrono::milliseconds;
 
 class Maintenance {
@@ -322,6 +321,10 @@ MaintenanceTask::~MaintenanceTask() {
 
 std::uint64_t MaintenanceTask::passes() const noexcept {
   return impl_->passes.load();
+}
+
+std::optional<std::vector<DedupPartition>> dedup_partitions(Store& store) {
+  return detail::make_maintenance_operations(store, SystemClock::instance())->partitions();
 }
 
 }  // namespace idem

@@ -12,18 +12,11 @@
 
 #include "idem/clock.hpp"
 #include "idem/error.hpp"
+#include "idem/retention.hpp"
 #include "idem/store.hpp"
 #include "idem/uuid.hpp"
 
 namespace idem::detail {
-
-/// One partition of processed_event: event ids born in [from, to), or the DEFAULT one.
-struct DedupPartition {
-  std::string name;
-  bool is_default = false;
-  std::chrono::sys_time<std::chrono::milliseconds> from{};
-  std::chrono::sys_time<std::chrono::milliseconds> to{};
-};
 
 /// The operations of one maintenance run on one store (which must have no open
 /// transaction). Each call commits on its own and throws idem::Error on failure.

@@ -80,3 +80,11 @@ std::int64_t delete_published_rows(Store& store, std::string_view delete_sql,
 }
 
 }  // namespace idem::detail
+
+namespace idem {
+
+OutboxLag outbox_lag(Store& store) {
+  return detail::outbox_queries(store).lag(store);
+}
+
+}  // namespace idem

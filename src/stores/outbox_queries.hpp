@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/outbox.hpp"
 #include "idem/store.hpp"
 #include "stores/replication.hpp"
 
@@ -27,14 +28,6 @@ enum ClaimColumn : std::size_t {
   kClaimPayload,
   kClaimHeaders,  ///< headers as JSON text
   kClaimSession,  ///< the database session that ran the claim (PostgreSQL: backend pid; else 0)
-};
-
-/// Unpublished rows and the age of the oldest, by the database's clock. Rejected rows
-/// (set aside, never claimed) are counted apart: they do not wait for the relay.
-struct OutboxLag {
-  std::int64_t backlog = 0;
-  std::optional<std::chrono::milliseconds> oldest_unpublished_age;  ///< nullopt: none left
-  std::int64_t rejected = 0;                                        ///< rows in the rejected state
 };
 
 /// An outbox row the producer or the broker refused for good, and why.

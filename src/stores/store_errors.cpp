@@ -121,15 +121,6 @@ ErrorSource error_source(Backend backend) noexcept {
   return backend == Backend::Postgres ? ErrorSource::Postgres : ErrorSource::Sqlite;
 }
 
-void require_table(Store& store, Transaction& tx, std::string_view table, const char* message) {
-  const char* sql = store.backend() == Backend::Postgres
-                        ? "SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = $1 AND "
-                          "schemaname = ANY (current_schemas(false))"
-                        : "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1";
-  if (tx.execute(sql, std::string(table))[0].int64(0) == 0)
-    throw Error(ErrorCode::Schema, error_source(store.backend()), message);
-}
-
 StoreErrorRule postgres_error_rule(std::string_view sqlstate) noexcept {
   const StoreErrorRule* found = &kUnlisted;
   for (const StoreErrorRule& rule : kPostgresRules) {
@@ -264,3 +255,16 @@ void require_idem_schema(Store& store, std::string_view who) {
 }
 
 }  // namespace idem::detail
+
+namespace idem {
+
+void require_table(Store& store, Transaction& tx, std::string_view table, const char* message) {
+  const char* sql = store.backend() == Backend::Postgres
+                        ? "SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = $1 AND "
+                          "schemaname = ANY (current_schemas(false))"
+                        : "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1";
+  if (tx.execute(sql, std::string(table))[0].int64(0) == 0)
+    throw Error(ErrorCode::Schema, detail::error_source(store.backend()), message);
+}
+
+}  // namespace idem

@@ -59,10 +59,6 @@ void rethrow_if_refused_for_good(const std::exception_ptr& error);
 /// The ErrorSource of `backend`'s errors.
 [[nodiscard]] ErrorSource error_source(Backend backend) noexcept;
 
-/// Throws Error(Schema, `message`) when the store's schema has no table `table` (a store
-/// migrated by an older idem, before the table existed). Runs inside `tx`.
-void require_table(Store& store, Transaction& tx, std::string_view table, const char* message);
-
 /// The highest version of idem's own schema this build knows for `backend`.
 [[nodiscard]] int known_idem_schema_version(Backend backend) noexcept;
 

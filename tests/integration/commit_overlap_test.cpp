@@ -16,10 +16,10 @@
 #include <gtest/gtest.h>
 
 #include "consumer/batch_processor.hpp"
+#include "idem/kafka/kafka_handle.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"
 #include "idem/reference/schema.hpp"
-#include "kafka/kafka_handle.hpp"
 #include "support/dead_letters.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/kafka_test_producer.hpp"

@@ -1,6 +1,11 @@
 #pragma once
-// RAII for librdkafka's C objects, and building a handle from properties. Shared by the
-// poll loop (consumer) and the dead-letter producer.
+/// \file
+/// RAII for librdkafka's C objects, building a handle from properties, reading a record's
+/// headers and producing a copy. The core's consumer, dead-letter producer and relay use
+/// them, and so do idem's components that talk to Kafka themselves (the console's topic
+/// view, the dev tools): one way to hold a librdkafka object. Namespace detail: building
+/// blocks for idem's own parts, with no promise of stability to other users; including
+/// this header needs librdkafka's.
 #include <librdkafka/rdkafka.h>
 
 #include <chrono>
