@@ -70,7 +70,7 @@ Handler<OrderConfirmed> make_handler(HandlerKind handler) {
   return count_handler<OrderConfirmed>();
 }
 
-// The reference handlers have a group and a topic of their own (SPEC section 2).
+// The reference handlers have a group and a topic of their own (docs/reference-system.md).
 std::string default_group(HandlerKind handler) {
   if (handler == HandlerKind::Billing) return std::string(kBillingGroup);
   if (handler == HandlerKind::Analytics) return std::string(kAnalyticsGroup);

@@ -1,6 +1,6 @@
 #pragma once
 // The demo's audit: what happened, read from the database, the provider's audit
-// endpoint and the topics' watermarks, checked against the invariant (SPEC section 2).
+// endpoint and the topics' watermarks, checked against the invariant (docs/reference-system.md).
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The dedup horizon (SPEC IDEM-2 TTL, "Dedup horizon"): dedup rows are kept for a
+/// The dedup horizon (IDEM-2 TTL in docs/rules.md; docs/retention.md): dedup rows are kept for a
 /// retention measured in *event time* (the UUIDv7 timestamp of the event_id), so an
 /// event born before `now - retention` may have lost its row and can no longer be
 /// deduplicated. The horizon keeps a safety margin inside the retention: events
@@ -17,7 +17,7 @@ namespace idem {
 
 /// Dedup retention and the horizon derived from it. Plain data.
 struct DedupHorizon {
-  /// How long dedup rows are kept, in event time. Default 7 days (SPEC IDEM-2 TTL).
+  /// How long dedup rows are kept, in event time. Default 7 days (IDEM-2 TTL).
   std::chrono::hours retention{24 * 7};
   /// Subtracted from the retention for the stale check. Must be below `retention`.
   std::chrono::hours safety_margin{1};

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Retention of the dedup table, the outbox and other idem tables (SPEC IDEM-2 TTL).
+/// Retention of the dedup table, the outbox and other idem tables (IDEM-2 TTL).
 ///
 /// Dedup rows age by **event time** (the UUIDv7 timestamp of event_id), the clock the
 /// dedup-horizon guard uses, never by processed_at:

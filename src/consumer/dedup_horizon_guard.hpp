@@ -1,5 +1,5 @@
 #pragma once
-// The dedup-horizon guard (SPEC "Dedup horizon"): an event born before
+// The dedup-horizon guard (docs/retention.md): an event born before
 // now - (retention - safety margin) may have lost its dedup row to retention, so a
 // redelivery of it could run its effect a second time. The guard sees every valid
 // event before it is marked and decides, per ConsumerConfig::stale_events, whether it

@@ -340,7 +340,7 @@ TEST_F(PostgresStoreTest, RedeliveryAfterTableMovedToANewPartitionIsStillADuplic
 }
 
 TEST_F(PostgresStoreTest, ProcessedAtPartitioningOfTheDesignDocumentsWouldRunTheEffectTwice) {
-  // Why the SPEC corrects the design documents: their DDL partitions on processed_at,
+  // Why idem corrects the design documents (IDEM-2 TTL): their DDL partitions on processed_at,
   // which forces processed_at into the primary key, so the same event processed on two
   // days inserts two rows. Shown here on a side table; migrate() refuses such a table.
   auto tx = store_->begin();

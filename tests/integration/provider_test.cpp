@@ -1,4 +1,4 @@
-// The payment provider's rules (SPEC section 2, IDEM-4), over real HTTP on loopback:
+// The payment provider's rules (docs/reference-system.md; IDEM-4), over real HTTP on loopback:
 // a key is required, a replay charges nothing, a different request under the same key
 // is 422, a request in flight is 409 (two real concurrent requests), keys expire after
 // the retention, faults do what they say, and keys survive a restart of a real

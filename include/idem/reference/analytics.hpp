@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The analytics consumer of the reference system (SPEC section 2): on the same topic
+/// The analytics consumer of the reference system (docs/reference-system.md): on the same topic
 /// as billing but in its own group (`analytics-order-confirmed`, so its own dedup
 /// rows), it adds each new order.confirmed.v1 to its customer's revenue and order
 /// count (table analytics_customer_revenue, reference migration 0003).

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The billing consumer of the reference system (SPEC section 2, IDEM-4): for each new
+/// The billing consumer of the reference system (docs/reference-system.md; IDEM-4): for each new
 /// order.confirmed.v1, inside the event's transaction (where idem::Consumer has already
 /// marked the event processed for group `billing-order-confirmed`):
 ///   1. charge the payment provider: `POST /payments/charge {"order_id", "amount"}`

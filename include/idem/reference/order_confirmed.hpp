@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `order.confirmed.v1`, the event of the reference system (SPEC section 2).
+/// `order.confirmed.v1`, the event of the reference system (docs/reference-system.md).
 
 #include <cstdint>
 #include <string>

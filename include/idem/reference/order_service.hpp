@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The order service of the reference system (SPEC section 2): creates orders and
+/// The order service of the reference system (docs/reference-system.md): creates orders and
 /// confirms them. A confirmation updates `orders` and enqueues `order.confirmed.v1` in
 /// the outbox in ONE transaction (rule OUTBOX), so the order is confirmed if and only
 /// if its event will be published.

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The payment provider of the reference system (SPEC section 2, IDEM-4): a real HTTP/1.1
+/// The payment provider of the reference system (docs/reference-system.md; IDEM-4): a real HTTP/1.1
 /// server (Boost.Beast on one event loop, keep-alive) that charges orders and
 /// deduplicates on `Idempotency-Key`. It holds thousands of requests open at once on two
 /// threads: the event loop, and a store thread that commits every waiting charge in one

@@ -1,4 +1,4 @@
-// The PostgreSQL store's dedup marks (SPEC IDEM-2): one INSERT ... ON CONFLICT DO NOTHING
+// The PostgreSQL store's dedup marks (IDEM-2): one INSERT ... ON CONFLICT DO NOTHING
 // per event, or one statement for a whole batch, and the read-only check of a batch.
 #include <algorithm>
 #include <cstring>

@@ -90,7 +90,7 @@ std::string partitioned_processed_event_ddl(const MigrateOptions& options,
   // Same columns and key as sql/postgres/0001_processed_event.sql. The partition
   // key is event_id, which is part of the primary key, so the key stays
   // (event_id, consumer_group): a redelivery conflicts with the first row whatever
-  // the time, unlike a table partitioned on processed_at (SPEC IDEM-2 TTL).
+  // the time, unlike a table partitioned on processed_at (IDEM-2 TTL).
   std::string ddl =
       "CREATE TABLE processed_event (\n"
       "  event_id       uuid        NOT NULL,\n"

@@ -1,5 +1,5 @@
 #pragma once
-// DDL for the RANGE-partitioned dedup table (SPEC IDEM-2 TTL, with its
+// DDL for the RANGE-partitioned dedup table (IDEM-2 TTL, with its
 // correction: partitioned on event_id, not on processed_at). Pure functions of
 // the options and a point in time, so they can be checked without a server.
 #include <chrono>

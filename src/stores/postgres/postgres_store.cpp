@@ -101,7 +101,7 @@ void PostgresStore::check_processed_event(const MigrateOptions& options, bool re
     throw Error(ErrorCode::Schema, ErrorSource::Postgres,
                 fmt::format("postgres: processed_event is partitioned by {}; idem needs RANGE "
                             "(event_id) so that the primary key stays (event_id, "
-                            "consumer_group) (SPEC IDEM-2 TTL)",
+                            "consumer_group) (IDEM-2 TTL, docs/rules.md)",
                             partkey));
   }
   if (options.partitioned && relkind != "p") {
