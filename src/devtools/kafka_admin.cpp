@@ -151,19 +151,9 @@ std::vector<KafkaRecord> read_topic(const std::string& bootstrap_servers, const 
     r.offset = m->offset;
     if (m->key != nullptr) r.key.assign(static_cast<const char*>(m->key), m->key_len);
     if (m->payload != nullptr) r.payload.assign(static_cast<const char*>(m->payload), m->len);
-    rd_kafka_headers_t* hdrs = nullptr;
-    if (rd_kafka_message_headers(m.get(), &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      const char* name = nullptr;
-      const void* value = nullptr;
-      std::size_t size = 0;
-      for (std::size_t i = 0;
-           rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-           ++i) {
-        r.headers.emplace_back(name, value != nullptr
-                                         ? std::string(static_cast<const char*>(value), size)
-                                         : std::string());
-      }
-    }
+    detail::for_each_header(*m, [&r](const char* name, std::string_view value) {
+      r.headers.emplace_back(name, std::string(value));
+    });
     out.push_back(std::move(r));
   }
   rd_kafka_consumer_close(rk.get());
