@@ -31,23 +31,27 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_W
   -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON
 cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all python/all
 step_done "build (all but the benchmarks)"
-"$root/scripts/check-style.sh" "$build"  # clang-tidy on the sources changed by the last commit
-step_done "clang-tidy"
 
-# The fuzz targets (clang, a build directory of their own), then the benchmark programs,
-# compile while the tests run, at the lowest priority: the tests keep the CPU they ask
-# for, and the compiles take what they leave, which is most of it in the run's last minute
-# (a few long fault scenarios waiting). The benchmarks' compile goes on while the fuzz
-# targets run (one core each, one after another).
+# The fuzz targets (clang, a build directory of their own), then clang-tidy on the sources
+# changed by the last commit and the benchmark programs' compile, run while the tests run,
+# at the lowest priority: the tests keep the CPU they ask for, and the rest take what they
+# leave, which is most of it in the run's last minute (a few long fault scenarios
+# waiting). The benchmarks' compile goes on while the fuzz targets run (one core each, one
+# after another); clang-tidy's findings are printed once the tests are done.
 fuzz_log="$build/fuzz-build.log"
 bench_log="$build/bench-build.log"
+tidy_log="$build/clang-tidy.log"
 setsid nice -n 19 "$root/scripts/fuzz.sh" --build-only >"$fuzz_log" 2>&1 &
 fuzz_build=$!  # a process group of its own: stopped with its compilers if we end early
 setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
   exec nice -n 19 cmake --build "$2" -j"$3" --target bench/all' bench_build "$fuzz_build" \
   "$build" "$jobs" >"$bench_log" 2>&1 &
 bench_build=$!
-trap 'kill -- "-$fuzz_build" "-$bench_build" 2>/dev/null || true' EXIT
+setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
+  exec nice -n 19 "$2/scripts/check-style.sh" "$3"' clang_tidy "$fuzz_build" "$root" "$build" \
+  >"$tidy_log" 2>&1 &
+tidy=$!
+trap 'kill -- "-$fuzz_build" "-$bench_build" "-$tidy" 2>/dev/null || true' EXIT
 tests=0
 "$root/scripts/with-postgres.sh" \
   ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$test_jobs" "$@" || tests=$?
@@ -62,6 +66,14 @@ fi
 [ "$tests" -eq 0 ] || exit "$tests"
 "$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute
 step_done "fuzzing (the rest of its build, then 20 s per target)"
+tidied=0
+wait "$tidy" || tidied=$?
+cat "$tidy_log"
+if [ "$tidied" -ne 0 ]; then
+  echo "test.sh: clang-tidy failed (log above)" >&2
+  exit 1
+fi
+step_done "clang-tidy (the rest of it)"
 bench_built=0
 wait "$bench_build" || bench_built=$?
 trap - EXIT
