@@ -1,8 +1,9 @@
 #pragma once
-// What every part of idem::Consumer's processing reads and none owns: the configuration,
-// the hooks and the log line sink, the routes (topic -> handler), the retry topics, the
-// dedup horizon guard, the steady clock and the partitions' positions. Consumer::Impl owns them and
-// hands this out by reference; each must outlive whoever holds it.
+// What every part of idem::Consumer's processing uses and none of them owns: the
+// configuration, the hooks and the log line sink, the routes (topic -> handler), the retry
+// topics, the dedup horizon guard, the steady clock, and the owner of the partitions'
+// positions (which the parts ask, never decide for). Consumer::Impl owns them and hands
+// this out by reference; each must outlive whoever holds it.
 #include <map>
 #include <memory>
 #include <string>
