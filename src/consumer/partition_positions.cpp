@@ -231,18 +231,18 @@ void PartitionPositions::restore(const StoredOffset& row) {
 void PartitionPositions::write_moved() {
   if (!in_store_) return;
   std::vector<StoredOffset> rows;
-  for (const TopicPartition& tp : progress_.partitions()) {
+  progress_.for_each_partition([&](const TopicPartition& tp) {
     std::optional<StoredOffset> now = progress_.row_after(tp, {});
-    if (!now) continue;
+    if (!now) return;
     const auto kept = kept_.find(tp);
     if (kept != kept_.end() && kept->second.held) {
       const StoredOffset& held = *kept->second.held;
       // Never behind what is stored: a position read at assignment is not taken back by
       // one that started lower (records the store already counts as done, delivered again).
-      if (held == *now || held.next_offset > now->next_offset) continue;
+      if (held == *now || held.next_offset > now->next_offset) return;
     }
     rows.push_back(std::move(*now));
-  }
+  });
   if (rows.empty()) return;
   try {
     if (replaced(store_)) return unverified();
@@ -285,7 +285,6 @@ std::vector<PartitionOffset> PartitionPositions::go_back(std::span<const TopicPa
   // The other connections, if broken too, are replaced before they count as verified.
   static_cast<void>(look_at_connections());
   std::vector<PartitionOffset> out;
-  std::vector<TopicPartition> back;
   for (const TopicPartition& tp : owned) {
     const StoredOffset* row = row_of(rows, tp);
     const std::optional<std::int64_t> target =
@@ -294,18 +293,16 @@ std::vector<PartitionOffset> PartitionPositions::go_back(std::span<const TopicPa
     if (const auto position = progress_.commit_position(tp))
       report(tp, *target, *position, "the consumer's position", delta);
     out.push_back({tp, *target});
-    back.push_back(tp);
   }
   log_(
       fmt::format("idem consumer: the store connection was replaced: {} partition(s) go on from "
                   "the stored offsets",
                   out.size()));
   // As if revoked and assigned again at the rows, with no commit in between.
-  progress_.forget(back);
-  for (const TopicPartition& tp : back) {
-    Kept& kept = kept_[tp];
-    kept.held.reset();
-    if (const StoredOffset* row = row_of(rows, tp)) restore(*row);
+  for (const PartitionOffset& back : out) {
+    progress_.forget({&back.tp, 1});
+    kept_[back.tp].held.reset();
+    if (const StoredOffset* row = row_of(rows, back.tp)) restore(*row);
   }
   verified();
   resync_due_.store(false, std::memory_order_relaxed);

@@ -111,13 +111,6 @@ std::optional<StoredOffset> PartitionProgress::row_after(
   return StoredOffset{tp.topic, tp.partition, position, letters_from(w, position), {}};
 }
 
-std::vector<TopicPartition> PartitionProgress::partitions() const {
-  std::vector<TopicPartition> out;
-  out.reserve(windows_.size());
-  for (const auto& entry : windows_) out.push_back(entry.first);
-  return out;
-}
-
 std::optional<std::int64_t> PartitionProgress::first_seen(const TopicPartition& tp) const {
   const auto it = windows_.find(tp);
   if (it == windows_.end() || it->second.first < 0) return std::nullopt;

@@ -85,8 +85,12 @@ class PartitionProgress {
   /// over them, and the acknowledged letters above it. nullopt when no position is known.
   [[nodiscard]] std::optional<StoredOffset> row_after(
       const TopicPartition& tp, std::span<const std::int64_t> done_on_commit) const;
-  /// Every partition with a window (received, settled, rewound to or with letters).
-  [[nodiscard]] std::vector<TopicPartition> partitions() const;
+  /// Calls `f(tp)` for every partition with a window (received, settled, rewound to or
+  /// with letters). Without copying them: the consumer's loop asks at every turn.
+  template <class F>
+  void for_each_partition(F&& f) const {
+    for (const auto& entry : windows_) f(entry.first);
+  }
   /// The first record of `tp` received or settled since it was assigned (or forgotten).
   [[nodiscard]] std::optional<std::int64_t> first_seen(const TopicPartition& tp) const;
 

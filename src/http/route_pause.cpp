@@ -1,5 +1,7 @@
 #include "idem/http/route_pause.hpp"
 
+#include <fmt/format.h>
+
 namespace idem::http {
 
 RoutePause::Start RoutePause::at_start() const noexcept {
@@ -20,6 +22,17 @@ RoutePause::Refusal RoutePause::refused(Start start, const std::string& why) {
   // back while it ran, and its answer may be from before: tried again (and if others still
   // succeed then, that attempt's answer is its own).
   return start.paused ? Refusal::AfterRecovery : Refusal::RequestsOwn;
+}
+
+std::optional<std::string> RoutePause::retry_after_refusal(Start start, const std::string& why,
+                                                           std::string_view who) {
+  switch (refused(start, why)) {
+    case Refusal::Paused: return fmt::format("{} paused: {}", who, why);
+    case Refusal::AfterRecovery:
+      return fmt::format("{} resumed while this call was answered: {}", who, why);
+    case Refusal::RequestsOwn: break;
+  }
+  return std::nullopt;
 }
 
 void RoutePause::pause(const std::string& why) {

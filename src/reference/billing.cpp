@@ -69,12 +69,8 @@ void complete_charge(const http::CallResult& result, const CallCompletion<Billin
     // fault, not the orders': they wait, and none is dead-lettered.
     const std::string answer = provider_answer(result);
     if (result.classification.verdict == http::Verdict::RouteMisconfigured) {
-      switch (pause.refused(started, answer)) {
-        case http::RoutePause::Refusal::Paused: return done.retry("billing paused: " + answer);
-        case http::RoutePause::Refusal::AfterRecovery:
-          return done.retry("billing resumed while this charge was answered: " + answer);
-        case http::RoutePause::Refusal::RequestsOwn: break;
-      }
+      if (auto retry = pause.retry_after_refusal(started, answer, "billing"))
+        return done.retry(std::move(*retry));
     }
     return done.dead_letter(answer);
   }

@@ -147,15 +147,8 @@ void RouteCalls::finish(const http::CallResult& result, const SinkEvent& event,
       if (c.verdict == http::Verdict::RouteMisconfigured) {
         // Every call failing alike is the route's fault (credentials, URL): pause, do not
         // dead-letter the stream. A call failing while others succeed is this request's.
-        const std::string reason = why();
-        switch (pause_.refused(then, reason)) {
-          case http::RoutePause::Refusal::Paused:
-            return done.retry(fmt::format("route {} paused: {}", route_.name, reason));
-          case http::RoutePause::Refusal::AfterRecovery:
-            return done.retry(fmt::format("route {} resumed while this call was answered: {}",
-                                          route_.name, reason));
-          case http::RoutePause::Refusal::RequestsOwn: break;
-        }
+        if (auto retry = pause_.retry_after_refusal(then, why(), "route " + route_.name))
+          return done.retry(std::move(*retry));
       }
       return done.dead_letter(why());
     case http::CallStatus::RetriesExhausted: return done.retry(why());

@@ -4,12 +4,10 @@
 // http::ResponsePolicy; the apply phase runs the route's statements with the values the
 // answer gave. One RouteCalls per route holds what its calls share: the rate limit and
 // whether the route is paused (http::RoutePause, as compiled effect handlers decide it).
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,11 @@ class RoutePause {
   };
   /// A call that started at `start` was refused (401, 403, 404) for `why`.
   [[nodiscard]] Refusal refused(Start start, const std::string& why);
+  /// refused(), as the call's completion takes it: the reason to retry the call with
+  /// ("<who> paused: <why>", or "<who> resumed while this call was answered: <why>"), or
+  /// nullopt when the refusal is the request's own and the call is dead-lettered.
+  [[nodiscard]] std::optional<std::string> retry_after_refusal(Start start, const std::string& why,
+                                                               std::string_view who);
 
   /// Pauses the route for `why` (a request the client refuses to send, an endpoint that is
   /// down), or updates why while it stays paused.
