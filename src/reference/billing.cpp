@@ -103,14 +103,15 @@ EffectHandler<OrderConfirmed, BillingCharge> billing_effect(BillingConfig config
   return {
       .call =
           [client, pause, charge_url](const OrderConfirmed& event, const RecordInfo& record,
-                                      CallCompletion<BillingCharge> done) {
+                                      const CallCompletion<BillingCharge>& done) {
             // The callback runs on the client's loop thread: complete_charge only hands the
             // result to the consumer's completion queue (it never blocks).
             try {
-              client->start(charge_request(charge_url, event, record),
-                            [done, pause, started = pause->at_start()](http::CallResult result) {
-                              complete_charge(result, done, *pause, started);
-                            });
+              client->start(
+                  charge_request(charge_url, event, record),
+                  [done, pause, started = pause->at_start()](const http::CallResult& result) {
+                    complete_charge(result, done, *pause, started);
+                  });
             } catch (const std::exception& e) {  // e.g. a key that cannot be a header
               done.dead_letter(fmt::format("billing: the charge could not be sent: {}", e.what()));
             }
