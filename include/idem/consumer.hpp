@@ -359,10 +359,17 @@ struct EffectHandler {
 
 namespace detail {
 
-/// A topic's effect route. As a Route it is what the batch processor runs inside the
-/// transaction: invoke() is the apply phase of the staged call of that record.
-class EffectRoute : public Route {
+/// A topic's effect route, type-erased. The consumer parses each record once, when it
+/// is polled (parse_owned: the event lives as long as its call), orders and starts its
+/// call, and once the call completed with done() applies it in the batch transaction that
+/// marks the event (apply). Not a Route: its records never take the handlers' batch path.
+class EffectRoute {
  public:
+  EffectRoute() = default;
+  EffectRoute(const EffectRoute&) = delete;
+  EffectRoute& operator=(const EffectRoute&) = delete;
+  virtual ~EffectRoute() = default;
+
   struct Owned {
     Validated<Uuid> event_id;
     std::shared_ptr<void> event;  ///< set when valid
@@ -374,45 +381,19 @@ class EffectRoute : public Route {
                                                                 const RecordInfo& record) = 0;
   virtual void start_call(const void* event, const RecordInfo& record,
                           std::shared_ptr<CallTicket> ticket) = 0;
-  void set_staged(StagedLookup lookup) { staged_ = std::move(lookup); }
-  [[nodiscard]] const StagedCall* staged(std::string_view topic, std::int32_t partition,
-                                         std::int64_t offset) const override {
-    return staged_ ? staged_(topic, partition, offset) : nullptr;
-  }
-
- protected:
-  StagedLookup staged_;
+  /// The apply phase: `event` as parse_owned() made it, `result` as done() gave it.
+  virtual Outcome apply(const void* event, const void* result, const RecordInfo& record,
+                        Transaction& tx) = 0;
 };
 
 template <class Event, class Result>
 class TypedEffectRoute final : public EffectRoute {
  public:
   explicit TypedEffectRoute(EffectHandler<Event, Result> handler, RecordParser<Event> parser = {})
-      : handler_(std::move(handler)), events_(std::move(parser)) {}
+      : handler_(std::move(handler)), parser_(std::move(parser)) {}
 
-  void reset(std::size_t n) override { events_.reset(n); }
-  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
-                        const ParseLimits& limits) override {
-    return events_.parse(slot, record, limits);
-  }
-  Outcome invoke(std::size_t /*slot*/, const RecordInfo& record, Transaction& tx) override {
-    const StagedCall* staged = this->staged(record.topic, record.partition, record.offset);
-    // No finished call for this record (the mark found it new although the check before
-    // the call did not): make the call first.
-    if (staged == nullptr) return Outcome::Retry;
-    if (staged->outcome == Outcome::Retry) {
-      record.dead_letter_reason(std::string(staged->reason));
-      return Outcome::Retry;
-    }
-    if (staged->outcome == Outcome::DeadLetter) {
-      record.dead_letter_reason(std::string(staged->reason));
-      return Outcome::DeadLetter;
-    }
-    return handler_.apply(*static_cast<const Event*>(staged->event), record,
-                          *static_cast<const Result*>(staged->result), tx);
-  }
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
-    Validated<Event> parsed = events_.parse_one(record, limits);
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return {parsed.error(), nullptr};
     auto event = std::make_shared<Event>(std::move(parsed).value());
     const Uuid id = EventCodec<Event>::event_id(*event);
@@ -427,10 +408,15 @@ class TypedEffectRoute final : public EffectRoute {
     handler_.call(*static_cast<const Event*>(event), record,
                   CallCompletion<Result>(std::move(ticket)));
   }
+  Outcome apply(const void* event, const void* result, const RecordInfo& record,
+                Transaction& tx) override {
+    return handler_.apply(*static_cast<const Event*>(event), record,
+                          *static_cast<const Result*>(result), tx);
+  }
 
  private:
   EffectHandler<Event, Result> handler_;
-  EventSlots<Event> events_;
+  RecordParser<Event> parser_;
 };
 
 }  // namespace detail
@@ -536,6 +522,8 @@ class Consumer {
   [[nodiscard]] std::vector<PartitionLag> lag() const;
 
  private:
+  /// \throws Error(InvalidArgument, Config) when `topic` cannot take a handler now.
+  void check_route(const std::string& topic, bool has_handler) const;
   void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
   void add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
                         bool complete);

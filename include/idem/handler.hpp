@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "idem/dedup_horizon.hpp"
 #include "idem/events/event_codec.hpp"
 #include "idem/events/validation.hpp"
 #include "idem/store.hpp"
@@ -103,20 +102,6 @@ using RecordParser = std::function<Validated<Event>(const RecordInfo& record, co
 
 namespace detail {
 
-/// What the apply phase of one record needs: its event, its call's answer. Set by the
-/// consumer for the records of the transaction being run.
-struct StagedCall {
-  const void* event = nullptr;
-  const void* result = nullptr;  ///< null unless outcome is Done
-  Outcome outcome = Outcome::Retry;
-  std::string_view reason;  ///< also why the event is stale, under HorizonVerdict::Quarantine
-  /// The horizon verdict decided once, before the call: the apply phase follows it instead
-  /// of judging the age again. nullopt: no call decision was reached, the apply judges.
-  std::optional<HorizonVerdict> horizon;
-};
-using StagedLookup = std::function<const StagedCall*(std::string_view topic, std::int32_t partition,
-                                                     std::int64_t offset)>;
-
 /// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
 /// Parsed events live in slots reused from batch to batch, so routing a record costs
 /// no heap allocation beyond what the event type itself allocates.
@@ -134,13 +119,6 @@ class Route {
                                               const ParseLimits& limits) = 0;
   /// Runs the handler on slot `slot` (which parse() filled).
   virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
-  /// The staged call of a record of an effect topic in the transaction being run; null
-  /// for plain handlers and for records without one.
-  [[nodiscard]] virtual const StagedCall* staged(std::string_view /*topic*/,
-                                                 std::int32_t /*partition*/,
-                                                 std::int64_t /*offset*/) const {
-    return nullptr;
-  }
 };
 
 /// EventCodec<Event>::parse, or `parser` when one is given.
@@ -170,14 +148,9 @@ class EventSlots {
   }
   /// Parses the record into slot `slot`; returns its event id or why it is invalid.
   Validated<Uuid> parse(std::size_t slot, const RecordInfo& record, const ParseLimits& limits) {
-    Validated<Event> parsed = parse_one(record, limits);
+    Validated<Event> parsed = parse_record(parser_, record, limits);
     if (!parsed.ok()) return parsed.error();
     return EventCodec<Event>::event_id(slots_[slot].emplace(std::move(parsed).value()));
-  }
-  /// Parses the record without keeping it in a slot.
-  [[nodiscard]] Validated<Event> parse_one(const RecordInfo& record,
-                                           const ParseLimits& limits) const {
-    return parse_record(parser_, record, limits);
   }
   /// The event parse() put in slot `slot`.
   [[nodiscard]] const Event& operator[](std::size_t slot) const { return *slots_[slot]; }

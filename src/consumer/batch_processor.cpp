@@ -19,12 +19,6 @@ std::string_view as_view(const void* p, std::size_t n) {
   return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
 }
 
-std::size_t header_count(const rd_kafka_message_t& m) {
-  rd_kafka_headers_t* headers = nullptr;  // owned by the message
-  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return 0;
-  return rd_kafka_header_cnt(headers);
-}
-
 }  // namespace
 
 void call_hook(const ConsumerHooks& hooks, HookPoint point) {
@@ -46,14 +40,12 @@ BatchProcessor::~BatchProcessor() {
   if (context_.positions != nullptr) context_.positions->unwatch(store_);
 }
 
-void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) {
+void BatchProcessor::admit() {
   // Partition order: group by (topic, partition); a stable sort keeps each partition's
-  // records in the order Kafka delivered them (offset order).
-  std::vector<std::size_t> order(batch.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const rd_kafka_message_t& x = *batch[a];
-    const rd_kafka_message_t& y = *batch[b];
+  // records in the order given (offset order).
+  std::stable_sort(inputs_.begin(), inputs_.end(), [](const Input& a, const Input& b) {
+    const rd_kafka_message_t& x = *a.msg;
+    const rd_kafka_message_t& y = *b.msg;
     if (x.rkt != y.rkt) {
       const int c = std::strcmp(rd_kafka_topic_name(x.rkt), rd_kafka_topic_name(y.rkt));
       if (c != 0) return c < 0;
@@ -61,96 +53,71 @@ void BatchProcessor::validate(std::span<const rd_kafka_message_t* const> batch) 
     return x.partition < y.partition;
   });
 
-  for (auto& [topic, route] : context_.routes) route->reset(batch.size());
-  items_.resize(batch.size());
+  for (auto& [topic, route] : context_.routes.handlers) route->reset(inputs_.size());
+  items_.resize(inputs_.size());
   groups_.clear();
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const rd_kafka_message_t& m = *batch[order[i]];
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const rd_kafka_message_t& m = *inputs_[i].msg;
     const char* topic = rd_kafka_topic_name(m.rkt);
+    Item& item = items_[i];
     if (groups_.empty() || groups_.back().tp.partition != m.partition ||
         groups_.back().tp.topic != topic) {
-      const auto it = context_.routes.find(std::string_view(topic));
+      const auto it = context_.routes.handlers.find(std::string_view(topic));
       groups_.push_back({{topic, m.partition}, i, i});
-      items_[i].route = it == context_.routes.end() ? nullptr : it->second.get();
+      item.route = it == context_.routes.handlers.end() ? nullptr : it->second.get();
     } else {
-      items_[i].route = items_[i - 1].route;
+      item.route = items_[i - 1].route;
     }
     ++groups_.back().end;
-
-    Item& item = items_[i];
+    const TopicPartition& tp = groups_.back().tp;
     item.msg = &m;
     item.slot = i;
     item.fresh = false;
-    item.skip = false;
-    item.filed_as = {};
-    item.error_class.clear();
-    item.error_message.clear();
-    if (context_.positions != nullptr &&
-        context_.positions->progress().letter_acknowledged(groups_.back().tp, m.offset)) {
-      // Its letter was acknowledged already (before a restart, as the store says): sent
-      // again it would reach the DLQ (or its retry topic) twice.
-      item.valid = false;
-      item.skip = true;
-      continue;
-    }
-    if (item.route == nullptr) {
-      item.valid = false;
-      item.error_class = "route.no_route";
-      item.error_message = fmt::format("no handler is registered for topic '{}'", topic);
-      continue;
-    }
-    if (const std::size_t headers = header_count(m); headers > config_.limits.max_headers) {
-      item.valid = false;
-      item.error_class = fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
-      item.error_message = fmt::format("record has {} headers, more than the limit of {}", headers,
-                                       config_.limits.max_headers);
-      continue;
-    }
-    if (auto problem = context_.retry_topics.header_problem(m)) {
-      item.valid = false;
-      item.error_class = kBadRetryHeaderClass;
-      item.error_message = std::move(*problem);
-      continue;
-    }
-    RecordInfo info = record_info(m);
-    info.route_sink = &item.filed_as;
-    Validated<Uuid> parsed = item.route->parse(i, info, config_.limits);
-    item.valid = parsed.ok();
-    if (item.valid) {
-      item.event_id = parsed.value();
-      // An effect topic's record had its verdict decided once, when its call was to start
-      // (its call, if made, was made on it): that verdict stands whatever the clock says now.
-      const StagedCall* staged = item.route->staged(topic, m.partition, m.offset);
-      HorizonVerdict verdict = HorizonVerdict::Fresh;
-      if (staged != nullptr && staged->horizon) {
-        verdict = *staged->horizon;
-        if (verdict == HorizonVerdict::Quarantine) item.error_message = staged->reason;
-      } else {
-        verdict = context_.horizon_guard.check(item.event_id, item.error_message);
-      }
-      switch (verdict) {
-        case HorizonVerdict::Fresh: break;
-        case HorizonVerdict::Quarantine:
-          item.valid = false;
-          item.error_class = kStaleErrorClass;
-          break;
-        case HorizonVerdict::Skip:
-          item.valid = false;
-          item.skip = true;
-          break;
+    item.staged = inputs_[i].staged;
+    if (item.staged != nullptr) {
+      // Admitted when it was polled, and its call (if any) made on the event parsed
+      // then. Only its letter is looked at again: a record held back behind a retry in
+      // its partition comes here again after its letter may have been acknowledged.
+      static_cast<Admission&>(item) = *item.staged->admission;
+      if (letter_acknowledged(context_, tp, m.offset)) {
+        item.valid = false;
+        item.skip = true;
+        continue;
       }
     } else {
-      item.error_class = fmt::format("validation.{}", to_string(parsed.error().reason));
-      item.error_message = parsed.error().message;
+      static_cast<Admission&>(item) =
+          admit_record(context_, tp, m, item.route != nullptr, [&](std::string_view* sink) {
+            RecordInfo info = record_info(m);
+            info.route_sink = sink;
+            return item.route->parse(i, info, config_.limits);
+          });
+    }
+    if (!item.valid) continue;
+    // An effect topic's record had its verdict decided once, when its call was to start
+    // (its call, if made, was made on it): that verdict stands whatever the clock says now.
+    const StagedCall* call = item.staged != nullptr ? item.staged->call : nullptr;
+    if (call != nullptr && call->horizon) {
+      judge_horizon(item, *call->horizon, std::string(call->reason));
+    } else {
+      std::string why;
+      const HorizonVerdict verdict = context_.horizon_guard.check(item.event_id, why);
+      judge_horizon(item, verdict, std::move(why));
     }
   }
 }
 
 BatchResult BatchProcessor::prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule, bool rows_now) {
-  pointers_.clear();
-  for (const auto& m : batch) pointers_.push_back(m.get());
-  return prepare(std::span<const rd_kafka_message_t* const>(pointers_), schedule, rows_now);
+  inputs_.clear();
+  for (const auto& m : batch) inputs_.push_back({m.get(), nullptr});
+  return prepare_inputs(schedule, rows_now);
+}
+
+BatchResult BatchProcessor::prepare(std::span<const StagedRecord> batch,
+                                    const RetrySchedule& schedule, bool rows_now) {
+  inputs_.clear();
+  for (const StagedRecord& r : batch) inputs_.push_back({r.message, &r});
+  return prepare_inputs(schedule, rows_now);
 }
 
 void BatchProcessor::before_commit() {
@@ -162,12 +129,11 @@ void BatchProcessor::before_commit() {
   }
 }
 
-BatchResult BatchProcessor::prepare(std::span<const rd_kafka_message_t* const> batch,
-                                    const RetrySchedule& schedule, bool rows_now) {
+BatchResult BatchProcessor::prepare_inputs(const RetrySchedule& schedule, bool rows_now) {
   rollback();
   rows_now_ = rows_now && context_.positions != nullptr;
   BatchResult result;
-  validate(batch);
+  admit();
   result.partitions.reserve(groups_.size());
   for (const auto& g : groups_) {
     const std::int64_t first = items_[g.begin].msg->offset;
@@ -357,7 +323,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
     if (pass == Pass::Optimistic) {
       Outcome outcome = Outcome::Done;
       try {
-        outcome = item.route->invoke(item.slot, record_info(*item.msg), *tx);
+        outcome = invoke(item, record_info(*item.msg), *tx);
       } catch (...) {
         return false;  // the isolated pass classifies the exception
       }
@@ -379,7 +345,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       std::string reason;
       RecordInfo info = record_info(*item.msg);
       info.dead_letter_reason_sink = &reason;
-      outcome = item.route->invoke(item.slot, info, *tx);
+      outcome = invoke(item, info, *tx);
       // This event's deferred statements run now, so their failure is this event's.
       if (outcome == Outcome::Done) tx->sync();
       if (outcome == Outcome::DeadLetter) {
@@ -458,6 +424,19 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
     call_hook(context_.hooks, HookPoint::AfterHandler);
   }
   return true;
+}
+
+Outcome BatchProcessor::invoke(const Item& item, const RecordInfo& info, Transaction& tx) {
+  if (item.staged == nullptr) return item.route->invoke(item.slot, info, tx);
+  // An effect topic's record: its call decided, the apply phase writes the call's result.
+  // A call that asked for a retry, or none finished (the mark found the event new although
+  // the read before the call found it marked), retries: the call runs first.
+  const StagedCall& call = *item.staged->call;
+  if (call.outcome != Outcome::Done) {
+    info.dead_letter_reason(std::string(call.reason));
+    return call.outcome;
+  }
+  return item.staged->route->apply(call.event, call.result, info, tx);
 }
 
 void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {

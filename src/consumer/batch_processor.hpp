@@ -1,5 +1,5 @@
 #pragma once
-// One batch, one database transaction (IDEM-3): validate every record at the boundary,
+// One batch, one database transaction (IDEM-3): admit every record at the boundary,
 // mark all event ids with ONE statement, run the handler of each new event in
 // partition order, commit. It reports, per partition, which records it decided and where
 // a retry holds the partition back (PartitionOutcome); what that means for the offsets is
@@ -28,10 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "consumer/admission.hpp"
 #include "consumer/consumer_context.hpp"
 #include "consumer/dead_letter_producer.hpp"
 #include "consumer/partition_progress.hpp"
 #include "consumer/retry_schedule.hpp"
+#include "consumer/staged_record.hpp"
 #include "consumer/topic_partition.hpp"
 #include "idem/consumer.hpp"
 #include "idem/consumer_offsets.hpp"
@@ -86,7 +88,7 @@ class BatchProcessor {
   BatchProcessor& operator=(const BatchProcessor&) = delete;
 
   /// Prepares `batch` (records of any partitions, each partition's in offset order):
-  /// validates, marks and runs the handlers, and leaves the transaction open (decided:
+  /// admits, marks and runs the handlers, and leaves the transaction open (decided:
   /// every outcome in the result stands if it commits). `schedule` supplies earlier
   /// failed attempts (for `idem.attempts`). Transient database failures never escape: a
   /// failure of the whole transaction is in the result (`failure`, every partition's
@@ -99,9 +101,11 @@ class BatchProcessor {
   /// statements.
   [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule, bool rows_now = false);
-  /// The same over records the caller owns (the effect pipeline's); they must stay alive
-  /// until the result's dead letters are sent.
-  [[nodiscard]] BatchResult prepare(std::span<const rd_kafka_message_t* const> batch,
+  /// The same over the effect path's records, admitted when they were polled (parsed
+  /// then, never again here) and with their calls ended: each runs its route's apply
+  /// phase on its call's result. They must stay alive until the result's dead letters
+  /// are sent.
+  [[nodiscard]] BatchResult prepare(std::span<const StagedRecord> batch,
                                     const RetrySchedule& schedule, bool rows_now = false);
   /// True between a prepare() that left a transaction open and commit() or rollback().
   [[nodiscard]] bool open() const noexcept { return tx_ != nullptr; }
@@ -121,18 +125,19 @@ class BatchProcessor {
   void rollback() noexcept;
 
  private:
-  struct Item {
+  // A record's admission and its place in the batch.
+  struct Item : Admission {
     const rd_kafka_message_t* msg = nullptr;
-    Route* route = nullptr;
+    Route* route = nullptr;                // a handler's record: parsed into `slot`
+    const StagedRecord* staged = nullptr;  // an effect topic's record: applies its call
     std::size_t slot = 0;
-    bool valid = false;
     bool fresh = false;  // first time this event is marked for the group
-    bool skip = false;   // invalid, but neither executed nor dead-lettered (stale, Skip)
     enum class Fate { Open, Applied, Duplicate } fate = Fate::Open;  // in the last pass
-    std::string_view filed_as;  // the route the parser filed the record under, or empty
-    Uuid event_id;
-    std::string error_class;
-    std::string error_message;
+  };
+  // One record to prepare: a polled record for its handler, or an effect record.
+  struct Input {
+    const rd_kafka_message_t* msg = nullptr;
+    const StagedRecord* staged = nullptr;
   };
   struct Group {  // one partition's records in [begin, end) of items_
     TopicPartition tp;
@@ -145,7 +150,11 @@ class BatchProcessor {
     Isolated,    // one savepoint per new event
   };
 
-  void validate(std::span<const rd_kafka_message_t* const> batch);
+  [[nodiscard]] BatchResult prepare_inputs(const RetrySchedule& schedule, bool rows_now);
+  /// Orders inputs_ by partition and admits each record (a handler's is parsed here).
+  void admit();
+  /// Runs the item's handler, or the apply phase of its call.
+  Outcome invoke(const Item& item, const RecordInfo& info, Transaction& tx);
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
   /// Runs one pass, leaving its transaction in tx_. Returns false when the optimistic
   /// pass gave up (its transaction is rolled back and `result` must be reset); true when
@@ -171,7 +180,7 @@ class BatchProcessor {
   std::vector<Group> groups_;
   std::vector<Uuid> ids_;
   std::vector<RecordHeader> headers_;
-  std::vector<const rd_kafka_message_t*> pointers_;
+  std::vector<Input> inputs_;
 };
 
 }  // namespace idem::detail

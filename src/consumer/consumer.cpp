@@ -153,7 +153,7 @@ struct Consumer::Impl {
   ConsumerConfig config;
   std::unique_ptr<Store> store;
   ConsumerHooks hooks;  // hooks.log is set (stderr unless the caller's)
-  detail::RouteTable routes;
+  detail::TopicRoutes routes;
   detail::RetryTopicMap retry_topics;
   detail::DedupRetentionDeclarer declarer;  // owns the dedup horizon guard
   detail::PartitionPositions positions;
@@ -298,10 +298,7 @@ void Consumer::Impl::run() {
   if (config.check_topic_retention) retention_check.emplace(config, hooks.log);
   std::vector<std::string> subscription = config.topics;
   for (auto& name : retry_topics.all()) subscription.push_back(std::move(name));
-  const bool has_effects = std::any_of(routes.begin(), routes.end(), [](const auto& r) {
-    return dynamic_cast<const detail::EffectRoute*>(r.second.get()) != nullptr;
-  });
-  if (has_effects) {
+  if (!routes.effects.empty()) {
     effects = std::make_unique<detail::EffectPipeline>(
         detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *gate, positions,
                                      [this](const detail::BatchResult& r, ConsumerStats& delta) {
@@ -506,8 +503,7 @@ Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, Consumer
 
 Consumer::~Consumer() = default;
 
-void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route,
-                         bool has_handler) {
+void Consumer::check_route(const std::string& topic, bool has_handler) const {
   if (impl_->life.started.load()) bad_config("on() after run() started");
   if (!has_handler) bad_config(fmt::format("empty handler for topic '{}'", topic));
   const auto& topics = impl_->config.topics;
@@ -515,24 +511,26 @@ void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route
     bad_config(fmt::format("topic '{}' is not in the subscription", topic));
   if (impl_->routes.contains(topic))
     bad_config(fmt::format("topic '{}' has a handler already", topic));
-  detail::Route& source = *route;
-  auto* effect = dynamic_cast<detail::EffectRoute*>(&source);
-  for (auto& name : impl_->retry_topics.of(topic)) {
-    std::unique_ptr<detail::Route> retry;
-    if (effect != nullptr)
-      retry = std::make_unique<detail::RetryEffectRoute>(*effect);
-    else
-      retry = std::make_unique<detail::RetryRoute>(source);
-    impl_->routes.emplace(std::move(name), std::move(retry));
-  }
-  impl_->routes.emplace(std::move(topic), std::move(route));
+}
+
+void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route,
+                         bool has_handler) {
+  check_route(topic, has_handler);
+  for (auto& name : impl_->retry_topics.of(topic))
+    impl_->routes.handlers.emplace(std::move(name), std::make_unique<detail::RetryRoute>(*route));
+  impl_->routes.handlers.emplace(std::move(topic), std::move(route));
 }
 
 void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
                                 bool complete) {
   if (!complete)
     bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
-  add_route(std::move(topic), std::move(route), true);
+  check_route(topic, true);
+  for (auto& name : impl_->retry_topics.of(topic)) {
+    impl_->routes.effects.emplace(std::move(name),
+                                  std::make_unique<detail::RetryEffectRoute>(*route));
+  }
+  impl_->routes.effects.emplace(std::move(topic), std::move(route));
 }
 
 void Consumer::run() {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "consumer/dedup_horizon_guard.hpp"
 #include "consumer/retry_topics.hpp"
@@ -19,14 +20,27 @@ namespace idem::detail {
 class PartitionPositions;
 
 using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
+using EffectRouteTable = std::map<std::string, std::unique_ptr<EffectRoute>, std::less<>>;
+
+/// Each topic's route: a handler's (its records take the batch path) or an effect
+/// handler's (the effect path); a topic has at most one of either.
+struct TopicRoutes {
+  RouteTable handlers;
+  EffectRouteTable effects;
+
+  [[nodiscard]] bool contains(std::string_view topic) const {
+    return handlers.contains(topic) || effects.contains(topic);
+  }
+};
 
 struct ConsumerContext {
   const ConsumerConfig& config;
   const ConsumerHooks& hooks;
   const LogFn& log;
-  /// A route holds the parsed events of the batch being prepared: two processors may
-  /// share the table only when one's prepare never overlaps the other's (BatchPipeline).
-  RouteTable& routes;
+  /// A handler's route holds the parsed events of the batch being prepared: two
+  /// processors may share the table only when one's prepare never overlaps the other's
+  /// (BatchPipeline).
+  TopicRoutes& routes;
   const RetryTopicMap& retry_topics;
   DedupHorizonGuard& horizon_guard;
   /// The clock of retry times, backoffs and deferrals (SteadyClock::real() but in tests).

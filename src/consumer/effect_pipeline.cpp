@@ -1,6 +1,7 @@
 #include "consumer/effect_pipeline.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -18,16 +19,6 @@ EffectPipeline::EffectPipeline(Deps deps)
       windows_(deps_.gate, deps_.positions.progress(), config_.max_buffered_per_partition),
       key_backoff_(config_.retry),
       apply_backoff_(config_.retry) {
-  for (const auto& [topic, route] : deps_.context.routes) {
-    auto* effect = dynamic_cast<EffectRoute*>(route.get());
-    if (effect == nullptr) continue;
-    effect_routes_.emplace(topic, effect);
-    effect->set_staged(
-        [this](std::string_view t, std::int32_t p, std::int64_t o) -> const StagedCall* {
-          const auto it = staged_.find({t, p, o});
-          return it == staged_.end() ? nullptr : it->second;
-        });
-  }
   completions_->set_wake([&gate = deps_.gate] { gate.wake(); });
   try {
     apply_store_ = deps_.store.connect_again();
@@ -43,15 +34,15 @@ EffectPipeline::~EffectPipeline() {
   if (commit_) commit_->wait_quietly();  // its connection is in use until then
   if (applier_) applier_->rollback();
   completions_->close();
-  for (auto& [topic, route] : effect_routes_) route->set_staged(nullptr);
 }
 
 void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delta) {
   std::size_t kept = 0;
   std::vector<Entry*> to_read;  // callable, and no other record of its event id is held
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    const auto it = effect_routes_.find(rd_kafka_topic_name(batch[i]->rkt));
-    if (it == effect_routes_.end()) {
+    const auto& routes = deps_.context.routes.effects;
+    const auto it = routes.find(std::string_view(rd_kafka_topic_name(batch[i]->rkt)));
+    if (it == routes.end()) {
       if (kept != i) batch[kept] = std::move(batch[i]);
       ++kept;
       continue;
@@ -79,7 +70,7 @@ void EffectPipeline::read_marks(std::span<Entry* const> entries) {
   if (entries.empty()) return;
   std::vector<Uuid> ids;
   ids.reserve(entries.size());
-  for (const Entry* e : entries) ids.push_back(e->event_id);
+  for (const Entry* e : entries) ids.push_back(e->admission.event_id);
   auto tx = deps_.store.begin_read();
   const std::vector<bool> marked = tx->processed_among(ids, config_.group_id);
   tx->rollback();
@@ -89,7 +80,7 @@ void EffectPipeline::read_marks(std::span<Entry* const> entries) {
 
 void EffectPipeline::erase_entry(std::unordered_map<std::uint64_t, Entry>::iterator it) {
   if (it->second.scheduled) {
-    const auto held = ids_held_.find(it->second.event_id);
+    const auto held = ids_held_.find(it->second.admission.event_id);
     if (held != ids_held_.end() && --held->second == 0) ids_held_.erase(held);
   }
   entries_.erase(it);
@@ -118,25 +109,18 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   e.route = &route;
   e.generation = generation_[tp];
   e.tp = std::move(tp);
-  // Invalid records make no call: the batch processor dead-letters them when they are
-  // applied. The checks match the processor's own. Whether an event is past the dedup
-  // horizon is decided when its call is to start (judge_horizon), not here: a record that
-  // waits behind its key may cross the horizon meanwhile.
-  // A retry-topic record with headers idem never writes is dead-lettered, uncalled.
-  // A record whose letter was acknowledged already (before a restart) makes no call
-  // either: the processor skips it, so the letter is not sent again.
-  bool callable = e.record->headers.size() <= config_.limits.max_headers &&
-                  !deps_.context.retry_topics.header_problem(*e.message) &&
-                  !deps_.positions.progress().letter_acknowledged(e.tp, e.message->offset);
-  if (callable) {
-    EffectRoute::Owned owned = route.parse_owned(e.record->info, config_.limits);
-    callable = owned.event_id.ok();
-    if (callable) {
-      e.event_id = owned.event_id.value();
-      e.record->event = std::move(owned.event);
-    }
-  }
-  if (callable) {
+  // One admission, the batch path's, with the parse the call is made on: an invalid
+  // record makes no call (the processor dead-letters or skips it as admitted here). Whether an
+  // event is past the dedup horizon is decided when its call is to start (judge_horizon),
+  // not here: a record that waits behind its key may cross the horizon meanwhile.
+  e.admission = admit_record(deps_.context, e.tp, *e.message, true, [&](std::string_view* sink) {
+    RecordInfo info = e.record->info;
+    info.route_sink = sink;
+    EffectRoute::Owned owned = route.parse_owned(info, config_.limits);
+    e.record->event = std::move(owned.event);
+    return owned.event_id;
+  });
+  if (e.admission.valid) {
     try {
       std::optional<std::string> key = route.ordering_key(e.record->event.get(), e.record->info);
       e.key = key ? std::move(*key) : default_key(*e.record);
@@ -159,7 +143,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   if (!held.scheduled) return nullptr;
   // Counted down in erase_entry. A copy already held may be applied before this one's
   // call: this one is then read again at its call (AtCall), not now.
-  return ids_held_[held.event_id]++ == 0 ? &held : nullptr;
+  return ids_held_[held.admission.event_id]++ == 0 ? &held : nullptr;
 }
 
 void EffectPipeline::turn(ConsumerStats& delta, bool start) {
@@ -212,7 +196,7 @@ void EffectPipeline::take_completions(ConsumerStats& delta, TimePoint now) {
 bool EffectPipeline::judge_horizon(Entry& e) {
   if (!e.horizon) {
     std::string why;
-    e.horizon = deps_.context.horizon_guard.check(e.event_id, why);
+    e.horizon = deps_.context.horizon_guard.check(e.admission.event_id, why);
     if (*e.horizon == HorizonVerdict::Quarantine) e.reason = std::move(why);
   }
   return *e.horizon == HorizonVerdict::Fresh;
@@ -288,7 +272,7 @@ void EffectPipeline::retry_key(Entry& e, TimePoint now, std::string_view why) {
   deps_.context.log(
       fmt::format("idem consumer: retrying the call of topic={} partition={} offset={} "
                   "event_id={} (attempt {}) in {} ms: {}",
-                  e.tp.topic, e.tp.partition, e.message->offset, e.event_id.to_string(),
+                  e.tp.topic, e.tp.partition, e.message->offset, e.admission.event_id.to_string(),
                   e.attempts + 1, delay.count(), why));
 }
 
@@ -316,28 +300,23 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
   std::unordered_set<Uuid> events;
   for (const auto t : ready_) {
     const Entry& e = entries_.at(t);
-    const bool twin = e.record->event != nullptr && !events.insert(e.event_id).second;
+    const bool twin = e.record->event != nullptr && !events.insert(e.admission.event_id).second;
     (tickets.size() < config_.batch_size && !twin ? tickets : later).push_back(t);
   }
   ready_ = std::move(later);
-  std::vector<const rd_kafka_message_t*> messages;
-  messages.reserve(tickets.size());
+  std::vector<StagedRecord> records;
+  records.reserve(tickets.size());
   for (const auto t : tickets) {
     Entry& e = entries_.at(t);
-    messages.push_back(e.message.get());
     e.staged.horizon = e.horizon;
-    staged_[{e.record->topic, e.tp.partition, e.message->offset}] = &e.staged;
+    records.push_back({e.message.get(), e.route, &e.admission, &e.staged});
   }
-  struct ClearStaged {
-    std::map<StageKey, const StagedCall*>& staged;
-    ~ClearStaged() { staged.clear(); }
-  } clear_staged{staged_};
 
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.
   BatchProcessor& processor = applier_ ? *applier_ : deps_.processor;
   Applying a{tickets, {}, deps_.context.steady_clock.now(), {}};
   // The apply before was settled: where this one leaves its partitions is known now.
-  a.result = processor.prepare(messages, no_schedule_, /*rows_now=*/true);
+  a.result = processor.prepare(records, no_schedule_, /*rows_now=*/true);
   if (processor.open()) processor.before_commit();  // HookAbort: nothing is in flight
   applying_ = std::move(a);
   const auto commit = [this, &processor] {

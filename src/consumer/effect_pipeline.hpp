@@ -27,13 +27,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -48,6 +46,7 @@
 #include "consumer/partition_positions.hpp"
 #include "consumer/partition_windows.hpp"
 #include "consumer/retry_topics.hpp"
+#include "consumer/staged_record.hpp"
 #include "idem/retry.hpp"
 
 namespace idem::detail {
@@ -72,7 +71,6 @@ class EffectPipeline {
     SendDeadLetters send_dead_letters;
   };
 
-  /// `deps.routes` is scanned for EffectRoutes now; their staged-call lookups point here.
   /// Opens the effect path's own connection (Store::connect_again). \throws Error from it.
   explicit EffectPipeline(Deps deps);
   ~EffectPipeline();
@@ -126,7 +124,7 @@ class EffectPipeline {
     std::uint64_t generation = 0;
     std::string key;  // ordering key; empty when not scheduled (invalid or stale)
     bool scheduled = false;
-    Uuid event_id;
+    Admission admission;  // made once, when polled; the processor applies it as made
     State state = State::Queued;
     MarkCheck mark_check = MarkCheck::AtCall;
     // Decided once, when its call was first to start, by the consumer's one horizon
@@ -137,7 +135,6 @@ class EffectPipeline {
     std::shared_ptr<void> result;
     std::string reason;
   };
-  using StageKey = std::tuple<std::string_view, std::int32_t, std::int64_t>;
 
   /// Decides `e`'s dedup-horizon verdict if not decided yet; true when it may be called.
   bool judge_horizon(Entry& e);
@@ -170,7 +167,6 @@ class EffectPipeline {
 
   Deps deps_;
   const ConsumerConfig& config_;  // deps_.context.config
-  std::unordered_map<std::string, EffectRoute*> effect_routes_;
   std::shared_ptr<CompletionQueue> completions_;
   KeyedScheduler scheduler_;
   PartitionWindows windows_;
@@ -188,7 +184,6 @@ class EffectPipeline {
   std::uint64_t generation_counter_ = 0;
   std::unordered_map<TopicPartition, std::uint64_t, TopicPartitionHash> generation_;
   std::unordered_set<TopicPartition, TopicPartitionHash> touched_;  // admitted by admit()
-  std::map<StageKey, const StagedCall*> staged_;
   std::uint32_t apply_failures_ = 0;
   TimePoint apply_not_before_{};
   // The apply transactions' own connection and processor (null: no second connection;

@@ -93,20 +93,11 @@ class RetryRoute final : public Route {
 };
 
 /// The route of a retry topic whose source topic has an effect handler: records there
-/// take the effect path too (call phase concurrent, outside the transaction). The calls'
-/// results are staged under the retry topic's coordinates, which the source route's
-/// lookup finds, so invoke() is the source's.
+/// take the effect path too (call phase concurrent, outside the transaction), through
+/// the source topic's handler.
 class RetryEffectRoute final : public EffectRoute {
  public:
   explicit RetryEffectRoute(EffectRoute& source) : source_(source) {}
-  void reset(std::size_t /*n*/) override {}
-  Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
-                        const ParseLimits& limits) override {
-    return source_.parse(slot, record, limits);
-  }
-  Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
-    return source_.invoke(slot, record, tx);
-  }
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
     return source_.parse_owned(record, limits);
   }
@@ -116,6 +107,10 @@ class RetryEffectRoute final : public EffectRoute {
   void start_call(const void* event, const RecordInfo& record,
                   std::shared_ptr<CallTicket> ticket) override {
     source_.start_call(event, record, std::move(ticket));
+  }
+  Outcome apply(const void* event, const void* result, const RecordInfo& record,
+                Transaction& tx) override {
+    return source_.apply(event, result, record, tx);
   }
 
  private:

@@ -49,9 +49,9 @@ class CommitOverlapTest : public test::DevBrokerSuite {
     producer.flush();
     fetch(2);
     config_.group_id = "billing";
-    for (detail::RouteTable* routes : {&routes_a_, &routes_b_}) {
-      routes->emplace(topic_, std::make_unique<detail::TypedRoute<OrderConfirmed>>(
-                                  count_handler<OrderConfirmed>()));
+    for (detail::TopicRoutes* routes : {&routes_a_, &routes_b_}) {
+      routes->handlers.emplace(topic_, std::make_unique<detail::TypedRoute<OrderConfirmed>>(
+                                           count_handler<OrderConfirmed>()));
     }
   }
 
@@ -110,8 +110,8 @@ class CommitOverlapTest : public test::DevBrokerSuite {
   ConsumerHooks hooks_;
   detail::RetryTopicMap retry_topics_{config_};
   detail::DedupHorizonGuard guard_{config_};
-  detail::RouteTable routes_a_;
-  detail::RouteTable routes_b_;
+  detail::TopicRoutes routes_a_;
+  detail::TopicRoutes routes_b_;
   const detail::LogFn log_;
   const detail::ConsumerContext context_a_{
       config_, hooks_, log_, routes_a_, retry_topics_, guard_, detail::SteadyClock::real()};

@@ -260,11 +260,12 @@ EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
           },
       .ordering_key = {}};
   for (const auto& [topic, partitions] : options_.topics) {
-    auto route = std::make_unique<detail::TypedEffectRoute<OrderConfirmed, bool>>(handler);
+    auto route =
+        std::make_unique<detail::TypedEffectRoute<OrderConfirmed, bool>>(handler, options_.parser);
     auto& source = *route;
     for (auto& name : retry_topics_.of(topic))
-      routes_.emplace(std::move(name), std::make_unique<detail::RetryEffectRoute>(source));
-    routes_.emplace(topic, std::move(route));
+      routes_.effects.emplace(std::move(name), std::make_unique<detail::RetryEffectRoute>(source));
+    routes_.effects.emplace(topic, std::move(route));
   }
   processor_ = std::make_unique<detail::BatchProcessor>(context_, *store_);
   letters_ = std::make_unique<detail::DeadLetterProducer>(config_, retry_topics_, &log_, false);

@@ -131,6 +131,8 @@ struct HarnessOptions {
   DedupHorizon dedup_horizon = {};
   /// Called for each started call before it is queued (may complete it at once).
   std::function<void(PendingCall&)> on_call = {};
+  /// The route's parser; empty: EventCodec<OrderConfirmed>::parse.
+  RecordParser<OrderConfirmed> parser = {};
 };
 
 class EffectHarness {
@@ -192,7 +194,7 @@ class EffectHarness {
   ConsumerHooks hooks_;
   std::vector<std::string> log_lines_;
   detail::LogFn log_;
-  detail::RouteTable routes_;
+  detail::TopicRoutes routes_;
   detail::RetryTopicMap retry_topics_;
   detail::DedupHorizonGuard horizon_guard_;
   detail::ConsumerContext context_;

@@ -142,6 +142,30 @@ TEST_F(EffectPathEdges, HorizonVerdictDecidedOnceAtTheCall) {
   EXPECT_EQ(h.committed(tp), 3);
 }
 
+// A record of an effect topic is parsed once per delivery, when it is polled: its call is
+// made on that event and its apply phase reuses it, whether it is applied, found a
+// duplicate, or refused as malformed.
+TEST_F(EffectPathEdges, EachRecordParsedOnce) {
+  const std::string topic = unique_name("orders");
+  int parses = 0;
+  EffectHarness h(*broker_, {.topics = {{topic, 1}},
+                             .parser = [&](const RecordInfo& record, const ParseLimits& limits) {
+                               ++parses;
+                               return EventCodec<OrderConfirmed>::parse(record.payload, limits);
+                             }});
+  const TopicPartition tp{topic, 0};
+  const OrderConfirmed event = h.order(1);
+  h.append(tp, event);
+  h.append(tp, event);  // the producer's resend: the same event at the next offset
+  h.append(tp, "key-x", "{not json");
+  drain(h, {tp}, 20);
+
+  EXPECT_EQ(h.effects_of(event.event_id), 1);
+  EXPECT_EQ(h.dead_letters(topic).size(), 1u) << "the malformed record";
+  EXPECT_EQ(h.committed(tp), 3);
+  EXPECT_EQ(parses, 3) << "one parse per record delivered";
+}
+
 // Two copies of one event in one apply transaction, the first dead-lettered by its call
 // and the second (another partition, another key) charged: the charge is applied once.
 TEST_F(EffectPathEdges, TwinCopiesFirstDeadLetteredSecondApplied) {
