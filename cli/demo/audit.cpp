@@ -5,29 +5,15 @@
 
 #include <fmt/format.h>
 
-#include "idem/amount.hpp"
 #include "idem/devtools/kafka_admin.hpp"
+#include "idem/outbox.hpp"
+#include "idem/reference/analytics.hpp"
+#include "idem/reference/billing.hpp"
+#include "idem/reference/order_service.hpp"
 
 namespace idem::cli::demo {
 
 namespace {
-
-std::int64_t scalar(Store& store, std::string_view sql, const RunScope& s) {
-  auto tx = store.begin();
-  const Rows rows = tx->execute(sql, s.outbox_after);
-  tx->rollback();
-  return rows.empty() || rows[0].is_null(0) ? 0 : rows[0].int64(0);
-}
-
-std::int64_t effects(Store& store, const RunScope& s, std::string_view group) {
-  auto tx = store.begin();
-  const Rows rows = tx->execute(
-      "SELECT count(*) FROM idem_outbox o JOIN processed_event p ON p.event_id = o.event_id "
-      "AND p.consumer_group = $1 WHERE o.id > $2",
-      group, s.outbox_after);
-  tx->rollback();
-  return rows[0].int64(0);
-}
 
 std::int64_t sum(const std::vector<std::int64_t>& end, const std::vector<std::int64_t>& start) {
   std::int64_t n = 0;
@@ -56,12 +42,14 @@ std::string examples(const std::vector<std::int64_t>& ids) {
 }  // namespace
 
 Counts read_counts(Store& store, const RunScope& s) {
+  auto tx = store.begin();
+  const OutboxSlice rows = outbox_rows_after(*tx, s.outbox_after);
   Counts c;
-  c.events = scalar(store, "SELECT count(*) FROM idem_outbox WHERE id > $1", s);
-  c.unpublished =
-      scalar(store, "SELECT count(*) FROM idem_outbox WHERE id > $1 AND published_at IS NULL", s);
-  c.billing = effects(store, s, kBilling);
-  c.analytics = effects(store, s, kAnalytics);
+  c.events = rows.rows;
+  c.unpublished = rows.unpublished;
+  c.billing = outbox_events_processed(*tx, kBilling, s.outbox_after);
+  c.analytics = outbox_events_processed(*tx, kAnalytics, s.outbox_after);
+  tx->rollback();
   return c;
 }
 
@@ -78,15 +66,12 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   std::int64_t ledger_rows = 0;
   {
     auto tx = store.begin();
-    const Rows rows = tx->execute(
-        "SELECT o.id, o.payment_status, (SELECT count(*) FROM billing_ledger l WHERE l.order_id = "
-        "o.id) "
-        "FROM orders o WHERE o.id >= $1 AND o.id < $2 ORDER BY o.id",
-        s.first_order, last_order);
+    const std::vector<OrderBilling> rows = billing_of_orders(*tx, s.first_order, last_order);
     tx->rollback();
-    for (const RowView r : rows) {
-      ledger_rows += r.int64(2);
-      if (r.int64(2) != 1 || r.text(1) != "charged") bad_ledger.push_back(r.int64(0));
+    for (const OrderBilling& order : rows) {
+      ledger_rows += order.ledger_rows;
+      if (order.ledger_rows != 1 || order.payment_status != "charged")
+        bad_ledger.push_back(order.order_id);
     }
     if (static_cast<std::int64_t>(rows.size()) != s.orders) {
       violation(fmt::format("{} orders of the run are in the database, expected {}", rows.size(),
@@ -104,23 +89,20 @@ AuditResult audit(Store& store, const RunScope& s, const Injected& injected,
   std::int64_t analytics_orders = 0;
   {
     auto tx = store.begin();
-    const Rows expected = tx->execute(
-        "SELECT customer_id, CAST(total_amount AS TEXT) FROM orders WHERE status = 'confirmed'");
-    const Rows actual = tx->execute(
-        "SELECT customer_id, revenue_hundredths, order_count FROM analytics_customer_revenue");
+    const std::vector<OrderService::ConfirmedOrder> expected = OrderService::confirmed_orders(*tx);
+    const std::map<std::int64_t, CustomerRevenue> actual = all_customer_revenue(*tx);
     tx->rollback();
     std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>>
         want;  // customer -> (hundredths, n)
-    for (const RowView r : expected) {
-      const auto amount = Amount::parse(r.text(1));
-      auto& w = want[r.int64(0)];
-      w.first += amount ? amount->hundredths() : -1'000'000'000;
+    for (const OrderService::ConfirmedOrder& order : expected) {
+      auto& w = want[order.customer_id];
+      w.first += order.total ? order.total->hundredths() : -1'000'000'000;
       ++w.second;
     }
     std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> have;
-    for (const RowView r : actual) {
-      have[r.int64(0)] = {r.int64(1), r.int64(2)};
-      analytics_orders += r.int64(2);
+    for (const auto& [customer, revenue] : actual) {
+      have[customer] = {revenue.revenue.hundredths(), revenue.order_count};
+      analytics_orders += revenue.order_count;
     }
     std::vector<std::int64_t> wrong;
     for (const auto& [customer, w] : want) {

@@ -12,6 +12,7 @@
 #include "demo/demo.hpp"
 #include "idem/devtools/child_process.hpp"
 #include "idem/error.hpp"
+#include "idem/outbox.hpp"
 #include "idem/producer.hpp"
 #include "idem/uuid.hpp"
 
@@ -108,10 +109,7 @@ std::int64_t resend_outbox_rows(Store& store, const RunScope& scope, std::int64_
   const std::int64_t first =
       scope.outbox_after + 1 + std::uniform_int_distribution<std::int64_t>(0, events - count)(rng);
   auto tx = store.begin();
-  const std::int64_t resent =
-      tx->execute("UPDATE idem_outbox SET published_at = NULL WHERE id >= $1 AND id < $2", first,
-                  first + count)
-          .affected();
+  const std::int64_t resent = republish_outbox_rows(*tx, first, first + count);
   tx->commit();
   return resent;
 }

@@ -117,8 +117,7 @@ class Demo {
                                            static_cast<int>(o_.timeout.count()));
     {
       auto tx = store_->begin();
-      const Rows rows = tx->execute("SELECT COALESCE(MAX(id), 0) FROM idem_outbox");
-      scope_.outbox_after = rows[0].int64(0);
+      scope_.outbox_after = outbox_last_row_id(*tx);
       scope_.first_order = OrderService::next_order_id(*tx);
       tx->rollback();
     }

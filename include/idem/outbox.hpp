@@ -141,4 +141,25 @@ struct OutboxLag {
 /// the rows refused for good. Read on its own transaction.
 [[nodiscard]] OutboxLag outbox_lag(Store& store);
 
+/// The outbox rows with an id above `after_id` (one run's rows, for an audit): how many
+/// there are and how many of them are not published yet.
+struct OutboxSlice {
+  std::int64_t rows = 0;
+  std::int64_t unpublished = 0;
+};
+[[nodiscard]] OutboxSlice outbox_rows_after(Transaction& tx, std::int64_t after_id);
+
+/// The id of the last outbox row written (0 when there is none): where a run's rows begin.
+[[nodiscard]] std::int64_t outbox_last_row_id(Transaction& tx);
+
+/// How many events of the outbox rows with an id above `after_id` consumer group
+/// `consumer_group` has marked processed: for an audit, the effects applied.
+[[nodiscard]] std::int64_t outbox_events_processed(Transaction& tx, std::string_view consumer_group,
+                                                   std::int64_t after_id);
+
+/// Marks the rows with ids in [first_id, end_id) unpublished again, so the relay publishes
+/// them once more, with their event ids: a producer's resend, for demos and tests of
+/// duplicate delivery. Returns how many rows it marked.
+std::int64_t republish_outbox_rows(Transaction& tx, std::int64_t first_id, std::int64_t end_id);
+
 }  // namespace idem

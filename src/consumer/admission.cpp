@@ -23,8 +23,8 @@ bool letter_acknowledged(const ConsumerContext& context, const TopicPartition& t
 }
 
 std::optional<Admission> refusal_before_parse(const ConsumerContext& context,
-                                              const TopicPartition& tp,
-                                              const rd_kafka_message_t& m, bool routed) {
+                                              const TopicPartition& tp, const rd_kafka_message_t& m,
+                                              bool routed) {
   Admission refused;
   if (letter_acknowledged(context, tp, m.offset)) {
     refused.skip = true;
@@ -37,8 +37,7 @@ std::optional<Admission> refusal_before_parse(const ConsumerContext& context,
   }
   const std::size_t limit = context.config.limits.max_headers;
   if (const std::size_t headers = header_count(m); headers > limit) {
-    refused.error_class =
-        fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
+    refused.error_class = fmt::format("validation.{}", to_string(ValidationReason::TooManyHeaders));
     refused.error_message =
         fmt::format("record has {} headers, more than the limit of {}", headers, limit);
     return refused;

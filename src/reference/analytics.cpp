@@ -25,4 +25,13 @@ std::optional<CustomerRevenue> customer_revenue(Transaction& tx, std::int64_t cu
                          .order_count = rows[0].int64(1)};
 }
 
+std::map<std::int64_t, CustomerRevenue> all_customer_revenue(Transaction& tx) {
+  const Rows rows = tx.execute(
+      "SELECT customer_id, revenue_hundredths, order_count FROM analytics_customer_revenue");
+  std::map<std::int64_t, CustomerRevenue> out;
+  for (const RowView r : rows)
+    out[r.int64(0)] = {.revenue = Amount::from_hundredths(r.int64(1)), .order_count = r.int64(2)};
+  return out;
+}
+
 }  // namespace idem

@@ -147,4 +147,17 @@ Handler<OrderConfirmed> billing_handler(BillingConfig config) {
       };
 }
 
+std::vector<OrderBilling> billing_of_orders(Transaction& tx, std::int64_t first_order,
+                                            std::int64_t end_order) {
+  const Rows rows = tx.execute(
+      "SELECT o.id, o.payment_status, "
+      "(SELECT count(*) FROM billing_ledger l WHERE l.order_id = o.id) "
+      "FROM orders o WHERE o.id >= $1 AND o.id < $2 ORDER BY o.id",
+      first_order, end_order);
+  std::vector<OrderBilling> out;
+  out.reserve(rows.size());
+  for (const RowView r : rows) out.push_back({r.int64(0), std::string(r.text(1)), r.int64(2)});
+  return out;
+}
+
 }  // namespace idem

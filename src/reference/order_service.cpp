@@ -68,4 +68,13 @@ std::int64_t OrderService::next_order_id(Transaction& tx) {
   return tx.execute("SELECT coalesce(max(id), 0) + 1 FROM orders")[0].int64(0);
 }
 
+std::vector<OrderService::ConfirmedOrder> OrderService::confirmed_orders(Transaction& tx) {
+  const Rows rows = tx.execute(
+      "SELECT customer_id, CAST(total_amount AS TEXT) FROM orders WHERE status = 'confirmed'");
+  std::vector<ConfirmedOrder> out;
+  out.reserve(rows.size());
+  for (const RowView r : rows) out.push_back({r.int64(0), Amount::parse(r.text(1))});
+  return out;
+}
+
 }  // namespace idem

@@ -4,6 +4,7 @@
 #include "idem/reference/schema.hpp"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -159,6 +160,41 @@ TEST_F(OutboxTest, PrepareRefusesWhatEnqueueRefusesBeforeWriting) {
   EXPECT_THROW(static_cast<void>(outbox.prepare(message("", ""))), Error);
   EXPECT_THROW(static_cast<void>(outbox.prepare(message("t", "event_id"))), Error);
   EXPECT_NO_THROW(static_cast<void>(outbox.prepare(message("t", "tenant"))));
+}
+
+// The statements a run's audit reads the outbox with: the rows after an id, the events a
+// group marked among them, and a resend that makes the relay publish rows again.
+TEST_F(OutboxTest, RunSliceCountsRowsMarksAndResends) {
+  Outbox outbox;
+  std::vector<Uuid> ids;
+  {
+    auto tx = store_->begin();
+    EXPECT_EQ(outbox_last_row_id(*tx), 0);
+    for (int i = 0; i < 3; ++i) {
+      ids.push_back(outbox.enqueue(*tx, [](const Uuid& event_id) {
+        OutboxMessage m;
+        m.aggregate_type = "order";
+        m.aggregate_id = "1";
+        m.topic = "t";
+        m.payload = "{\"event_id\":\"" + event_id.to_string() + "\"}";
+        return m;
+      }));
+    }
+    tx->execute("UPDATE idem_outbox SET published_at = CURRENT_TIMESTAMP");
+    const std::vector<Uuid> marked = {ids[1]};
+    static_cast<void>(tx->mark_processed_batch(marked, "billing"));
+    tx->commit();
+  }
+  auto tx = store_->begin();
+  const std::int64_t last = outbox_last_row_id(*tx);
+  EXPECT_EQ(outbox_rows_after(*tx, last - 3).rows, 3);
+  EXPECT_EQ(outbox_rows_after(*tx, last - 3).unpublished, 0);
+  EXPECT_EQ(outbox_rows_after(*tx, last - 1).rows, 1);
+  EXPECT_EQ(outbox_events_processed(*tx, "billing", last - 3), 1);
+  EXPECT_EQ(outbox_events_processed(*tx, "billing", last - 1), 0) << "the marked row is before";
+  EXPECT_EQ(outbox_events_processed(*tx, "analytics", last - 3), 0);
+  EXPECT_EQ(republish_outbox_rows(*tx, last - 1, last + 1), 2);
+  EXPECT_EQ(outbox_rows_after(*tx, last - 3).unpublished, 2);
 }
 
 TEST(OutboxShard, IsAStableHashOfTheKey) {

@@ -6,6 +6,7 @@
 /// count (table analytics_customer_revenue, reference migration 0003).
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string_view>
 
@@ -30,5 +31,8 @@ struct CustomerRevenue {
 /// The analytics row of `customer_id`, read through `tx`; nullopt when it has none.
 [[nodiscard]] std::optional<CustomerRevenue> customer_revenue(Transaction& tx,
                                                               std::int64_t customer_id);
+
+/// Every analytics row, by customer id.
+[[nodiscard]] std::map<std::int64_t, CustomerRevenue> all_customer_revenue(Transaction& tx);
 
 }  // namespace idem

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/config.hpp"
 #include "idem/consumer.hpp"
@@ -106,5 +107,17 @@ void declare_billing_keys(SectionKeys<BillingSettings>& keys);
 /// Needs a schema with BillingSettings and http::ProviderSettings.
 void warn_provider_key_retention(const Config& config, bool runs_billing,
                                  std::vector<std::string>& warnings);
+
+/// What billing left for one order: its payment_status and its rows in billing_ledger
+/// (charged exactly once: 'charged' and one row).
+struct OrderBilling {
+  std::int64_t order_id = 0;
+  std::string payment_status;
+  std::int64_t ledger_rows = 0;
+};
+
+/// The billing of the orders with ids in [first_order, end_order), in id order.
+[[nodiscard]] std::vector<OrderBilling> billing_of_orders(Transaction& tx, std::int64_t first_order,
+                                                          std::int64_t end_order);
 
 }  // namespace idem

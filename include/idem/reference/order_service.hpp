@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/amount.hpp"
 #include "idem/clock.hpp"
@@ -56,6 +57,15 @@ class OrderService {
 
   /// The next free order id (max(id) + 1); for demos with a single creator.
   [[nodiscard]] static std::int64_t next_order_id(Transaction& tx);
+
+  /// A confirmed order's customer and total (nullopt: a total the column holds that is
+  /// not an amount of hundredths).
+  struct ConfirmedOrder {
+    std::int64_t customer_id = 0;
+    std::optional<Amount> total;
+  };
+  /// Every confirmed order: what analytics must add up to, per customer.
+  [[nodiscard]] static std::vector<ConfirmedOrder> confirmed_orders(Transaction& tx);
 
  private:
   Outbox& outbox_;
