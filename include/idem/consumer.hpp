@@ -359,16 +359,16 @@ struct EffectHandler {
 
 namespace detail {
 
-/// A topic's effect route, type-erased. The consumer parses each record once, when it
+/// A topic's effect handler, type-erased. The consumer parses each record once, when it
 /// is polled (parse_owned: the event lives as long as its call), orders and starts its
 /// call, and once the call completed with done() applies it in the batch transaction that
-/// marks the event (apply). Not a Route: its records never take the handlers' batch path.
-class EffectRoute {
+/// marks the event (apply). Not a TopicHandler: its records never take the handlers' batch path.
+class EffectTopicHandler {
  public:
-  EffectRoute() = default;
-  EffectRoute(const EffectRoute&) = delete;
-  EffectRoute& operator=(const EffectRoute&) = delete;
-  virtual ~EffectRoute() = default;
+  EffectTopicHandler() = default;
+  EffectTopicHandler(const EffectTopicHandler&) = delete;
+  EffectTopicHandler& operator=(const EffectTopicHandler&) = delete;
+  virtual ~EffectTopicHandler() = default;
 
   struct Owned {
     Validated<Uuid> event_id;
@@ -387,9 +387,10 @@ class EffectRoute {
 };
 
 template <class Event, class Result>
-class TypedEffectRoute final : public EffectRoute {
+class TypedEffectTopicHandler final : public EffectTopicHandler {
  public:
-  explicit TypedEffectRoute(EffectHandler<Event, Result> handler, RecordParser<Event> parser = {})
+  explicit TypedEffectTopicHandler(EffectHandler<Event, Result> handler,
+                                   RecordParser<Event> parser = {})
       : handler_(std::move(handler)), parser_(std::move(parser)) {}
 
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
@@ -443,14 +444,16 @@ class Consumer {
   Consumer& operator=(Consumer&&) = delete;
 
   /// Registers the handler for the events on `topic`, parsed with EventCodec<Event>.
-  /// Records on a subscribed topic without a handler go to the DLQ (`route.no_route`).
+  /// Records on a subscribed topic without a handler go to the DLQ (error class
+  /// `route.no_route`, kept for the consumers of dead letters that filter on it).
   /// \throws Error(InvalidArgument, Config) when `topic` is not in config.topics, has a
   ///   handler already, `handler` is empty, or run() has started.
   template <class Event>
   void on(std::string topic, Handler<Event> handler) {
     const bool has_handler = static_cast<bool>(handler);
-    add_route(std::move(topic), std::make_unique<detail::TypedRoute<Event>>(std::move(handler)),
-              has_handler);
+    add_topic_handler(std::move(topic),
+                      std::make_unique<detail::TypedTopicHandler<Event>>(std::move(handler)),
+                      has_handler);
   }
 
   /// The same with a parser of its own instead of EventCodec<Event>::parse (RecordParser):
@@ -459,9 +462,10 @@ class Consumer {
   template <class Event>
   void on(std::string topic, RecordParser<Event> parser, Handler<Event> handler) {
     const bool complete = static_cast<bool>(handler) && static_cast<bool>(parser);
-    add_route(std::move(topic),
-              std::make_unique<detail::TypedRoute<Event>>(std::move(handler), std::move(parser)),
-              complete);
+    add_topic_handler(
+        std::move(topic),
+        std::make_unique<detail::TypedTopicHandler<Event>>(std::move(handler), std::move(parser)),
+        complete);
   }
 
   /// Registers an effect handler for the events on `topic` (see EffectHandler): call
@@ -474,9 +478,10 @@ class Consumer {
   template <class Event, class Result>
   void on_effect(std::string topic, EffectHandler<Event, Result> handler) {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply);
-    add_effect_route(std::move(topic),
-                     std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler)),
-                     complete);
+    add_effect_topic_handler(
+        std::move(topic),
+        std::make_unique<detail::TypedEffectTopicHandler<Event, Result>>(std::move(handler)),
+        complete);
   }
 
   /// The same with a parser of its own (RecordParser), as the second on().
@@ -486,10 +491,10 @@ class Consumer {
                  EffectHandler<Event, Result> handler) {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply) &&
                           static_cast<bool>(parser);
-    add_effect_route(std::move(topic),
-                     std::make_unique<detail::TypedEffectRoute<Event, Result>>(std::move(handler),
-                                                                               std::move(parser)),
-                     complete);
+    add_effect_topic_handler(std::move(topic),
+                             std::make_unique<detail::TypedEffectTopicHandler<Event, Result>>(
+                                 std::move(handler), std::move(parser)),
+                             complete);
   }
 
   /// Subscribes and processes batches until stop(); then finishes the current batch,
@@ -523,10 +528,11 @@ class Consumer {
 
  private:
   /// \throws Error(InvalidArgument, Config) when `topic` cannot take a handler now.
-  void check_route(const std::string& topic, bool has_handler) const;
-  void add_route(std::string topic, std::unique_ptr<detail::Route> route, bool has_handler);
-  void add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
-                        bool complete);
+  void check_topic_handler(const std::string& topic, bool has_handler) const;
+  void add_topic_handler(std::string topic, std::unique_ptr<detail::TopicHandler> handler,
+                         bool has_handler);
+  void add_effect_topic_handler(std::string topic,
+                                std::unique_ptr<detail::EffectTopicHandler> handler, bool complete);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

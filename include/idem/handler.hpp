@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// What a consumer's handler works with: the record that carried its event (RecordInfo),
-/// what it decides (Outcome), the handler and parser types, and the type-erased route the
+/// what it decides (Outcome), the handler and parser types, and the type-erased handler the
 /// consumer keeps per topic. Included by idem/consumer.hpp.
 
 #include <cstdint>
@@ -102,15 +102,15 @@ using RecordParser = std::function<Validated<Event>(const RecordInfo& record, co
 
 namespace detail {
 
-/// A topic's route, type-erased: a reusable buffer of parsed events plus the handler.
+/// A topic's handler, type-erased: a reusable buffer of parsed events plus the handler.
 /// Parsed events live in slots reused from batch to batch, so routing a record costs
 /// no heap allocation beyond what the event type itself allocates.
-class Route {
+class TopicHandler {
  public:
-  Route() = default;
-  Route(const Route&) = delete;
-  Route& operator=(const Route&) = delete;
-  virtual ~Route() = default;
+  TopicHandler() = default;
+  TopicHandler(const TopicHandler&) = delete;
+  TopicHandler& operator=(const TopicHandler&) = delete;
+  virtual ~TopicHandler() = default;
 
   /// Makes slots 0..n-1 available (keeps capacity).
   virtual void reset(std::size_t n) = 0;
@@ -129,13 +129,13 @@ Validated<Event> parse_record(const RecordParser<Event>& parser, const RecordInf
   if constexpr (requires { EventCodec<Event>::parse(record.payload, limits); }) {
     return EventCodec<Event>::parse(record.payload, limits);
   } else {
-    return ValidationError{{}, ValidationReason::InvalidJson, "no parser for this route"};
+    return ValidationError{{}, ValidationReason::InvalidJson, "no parser for this topic"};
   }
 }
 
 /// The parsed events of one batch, in slots reused from batch to batch, so routing a
 /// record costs no heap allocation beyond what the event type itself allocates. Filled
-/// by the route's parser (EventCodec<Event>::parse when none is given).
+/// by the topic's parser (EventCodec<Event>::parse when none is given).
 template <class Event>
 class EventSlots {
  public:
@@ -161,9 +161,9 @@ class EventSlots {
 };
 
 template <class Event>
-class TypedRoute final : public Route {
+class TypedTopicHandler final : public TopicHandler {
  public:
-  explicit TypedRoute(Handler<Event> handler, RecordParser<Event> parser = {})
+  explicit TypedTopicHandler(Handler<Event> handler, RecordParser<Event> parser = {})
       : handler_(std::move(handler)), events_(std::move(parser)) {}
 
   void reset(std::size_t n) override { events_.reset(n); }

@@ -15,7 +15,7 @@
 #include "idem/config.hpp"
 #include "idem/console/console.hpp"
 #include "idem/error.hpp"
-#include "idem/metrics/admin_routes.hpp"
+#include "idem/metrics/admin_endpoints.hpp"
 
 namespace idem {
 
@@ -113,7 +113,7 @@ struct Console::Impl {
 
   void routes() {
     if (options.admin_metrics != nullptr) {
-      mount_admin_routes(server, *options.admin_metrics, std::move(options.readiness));
+      mount_admin_endpoints(server, *options.admin_metrics, std::move(options.readiness));
     }
     for (const console::Asset& asset : console::assets()) {
       const std::string path = asset.path == "/index.html" ? "/" : std::string(asset.path);

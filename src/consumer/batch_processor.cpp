@@ -53,7 +53,7 @@ void BatchProcessor::admit() {
     return x.partition < y.partition;
   });
 
-  for (auto& [topic, route] : context_.routes.handlers) route->reset(inputs_.size());
+  for (auto& [topic, handler] : context_.handlers.batch) handler->reset(inputs_.size());
   items_.resize(inputs_.size());
   groups_.clear();
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
@@ -62,11 +62,11 @@ void BatchProcessor::admit() {
     Item& item = items_[i];
     if (groups_.empty() || groups_.back().tp.partition != m.partition ||
         groups_.back().tp.topic != topic) {
-      const auto it = context_.routes.handlers.find(std::string_view(topic));
+      const auto it = context_.handlers.batch.find(std::string_view(topic));
       groups_.push_back({{topic, m.partition}, i, i});
-      item.route = it == context_.routes.handlers.end() ? nullptr : it->second.get();
+      item.handler = it == context_.handlers.batch.end() ? nullptr : it->second.get();
     } else {
-      item.route = items_[i - 1].route;
+      item.handler = items_[i - 1].handler;
     }
     ++groups_.back().end;
     const TopicPartition& tp = groups_.back().tp;
@@ -86,10 +86,10 @@ void BatchProcessor::admit() {
       }
     } else {
       static_cast<Admission&>(item) =
-          admit_record(context_, tp, m, item.route != nullptr, [&](std::string_view* sink) {
+          admit_record(context_, tp, m, item.handler != nullptr, [&](std::string_view* sink) {
             RecordInfo info = record_info(m);
             info.route_sink = sink;
-            return item.route->parse(i, info, config_.limits);
+            return item.handler->parse(i, info, config_.limits);
           });
     }
     if (!item.valid) continue;
@@ -427,7 +427,7 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
 }
 
 Outcome BatchProcessor::invoke(const Item& item, const RecordInfo& info, Transaction& tx) {
-  if (item.staged == nullptr) return item.route->invoke(item.slot, info, tx);
+  if (item.staged == nullptr) return item.handler->invoke(item.slot, info, tx);
   // An effect topic's record: its call decided, the apply phase writes the call's result.
   // A call that asked for a retry, or none finished (the mark found the event new although
   // the read before the call found it marked), retries: the call runs first.
@@ -436,7 +436,7 @@ Outcome BatchProcessor::invoke(const Item& item, const RecordInfo& info, Transac
     info.dead_letter_reason(std::string(call.reason));
     return call.outcome;
   }
-  return item.staged->route->apply(call.event, call.result, info, tx);
+  return item.staged->handler->apply(call.event, call.result, info, tx);
 }
 
 void BatchProcessor::unmark(Transaction& tx, const Uuid& event_id) {

@@ -80,7 +80,7 @@ void add_route_counts(const BatchResult& result, ConsumerStats& delta);
 class BatchProcessor {
  public:
   /// `context` and `store` must outlive the processor. Two processors may share a
-  /// context (a route holds the parsed events of the batch being prepared, which commit()
+  /// context (a batch handler holds the parsed events of the batch being prepared, which commit()
   /// does not read), not a store.
   BatchProcessor(const ConsumerContext& context, Store& store);
   ~BatchProcessor();
@@ -102,7 +102,7 @@ class BatchProcessor {
   [[nodiscard]] BatchResult prepare(std::span<const KafkaMessage> batch,
                                     const RetrySchedule& schedule, bool rows_now = false);
   /// The same over the effect path's records, admitted when they were polled (parsed
-  /// then, never again here) and with their calls ended: each runs its route's apply
+  /// then, never again here) and with their calls ended: each runs its handler's apply
   /// phase on its call's result. They must stay alive until the result's dead letters
   /// are sent.
   [[nodiscard]] BatchResult prepare(std::span<const StagedRecord> batch,
@@ -128,7 +128,7 @@ class BatchProcessor {
   // A record's admission and its place in the batch.
   struct Item : Admission {
     const rd_kafka_message_t* msg = nullptr;
-    Route* route = nullptr;                // a handler's record: parsed into `slot`
+    TopicHandler* handler = nullptr;       // a handler's record: parsed into `slot`
     const StagedRecord* staged = nullptr;  // an effect topic's record: applies its call
     std::size_t slot = 0;
     bool fresh = false;  // first time this event is marked for the group

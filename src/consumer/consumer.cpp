@@ -153,14 +153,14 @@ struct Consumer::Impl {
   ConsumerConfig config;
   std::unique_ptr<Store> store;
   ConsumerHooks hooks;  // hooks.log is set (stderr unless the caller's)
-  detail::TopicRoutes routes;
+  detail::TopicHandlers handlers;
   detail::RetryTopicMap retry_topics;
   detail::DedupRetentionDeclarer declarer;  // owns the dedup horizon guard
   detail::PartitionPositions positions;
   const detail::ConsumerContext context{config,
                                         hooks,
                                         hooks.log,
-                                        routes,
+                                        handlers,
                                         retry_topics,
                                         declarer.guard(),
                                         detail::SteadyClock::real(),
@@ -170,7 +170,7 @@ struct Consumer::Impl {
   std::unique_ptr<detail::FetchGate> gate;  // over poll and the positions' progress
   // Declared after poll: records must be destroyed before the consumer handle.
   std::unique_ptr<detail::BatchPipeline> batches;
-  std::unique_ptr<detail::EffectPipeline> effects;  // null without effect routes
+  std::unique_ptr<detail::EffectPipeline> effects;  // null without effect handlers
   Lifecycle life;
   SharedStats shared;
 };
@@ -298,7 +298,7 @@ void Consumer::Impl::run() {
   if (config.check_topic_retention) retention_check.emplace(config, hooks.log);
   std::vector<std::string> subscription = config.topics;
   for (auto& name : retry_topics.all()) subscription.push_back(std::move(name));
-  if (!routes.effects.empty()) {
+  if (!handlers.effects.empty()) {
     effects = std::make_unique<detail::EffectPipeline>(
         detail::EffectPipeline::Deps{context, *store, batches->first_processor(), *gate, positions,
                                      [this](const detail::BatchResult& r, ConsumerStats& delta) {
@@ -503,34 +503,36 @@ Consumer::Consumer(ConsumerConfig config, std::unique_ptr<Store> store, Consumer
 
 Consumer::~Consumer() = default;
 
-void Consumer::check_route(const std::string& topic, bool has_handler) const {
+void Consumer::check_topic_handler(const std::string& topic, bool has_handler) const {
   if (impl_->life.started.load()) bad_config("on() after run() started");
   if (!has_handler) bad_config(fmt::format("empty handler for topic '{}'", topic));
   const auto& topics = impl_->config.topics;
   if (std::find(topics.begin(), topics.end(), topic) == topics.end())
     bad_config(fmt::format("topic '{}' is not in the subscription", topic));
-  if (impl_->routes.contains(topic))
+  if (impl_->handlers.contains(topic))
     bad_config(fmt::format("topic '{}' has a handler already", topic));
 }
 
-void Consumer::add_route(std::string topic, std::unique_ptr<detail::Route> route,
-                         bool has_handler) {
-  check_route(topic, has_handler);
+void Consumer::add_topic_handler(std::string topic, std::unique_ptr<detail::TopicHandler> handler,
+                                 bool has_handler) {
+  check_topic_handler(topic, has_handler);
   for (auto& name : impl_->retry_topics.of(topic))
-    impl_->routes.handlers.emplace(std::move(name), std::make_unique<detail::RetryRoute>(*route));
-  impl_->routes.handlers.emplace(std::move(topic), std::move(route));
+    impl_->handlers.batch.emplace(std::move(name),
+                                  std::make_unique<detail::RetryTopicHandler>(*handler));
+  impl_->handlers.batch.emplace(std::move(topic), std::move(handler));
 }
 
-void Consumer::add_effect_route(std::string topic, std::unique_ptr<detail::EffectRoute> route,
-                                bool complete) {
+void Consumer::add_effect_topic_handler(std::string topic,
+                                        std::unique_ptr<detail::EffectTopicHandler> handler,
+                                        bool complete) {
   if (!complete)
     bad_config(fmt::format("effect handler for topic '{}' needs both call and apply", topic));
-  check_route(topic, true);
+  check_topic_handler(topic, true);
   for (auto& name : impl_->retry_topics.of(topic)) {
-    impl_->routes.effects.emplace(std::move(name),
-                                  std::make_unique<detail::RetryEffectRoute>(*route));
+    impl_->handlers.effects.emplace(std::move(name),
+                                    std::make_unique<detail::RetryEffectTopicHandler>(*handler));
   }
-  impl_->routes.effects.emplace(std::move(topic), std::move(route));
+  impl_->handlers.effects.emplace(std::move(topic), std::move(handler));
 }
 
 void Consumer::run() {

@@ -1,6 +1,6 @@
 #pragma once
 // What every part of idem::Consumer's processing uses and none of them owns: the
-// configuration, the hooks and the log line sink, the routes (topic -> handler), the retry
+// configuration, the hooks and the log line sink, the topic handlers, the retry
 // topics, the dedup horizon guard, the steady clock, and the owner of the partitions'
 // positions (which the parts ask, never decide for). Consumer::Impl owns them and hands
 // this out by reference; each must outlive whoever holds it.
@@ -19,17 +19,18 @@ namespace idem::detail {
 
 class PartitionPositions;
 
-using RouteTable = std::map<std::string, std::unique_ptr<Route>, std::less<>>;
-using EffectRouteTable = std::map<std::string, std::unique_ptr<EffectRoute>, std::less<>>;
+using TopicHandlerTable = std::map<std::string, std::unique_ptr<TopicHandler>, std::less<>>;
+using EffectTopicHandlerTable =
+    std::map<std::string, std::unique_ptr<EffectTopicHandler>, std::less<>>;
 
-/// Each topic's route: a handler's (its records take the batch path) or an effect
+/// Each topic's handler: a handler's (its records take the batch path) or an effect
 /// handler's (the effect path); a topic has at most one of either.
-struct TopicRoutes {
-  RouteTable handlers;
-  EffectRouteTable effects;
+struct TopicHandlers {
+  TopicHandlerTable batch;
+  EffectTopicHandlerTable effects;
 
   [[nodiscard]] bool contains(std::string_view topic) const {
-    return handlers.contains(topic) || effects.contains(topic);
+    return batch.contains(topic) || effects.contains(topic);
   }
 };
 
@@ -37,10 +38,10 @@ struct ConsumerContext {
   const ConsumerConfig& config;
   const ConsumerHooks& hooks;
   const LogFn& log;
-  /// A handler's route holds the parsed events of the batch being prepared: two
-  /// processors may share the table only when one's prepare never overlaps the other's
+  /// A batch handler holds the parsed events of the batch being prepared: two processors
+  /// may share the table only when one's prepare never overlaps the other's
   /// (BatchPipeline).
-  TopicRoutes& routes;
+  TopicHandlers& handlers;
   const RetryTopicMap& retry_topics;
   DedupHorizonGuard& horizon_guard;
   /// The clock of retry times, backoffs and deferrals (SteadyClock::real() but in tests).

@@ -40,9 +40,9 @@ void EffectPipeline::admit(std::vector<KafkaMessage>& batch, ConsumerStats& delt
   std::size_t kept = 0;
   std::vector<Entry*> to_read;  // callable, and no other record of its event id is held
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    const auto& routes = deps_.context.routes.effects;
-    const auto it = routes.find(std::string_view(rd_kafka_topic_name(batch[i]->rkt)));
-    if (it == routes.end()) {
+    const auto& handlers = deps_.context.handlers.effects;
+    const auto it = handlers.find(std::string_view(rd_kafka_topic_name(batch[i]->rkt)));
+    if (it == handlers.end()) {
       if (kept != i) batch[kept] = std::move(batch[i]);
       ++kept;
       continue;
@@ -97,7 +97,7 @@ std::string EffectPipeline::default_key(const EffectRecord& r) const {
   return fmt::format("{}\n\x01{}", r.topic, r.info.partition);
 }
 
-EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& route) {
+EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectTopicHandler& handler) {
   TopicPartition tp{rd_kafka_topic_name(m->rkt), m->partition};
   // Fetched again after a seek: it comes back in order.
   if (!windows_.admit(tp, m->offset)) return nullptr;
@@ -106,7 +106,7 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   Entry e;
   e.record = std::make_shared<EffectRecord>(*m, config_.group_id);
   e.message = std::move(m);
-  e.route = &route;
+  e.handler = &handler;
   e.generation = generation_[tp];
   e.tp = std::move(tp);
   // One admission, the batch path's, with the parse the call is made on: an invalid
@@ -116,13 +116,13 @@ EffectPipeline::Entry* EffectPipeline::admit_one(KafkaMessage m, EffectRoute& ro
   e.admission = admit_record(deps_.context, e.tp, *e.message, true, [&](std::string_view* sink) {
     RecordInfo info = e.record->info;
     info.route_sink = sink;
-    EffectRoute::Owned owned = route.parse_owned(info, config_.limits);
+    EffectTopicHandler::Owned owned = handler.parse_owned(info, config_.limits);
     e.record->event = std::move(owned.event);
     return owned.event_id;
   });
   if (e.admission.valid) {
     try {
-      std::optional<std::string> key = route.ordering_key(e.record->event.get(), e.record->info);
+      std::optional<std::string> key = handler.ordering_key(e.record->event.get(), e.record->info);
       e.key = key ? std::move(*key) : default_key(*e.record);
       e.scheduled = true;
     } catch (const std::exception& ex) {
@@ -249,7 +249,7 @@ void EffectPipeline::start_call(std::uint64_t ticket, Entry& e) {
   ++calling_;
   auto call = std::make_shared<CallTicket>(completions_, ticket, e.record);
   try {
-    e.route->start_call(e.record->event.get(), e.record->info, call);
+    e.handler->start_call(e.record->event.get(), e.record->info, call);
   } catch (const Error& ex) {
     call->complete(ex.transient() ? Outcome::Retry : Outcome::DeadLetter, nullptr,
                    fmt::format("the call phase threw: {}", ex.what()));
@@ -309,7 +309,7 @@ void EffectPipeline::apply_ready(ConsumerStats& delta, TimePoint now) {
   for (const auto t : tickets) {
     Entry& e = entries_.at(t);
     e.staged.horizon = e.horizon;
-    records.push_back({e.message.get(), e.route, &e.admission, &e.staged});
+    records.push_back({e.message.get(), e.handler, &e.admission, &e.staged});
   }
 
   // Without a second connection (applier_ null) the COMMIT runs here, on the first.

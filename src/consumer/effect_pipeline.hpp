@@ -119,7 +119,7 @@ class EffectPipeline {
   struct Entry {
     KafkaMessage message;
     std::shared_ptr<EffectRecord> record;
-    EffectRoute* route = nullptr;
+    EffectTopicHandler* handler = nullptr;
     TopicPartition tp;
     std::uint64_t generation = 0;
     std::string key;  // ordering key; empty when not scheduled (invalid or stale)
@@ -140,7 +140,7 @@ class EffectPipeline {
   bool judge_horizon(Entry& e);
   /// Returns the entry if it will be called and its marks are to be read now (no other
   /// record of its event id is held); else nullptr.
-  Entry* admit_one(KafkaMessage m, EffectRoute& route);
+  Entry* admit_one(KafkaMessage m, EffectTopicHandler& handler);
   /// Reads which of `entries` are marked for the group (one read) into their mark_check.
   /// \throws what the store throws; nothing is set then.
   void read_marks(std::span<Entry* const> entries);

@@ -73,12 +73,12 @@ struct RetryHeaderCheck {
 [[nodiscard]] std::optional<std::string_view> message_header(const rd_kafka_message_t& m,
                                                              const char* name);
 
-/// The route of a retry topic: the source topic's route under another name. Parsed events
-/// live in the source route's slots (slot numbers are unique within a batch), so reset()
-/// is left to the source route.
-class RetryRoute final : public Route {
+/// The handler of a retry topic: the source topic's handler under another name. Parsed
+/// events live in the source handler's slots (slot numbers are unique within a batch), so
+/// reset() is left to the source handler.
+class RetryTopicHandler final : public TopicHandler {
  public:
-  explicit RetryRoute(Route& source) : source_(source) {}
+  explicit RetryTopicHandler(TopicHandler& source) : source_(source) {}
   void reset(std::size_t /*n*/) override {}
   Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
                         const ParseLimits& limits) override {
@@ -89,15 +89,15 @@ class RetryRoute final : public Route {
   }
 
  private:
-  Route& source_;
+  TopicHandler& source_;
 };
 
-/// The route of a retry topic whose source topic has an effect handler: records there
+/// The handler of a retry topic whose source topic has an effect handler: records there
 /// take the effect path too (call phase concurrent, outside the transaction), through
 /// the source topic's handler.
-class RetryEffectRoute final : public EffectRoute {
+class RetryEffectTopicHandler final : public EffectTopicHandler {
  public:
-  explicit RetryEffectRoute(EffectRoute& source) : source_(source) {}
+  explicit RetryEffectTopicHandler(EffectTopicHandler& source) : source_(source) {}
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
     return source_.parse_owned(record, limits);
   }
@@ -114,7 +114,7 @@ class RetryEffectRoute final : public EffectRoute {
   }
 
  private:
-  EffectRoute& source_;
+  EffectTopicHandler& source_;
 };
 
 class RetryTopicMap {

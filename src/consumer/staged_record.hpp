@@ -1,7 +1,7 @@
 #pragma once
 // What the effect path hands the processor that applies its records: each record with its
 // admission (made when it was polled: the processor parses nothing again) and how its
-// call ended. Passed as arguments, so the routes hold no state of the effect path.
+// call ended. Passed as arguments, so the topic handlers hold no state of the effect path.
 #include <optional>
 #include <string_view>
 
@@ -28,7 +28,7 @@ struct StagedCall {
 /// processor's result is settled.
 struct StagedRecord {
   const rd_kafka_message_t* message = nullptr;
-  EffectRoute* route = nullptr;
+  EffectTopicHandler* handler = nullptr;
   const Admission* admission = nullptr;
   const StagedCall* call = nullptr;
 };

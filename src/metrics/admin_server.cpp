@@ -1,5 +1,5 @@
 // The admin HTTP server (/metrics, /healthz, /readyz) and the stock readiness checks.
-#include "idem/metrics/admin_routes.hpp"
+#include "idem/metrics/admin_endpoints.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -72,8 +72,8 @@ ReadinessCheck store_readiness(std::string store_url, StoreOptions options) {
           }};
 }
 
-void mount_admin_routes(httplib::Server& server, const Metrics& metrics,
-                        std::vector<ReadinessCheck> checks) {
+void mount_admin_endpoints(httplib::Server& server, const Metrics& metrics,
+                           std::vector<ReadinessCheck> checks) {
   server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.scrape(), std::string(kPrometheusContentType));
   });
@@ -113,7 +113,7 @@ AdminServer::AdminServer(const std::string& listen, const Metrics& metrics,
       colon == std::string::npos || colon == 0 ? "0.0.0.0" : listen.substr(0, colon);
   const int wanted = colon == std::string::npos ? 0 : std::atoi(listen.c_str() + colon + 1);
 
-  mount_admin_routes(impl_->server, metrics, std::move(checks));
+  mount_admin_endpoints(impl_->server, metrics, std::move(checks));
 
   impl_->port = wanted == 0 ? impl_->server.bind_to_any_port(host)
                             : (impl_->server.bind_to_port(host, wanted) ? wanted : -1);

@@ -49,9 +49,9 @@ class CommitOverlapTest : public test::DevBrokerSuite {
     producer.flush();
     fetch(2);
     config_.group_id = "billing";
-    for (detail::TopicRoutes* routes : {&routes_a_, &routes_b_}) {
-      routes->handlers.emplace(topic_, std::make_unique<detail::TypedRoute<OrderConfirmed>>(
-                                           count_handler<OrderConfirmed>()));
+    for (detail::TopicHandlers* handlers : {&handlers_a_, &handlers_b_}) {
+      handlers->batch.emplace(topic_, std::make_unique<detail::TypedTopicHandler<OrderConfirmed>>(
+                                          count_handler<OrderConfirmed>()));
     }
   }
 
@@ -110,13 +110,13 @@ class CommitOverlapTest : public test::DevBrokerSuite {
   ConsumerHooks hooks_;
   detail::RetryTopicMap retry_topics_{config_};
   detail::DedupHorizonGuard guard_{config_};
-  detail::TopicRoutes routes_a_;
-  detail::TopicRoutes routes_b_;
+  detail::TopicHandlers handlers_a_;
+  detail::TopicHandlers handlers_b_;
   const detail::LogFn log_;
   const detail::ConsumerContext context_a_{
-      config_, hooks_, log_, routes_a_, retry_topics_, guard_, detail::SteadyClock::real()};
+      config_, hooks_, log_, handlers_a_, retry_topics_, guard_, detail::SteadyClock::real()};
   const detail::ConsumerContext context_b_{
-      config_, hooks_, log_, routes_b_, retry_topics_, guard_, detail::SteadyClock::real()};
+      config_, hooks_, log_, handlers_b_, retry_topics_, guard_, detail::SteadyClock::real()};
   detail::RetrySchedule schedule_;
   detail::KafkaHandle rk_;  // before the records: they are destroyed first
   std::vector<detail::KafkaMessage> records_;

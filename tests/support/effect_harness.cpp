@@ -224,7 +224,7 @@ EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
       log_([this](std::string_view line) { log_lines_.emplace_back(line); }),
       retry_topics_(config_),
       horizon_guard_(config_),
-      context_{config_, hooks_, log_, routes_, retry_topics_, horizon_guard_, steady_},
+      context_{config_, hooks_, log_, handlers_, retry_topics_, horizon_guard_, steady_},
       store_(open_store("sqlite://:memory:")),
       positions_(config_, *store_, log_),
       records_(broker.bootstrap_servers()),
@@ -260,12 +260,13 @@ EffectHarness::EffectHarness(SharedBroker& broker, HarnessOptions options)
           },
       .ordering_key = {}};
   for (const auto& [topic, partitions] : options_.topics) {
-    auto route =
-        std::make_unique<detail::TypedEffectRoute<OrderConfirmed, bool>>(handler, options_.parser);
+    auto route = std::make_unique<detail::TypedEffectTopicHandler<OrderConfirmed, bool>>(
+        handler, options_.parser);
     auto& source = *route;
     for (auto& name : retry_topics_.of(topic))
-      routes_.effects.emplace(std::move(name), std::make_unique<detail::RetryEffectRoute>(source));
-    routes_.effects.emplace(topic, std::move(route));
+      handlers_.effects.emplace(std::move(name),
+                                std::make_unique<detail::RetryEffectTopicHandler>(source));
+    handlers_.effects.emplace(topic, std::move(route));
   }
   processor_ = std::make_unique<detail::BatchProcessor>(context_, *store_);
   letters_ = std::make_unique<detail::DeadLetterProducer>(config_, retry_topics_, &log_, false);

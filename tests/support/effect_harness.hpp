@@ -194,7 +194,7 @@ class EffectHarness {
   ConsumerHooks hooks_;
   std::vector<std::string> log_lines_;
   detail::LogFn log_;
-  detail::TopicRoutes routes_;
+  detail::TopicHandlers handlers_;
   detail::RetryTopicMap retry_topics_;
   detail::DedupHorizonGuard horizon_guard_;
   detail::ConsumerContext context_;

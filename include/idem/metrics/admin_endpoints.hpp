@@ -11,8 +11,8 @@
 
 namespace idem {
 
-/// Adds the three routes to `server`. `metrics` must outlive it.
-void mount_admin_routes(httplib::Server& server, const Metrics& metrics,
-                        std::vector<ReadinessCheck> checks);
+/// Adds the three endpoints to `server`. `metrics` must outlive it.
+void mount_admin_endpoints(httplib::Server& server, const Metrics& metrics,
+                           std::vector<ReadinessCheck> checks);
 
 }  // namespace idem
