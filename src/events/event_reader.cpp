@@ -152,7 +152,9 @@ Validated<EventMode> mode_of(const RecordInfo& record, EventFormat format) {
 
 }  // namespace
 
-std::optional<JsonValue> EventView::at(std::string_view pointer) const { return data_.at(pointer); }
+std::optional<JsonValue> EventView::at(std::string_view pointer) const {
+  return data_.at(pointer);
+}
 
 std::optional<EventAttribute> EventView::attribute(std::string_view name) const {
   if (mode_ == EventMode::Structured) {

@@ -15,7 +15,6 @@ namespace detail {
 
 namespace {
 
-
 std::atomic<std::uint64_t> documents_parsed{0};
 
 // `name` as one token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
@@ -47,8 +46,7 @@ simdjson::error_code JsonSource::parse(std::string_view bytes, simdjson::dom::el
 }
 
 std::optional<std::string_view> JsonSource::literal(std::string_view pointer) {
-  return literals.find(simdjson::padded_string_view(buffer.data(), length, buffer.size()),
-                       pointer);
+  return literals.find(simdjson::padded_string_view(buffer.data(), length, buffer.size()), pointer);
 }
 
 JsonValue JsonSource::value(simdjson::dom::element e, std::string pointer) {
@@ -135,7 +133,9 @@ std::optional<std::string_view> JsonValue::literal() const {
   return source_->literal(pointer_);
 }
 
-std::string JsonValue::compact() const { return simdjson::minify(JsonSource::element_of(*this)); }
+std::string JsonValue::compact() const {
+  return simdjson::minify(JsonSource::element_of(*this));
+}
 
 std::optional<JsonValue> JsonValue::at(std::string_view pointer) const {
   simdjson::dom::element found;
@@ -185,10 +185,10 @@ JsonDocument::~JsonDocument() = default;
 Validated<JsonValue> JsonDocument::parse(std::string_view json) {
   simdjson::dom::element root;
   if (const auto error = source_->parse(json, root)) {
-    return ValidationError{
-        {},
-        error == simdjson::UTF8_ERROR ? ValidationReason::InvalidUtf8 : ValidationReason::InvalidJson,
-        fmt::format("not JSON: {}", simdjson::error_message(error))};
+    return ValidationError{{},
+                           error == simdjson::UTF8_ERROR ? ValidationReason::InvalidUtf8
+                                                         : ValidationReason::InvalidJson,
+                           fmt::format("not JSON: {}", simdjson::error_message(error))};
   }
   return source_->value(root, {});
 }

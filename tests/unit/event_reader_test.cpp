@@ -64,8 +64,7 @@ class EventReaderTest : public ::testing::Test {
   }
 
   [[nodiscard]] std::string plain(const std::string& fields) const {
-    return fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1",{}}})", id_,
-                       fields);
+    return fmt::format(R"({{"event_id":"{}","event_type":"payment.received.v1",{}}})", id_, fields);
   }
   [[nodiscard]] std::string structured(const std::string& data) const {
     return fmt::format(
@@ -165,7 +164,8 @@ TEST_F(EventReaderTest, AutoReadsEachRecordAsItsHeadersSay) {
   const auto binary = read("{}", binary_headers());
   ASSERT_TRUE(binary.ok()) << binary.error().message;
   EXPECT_EQ(binary.value().mode(), EventMode::Binary);
-  const auto structured_event = read(structured("{}"), {{"Content-Type", "Application/CloudEvents+JSON"}});
+  const auto structured_event =
+      read(structured("{}"), {{"Content-Type", "Application/CloudEvents+JSON"}});
   ASSERT_TRUE(structured_event.ok()) << structured_event.error().message;
   EXPECT_EQ(structured_event.value().mode(), EventMode::Structured);
 }
@@ -250,9 +250,9 @@ TEST_F(EventReaderTest, RefusesWhatIsNotACloudEvent) {
 }
 
 TEST_F(EventReaderTest, IntegersAreIntegersAndOtherNumbersKeepTheirDigits) {
-  const auto event = read(plain(
-      R"("price": 12.30, "hundred": 1e2, "big": 9223372036854775808, "neg": -5,)"
-      R"( "max": 9223372036854775807, "zero": -0.0, "flag": true, "none": null)"));
+  const auto event =
+      read(plain(R"("price": 12.30, "hundred": 1e2, "big": 9223372036854775808, "neg": -5,)"
+                 R"( "max": 9223372036854775807, "zero": -0.0, "flag": true, "none": null)"));
   ASSERT_TRUE(event.ok()) << event.error().message;
   const EventView& e = event.value();
   const auto price = *e.at("/price");
@@ -372,12 +372,11 @@ fee = { from = "/fee", type = "numeric", precision = 18, scale = 8 }
   sinks::detail::EventReader reader("payments", config->topics.at("payments"), {&route},
                                     Backend::Postgres);
   const std::string id = new_uuid_v7().to_string();
-  const Record record(
-      fmt::format(R"({{"specversion":"1.0","id":"{}","source":"/shop",)"
-                  R"("type":"payment.received.v1","data":{{"amount":12.30,)"
-                  R"("details":{{"n": 1.0}},"fee":5e-05}}}})",
-                  id),
-      {{"content-type", "application/cloudevents+json"}});
+  const Record record(fmt::format(R"({{"specversion":"1.0","id":"{}","source":"/shop",)"
+                                  R"("type":"payment.received.v1","data":{{"amount":12.30,)"
+                                  R"("details":{{"n": 1.0}},"fee":5e-05}}}})",
+                                  id),
+                      {{"content-type", "application/cloudevents+json"}});
   const std::uint64_t before = detail::json_documents_parsed();
   const auto event = reader.read(record.info, {});
   ASSERT_TRUE(event.ok()) << event.error().message;
