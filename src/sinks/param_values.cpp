@@ -8,6 +8,7 @@
 #include <variant>
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include "idem/timestamp.hpp"
 #include "idem/uuid.hpp"
@@ -193,155 +194,49 @@ Validated<Decimal> parse_decimal(std::string_view text, int precision, int scale
   return d;
 }
 
-namespace {
-
-using simdjson::ondemand::json_type;
-
-// A token of a JSON pointer (RFC 6901) as the key it names: ~1 is '/', ~0 is '~'.
-std::string unescaped_token(std::string_view token) {
-  std::string out;
-  for (std::size_t i = 0; i < token.size(); ++i) {
-    if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
-      out.push_back(token[++i] == '1' ? '/' : '~');
-    } else {
-      out.push_back(token[i]);
-    }
-  }
-  return out;
-}
-
-// The value's text, up to where it ends: an object or array whole, a scalar's token
-// (which simdjson gives with the whitespace after it).
-std::optional<std::string_view> text_of(simdjson::ondemand::value value) {
-  json_type type{};
-  if (value.type().get(type) != simdjson::SUCCESS) return std::nullopt;
-  std::string_view text;
-  if (type == json_type::object) {
-    simdjson::ondemand::object object;
-    if (value.get_object().get(object) != simdjson::SUCCESS ||
-        object.raw_json().get(text) != simdjson::SUCCESS)
-      return std::nullopt;
-  } else if (type == json_type::array) {
-    simdjson::ondemand::array array;
-    if (value.get_array().get(array) != simdjson::SUCCESS ||
-        array.raw_json().get(text) != simdjson::SUCCESS)
-      return std::nullopt;
-  } else {
-    text = value.raw_json_token();
-  }
-  while (!text.empty() &&
-         (text.back() == ' ' || text.back() == '\n' || text.back() == '\r' || text.back() == '\t'))
-    text.remove_suffix(1);
-  return text;
-}
-
-// The text of the value at `pointer` below `value`. simdjson's own on-demand at_pointer
-// compares keys as written (escapes and all); the DOM compares them unescaped, and so
-// does this walk, so both find the same value.
-std::optional<std::string_view> text_at(simdjson::ondemand::value value, std::string_view pointer) {
-  if (pointer.empty()) return text_of(value);
-  if (pointer[0] != '/') return std::nullopt;
-  pointer.remove_prefix(1);
-  const std::size_t slash = pointer.find('/');
-  const std::string token = unescaped_token(pointer.substr(0, slash));
-  const std::string_view rest =
-      slash == std::string_view::npos ? std::string_view() : pointer.substr(slash);
-  json_type type{};
-  if (value.type().get(type) != simdjson::SUCCESS) return std::nullopt;
-  if (type == json_type::object) {
-    simdjson::ondemand::object object;
-    if (value.get_object().get(object) != simdjson::SUCCESS) return std::nullopt;
-    for (auto member : object) {
-      simdjson::ondemand::field field;
-      std::string_view key;
-      if (std::move(member).get(field) != simdjson::SUCCESS ||
-          field.unescaped_key().get(key) != simdjson::SUCCESS)
-        return std::nullopt;
-      if (key == token) return text_at(field.value(), rest);
-    }
-    return std::nullopt;
-  }
-  if (type == json_type::array) {
-    std::size_t index = 0;
-    const char* const end = token.data() + token.size();
-    if (token.empty() || (token.size() > 1 && token[0] == '0') ||
-        std::from_chars(token.data(), end, index).ptr != end)
-      return std::nullopt;
-    simdjson::ondemand::array array;
-    if (value.get_array().get(array) != simdjson::SUCCESS) return std::nullopt;
-    std::size_t at = 0;
-    for (auto element : array) {
-      if (element.error() != simdjson::SUCCESS) return std::nullopt;
-      if (at++ == index) return text_at(element.value_unsafe(), rest);
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-struct JsonLiterals::Parser {
-  simdjson::ondemand::parser parser;
-};
-
-JsonLiterals::JsonLiterals() : parser_(std::make_unique<Parser>()) {}
-
-JsonLiterals::~JsonLiterals() = default;
-
-std::optional<std::string_view> JsonLiterals::find(simdjson::padded_string_view json,
-                                                   std::string_view pointer) {
-  simdjson::ondemand::document doc;
-  simdjson::ondemand::value root;
-  if (parser_->parser.iterate(json).get(doc) != simdjson::SUCCESS ||
-      doc.get_value().get(root) != simdjson::SUCCESS)
-    return std::nullopt;
-  return text_at(root, pointer);
-}
-
-bool needs_literal(simdjson::dom::element value, const ParamSpec& spec) noexcept {
-  using simdjson::dom::element_type;
-  if (value.type() == element_type::NULL_VALUE) return false;
+bool needs_literal(const JsonValue& value, const ParamSpec& spec) noexcept {
+  const JsonKind kind = value.kind();
+  if (kind == JsonKind::Null) return false;
   return spec.type == ParamType::Json ||
-         (spec.type == ParamType::Numeric && value.type() == element_type::DOUBLE);
+         (spec.type == ParamType::Numeric && kind == JsonKind::Number);
 }
 
-Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ctx,
-                            std::optional<std::string_view> literal) {
-  using simdjson::dom::element_type;
-  const element_type kind = value.type();
-  if (kind == element_type::NULL_VALUE) return absent_param(ctx, true);
+Validated<Param> json_param(const JsonValue& value, const ValueContext& ctx) {
+  const JsonKind kind = value.kind();
+  if (kind == JsonKind::Null) return absent_param(ctx, true);
   const ParamType type = ctx.spec.type;
+  // Empty when not needed, or not found (never for a value of a parsed document).
+  const std::string_view literal = needs_literal(value, ctx.spec)
+                                       ? value.literal().value_or(std::string_view())
+                                       : std::string_view();
   if (type == ParamType::Json) {
     // The value as it came, only the whitespace between its tokens removed: written back
     // out from the DOM, a number would go through a double.
-    std::string compact(literal ? literal->size() : 0, '\0');
+    std::string compact(literal.size(), '\0');
     std::size_t length = 0;
-    if (!literal || simdjson::minify(literal->data(), literal->size(), compact.data(), length) !=
-                        simdjson::SUCCESS)
+    if (literal.empty() || simdjson::minify(literal.data(), literal.size(), compact.data(),
+                                            length) != simdjson::SUCCESS)
       return error(ctx, ValidationReason::InvalidJson, "its JSON text could not be read");
     compact.resize(length);
     return Param(compact);
   }
-  if (kind == element_type::STRING) {
-    const std::string_view text = value.get_string().value_unsafe();
+  if (kind == JsonKind::String) {
+    const std::string_view text = *value.as_string();
     if (type == ParamType::Text) return Param(text);
     if (type == ParamType::Numeric || type == ParamType::Uuid || type == ParamType::Timestamp)
       return text_param(text, ctx);
   }
   if (type == ParamType::Integer) {
-    if (kind == element_type::INT64) return Param(value.get_int64().value_unsafe());
-    if (kind == element_type::UINT64)
+    if (kind == JsonKind::Integer) return Param(*value.as_int64());
+    if (kind == JsonKind::Unsigned)
       return error(ctx, ValidationReason::OutOfRange, "the integer is above 2^63-1");
   }
   if (type == ParamType::Numeric) {
-    if (kind == element_type::INT64)
-      return numeric(fmt::format("{}", value.get_int64().value_unsafe()), ctx);
-    if (kind == element_type::UINT64)
-      return numeric(fmt::format("{}", value.get_uint64().value_unsafe()), ctx);
-    if (kind == element_type::DOUBLE) return numeric(literal.value_or(std::string_view()), ctx);
+    if (kind == JsonKind::Integer) return numeric(fmt::format("{}", *value.as_int64()), ctx);
+    if (kind == JsonKind::Unsigned) return numeric(fmt::format("{}", *value.as_uint64()), ctx);
+    if (kind == JsonKind::Number) return numeric(literal, ctx);
   }
-  if (type == ParamType::Boolean && kind == element_type::BOOL)
-    return Param(value.get_bool().value_unsafe());
+  if (type == ParamType::Boolean && kind == JsonKind::Bool) return Param(*value.as_bool());
   static constexpr std::string_view kExpected[] = {
       "a JSON string", "a JSON integer", "a decimal string or a JSON number",
       "true or false", "a UUID string",  "an RFC 3339 date-time string",

@@ -5,14 +5,12 @@
 // on SQLite (which has no exact decimal type: `balance + $amount` on a REAL or on decimal
 // text would round), the scale written in the route.
 #include <cstddef>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <simdjson.h>
-
+#include "idem/events/event_reader.hpp"
 #include "idem/events/validation.hpp"
 #include "idem/sinks/sink_config.hpp"
 #include "idem/store.hpp"
@@ -44,34 +42,9 @@ inline constexpr int kMaxDecimalExponent = 1000;
 [[nodiscard]] Validated<Decimal> parse_decimal(std::string_view text, int precision, int scale,
                                                const std::string& field);
 
-/// Finds JSON values as their text in a document, as written: what simdjson's DOM loses
-/// (it keeps a non-integer number as a double only, and writes a value back out from
-/// that). Reads the document once more, on demand, up to the value.
-class JsonLiterals {
- public:
-  JsonLiterals();
-  ~JsonLiterals();
-  JsonLiterals(const JsonLiterals&) = delete;
-  JsonLiterals& operator=(const JsonLiterals&) = delete;
-
-  /// The text of the value at `pointer` (RFC 6901; keys compared unescaped, the first of
-  /// a key written twice, as the DOM finds it) in `json`, without the whitespace around
-  /// it; nullopt when there is none (or `json` is not well-formed up to there).
-  [[nodiscard]] std::optional<std::string_view> find(simdjson::padded_string_view json,
-                                                     std::string_view pointer);
-
- private:
-  // The parser is defined in param_values.cpp only: its layout depends on simdjson's
-  // compile definitions (SIMDJSON_THREADS_ENABLED), which the sinks library's sources get
-  // and a file that includes this header without linking simdjson (a test) does not; two
-  // layouts of one class in one program corrupt it.
-  struct Parser;
-  std::unique_ptr<Parser> parser_;
-};
-
-/// Whether json_param() needs the value's text as written (JsonLiterals::find): a
+/// Whether json_param() needs the value's text as written (JsonValue::literal()): a
 /// non-integer number read as `numeric`, and any value of a `json` parameter.
-[[nodiscard]] bool needs_literal(simdjson::dom::element value, const ParamSpec& spec) noexcept;
+[[nodiscard]] bool needs_literal(const JsonValue& value, const ParamSpec& spec) noexcept;
 
 /// `text` as a JSON string literal (quotes, backslashes and control characters escaped).
 [[nodiscard]] std::string json_string(std::string_view text);
@@ -83,11 +56,10 @@ struct ValueContext {
   std::string_view field;  ///< e.g. "/amount" or "kafka.header.tenant"
 };
 
-/// A JSON value as `spec` declares it. `literal` is the value's text as written when
+/// A JSON value as `spec` declares it. Reads the value's text as written when
 /// needs_literal() says so (an exact numeric needs the digits, not a double; a json
 /// parameter passes its value on as it came, only whitespace between tokens removed).
-[[nodiscard]] Validated<Param> json_param(simdjson::dom::element value, const ValueContext& ctx,
-                                          std::optional<std::string_view> literal);
+[[nodiscard]] Validated<Param> json_param(const JsonValue& value, const ValueContext& ctx);
 
 /// A text value (a Kafka header, a CloudEvents attribute, the key) as `spec` declares it.
 [[nodiscard]] Validated<Param> text_param(std::string_view text, const ValueContext& ctx);

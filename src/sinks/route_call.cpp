@@ -5,7 +5,6 @@
 #include <span>
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include "sinks/param_values.hpp"
 
@@ -16,28 +15,20 @@ namespace {
 // The answer's values of `response:` parameters, or why one required is missing. A number
 // is read from its digits as the answer wrote them (a fee of 0.00005 stays 0.00005, where
 // the DOM's double would write 5e-05), as a json parameter is taken as it came. Runs on
-// the HTTP client's loop thread: one parser of each kind for that thread, reused.
+// the HTTP client's loop thread: one document for that thread, reused.
 Validated<CallAnswer> read_answer(const Route& route, const SinkEvent& event, Backend backend,
                                   const std::string& body) {
   CallAnswer answer;
   if (event.from_answer.empty()) return answer;
-  thread_local simdjson::dom::parser parser;
-  thread_local JsonLiterals literals;
-  const simdjson::padded_string padded(body);
-  simdjson::dom::element doc;
-  const bool parsed = parser.parse(padded).get(doc) == simdjson::SUCCESS;
+  thread_local JsonDocument document;
+  const Validated<JsonValue> root = document.parse(body);
   for (const auto& [position, index] : event.from_answer) {
     const ParamSpec& spec = route.params[index];
     // The field's name outlives ctx, which only views it.
     const std::string field = "response:" + spec.source.name;
     const ValueContext ctx{spec, backend, field};
-    simdjson::dom::element found;
-    Validated<Param> value =
-        parsed && doc.at_pointer(spec.source.name).get(found) == simdjson::SUCCESS
-            ? json_param(found, ctx,
-                         needs_literal(found, spec) ? literals.find(padded, spec.source.name)
-                                                    : std::nullopt)
-            : absent_param(ctx, false);
+    const auto found = root.ok() ? root.value().at(spec.source.name) : std::nullopt;
+    Validated<Param> value = found ? json_param(*found, ctx) : absent_param(ctx, false);
     if (!value.ok()) return value.error();
     answer.values.emplace_back(position, std::move(value).value());
   }

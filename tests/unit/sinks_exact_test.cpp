@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "events/json_literals.hpp"
 #include "idem/sinks/sink_config.hpp"
 #include "idem/uuid.hpp"
 #include "sinks/event_reader.hpp"
@@ -87,7 +88,7 @@ TEST(SinkLiterals, FindsAValueAsItWasWritten) {
   const simdjson::padded_string json(
       std::string_view(R"({"a" : { "fee" : 0.00005 , "list": [ 1 , {"x": 1.50E+2}, "s\"t" ] },)"
                        R"( "a~b/c": 99999999999999.99, "k\u0065y": true, "a": 2 })"));
-  detail::JsonLiterals literals;
+  idem::detail::JsonLiterals literals;
   EXPECT_EQ(literals.find(json, "/a/fee"), "0.00005");
   EXPECT_EQ(literals.find(json, "/a/list/1/x"), "1.50E+2");
   EXPECT_EQ(literals.find(json, "/a/list/2"), R"("s\"t")");

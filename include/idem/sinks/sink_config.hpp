@@ -31,18 +31,12 @@
 #include <vector>
 
 #include "idem/config.hpp"
+#include "idem/events/event_reader.hpp"
 
 namespace idem::sinks {
 
-/// How the records of a topic carry their events.
-enum class EventFormat {
-  Json,         ///< the value is the event, a JSON object
-  CloudEvents,  ///< CloudEvents 1.0, Kafka binding: binary (ce_ headers) or structured mode
-  /// Either, record by record, as its headers say (a topic whose producers move to
-  /// CloudEvents one at a time): a `ce_specversion` header is binary mode, a content type
-  /// application/cloudevents+json structured mode, anything else a plain JSON event.
-  Auto
-};
+/// How the records of a topic carry their events: the core's event reader's formats.
+using idem::EventFormat;
 
 /// What happens to an event whose type has no route on its topic.
 enum class UnknownTypePolicy {
