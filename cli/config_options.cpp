@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,12 @@ bool split(const std::string& kv, std::string& key, std::string& value) {
 bool is_bare_number(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(),
                                       [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+}
+
+// `--name` of a bound flag: CLI11 names a hidden option (an old name, bind_old_name) with
+// an empty string, so its long name is read instead.
+std::string flag_name(const CLI::Option* flag) {
+  return flag->get_lnames().empty() ? flag->get_name() : "--" + flag->get_lnames().front();
 }
 
 ConfigProblem malformed_flag(const std::string& flag, std::string message) {
@@ -53,6 +60,17 @@ CLI::Option* ConfigOptions::bind(CLI::Option* flag, std::string key, std::string
   return flag;
 }
 
+CLI::Option* ConfigOptions::bind_old_name(CLI::Option* old_flag, const CLI::Option* now,
+                                          std::string_view unit) {
+  const auto bound =
+      std::find_if(bound_.begin(), bound_.end(), [now](const Bound& b) { return b.option == now; });
+  if (bound == bound_.end()) throw std::logic_error("bind_old_name: the new flag is not bound");
+  Bound old{old_flag, bound->key, std::string(unit), {}, flag_name(now)};
+  old_flag->description(fmt::format("Old name of {}", flag_name(now)))->group("");
+  bound_.push_back(std::move(old));
+  return old_flag;
+}
+
 CLI::Option* ConfigOptions::bind_switch(CLI::Option* flag, std::string key, std::string value) {
   bound_.push_back({flag, std::move(key), {}, std::move(value)});
   return flag;
@@ -73,7 +91,7 @@ Config ConfigOptions::load() const {
         joined += !b.unit.empty() && is_bare_number(v) ? v + b.unit : v;
       }
     }
-    sources.flags.push_back({b.key, std::move(joined), b.option->get_name()});
+    sources.flags.push_back({b.key, std::move(joined), flag_name(b.option), b.new_flag});
   }
   std::string key;
   std::string value;
@@ -100,6 +118,8 @@ Config ConfigOptions::load() const {
   }
   problems.insert(problems.end(), malformed.begin(), malformed.end());
   if (!problems.empty()) throw ConfigError(std::move(problems));
+  for (const std::string& warning : config->renamed_warnings)
+    std::cerr << "idem: warning: " << warning << '\n';
   if (print_config_) {
     print_config(*config);
     throw CLI::Success();  // main() exits 0, as after --help

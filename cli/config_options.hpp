@@ -28,8 +28,15 @@ class ConfigOptions {
 
   /// Maps `cmd`'s option `flag` (already added, storing into a string or string vector
   /// the caller owns) to `key`. `unit`: what a bare number given to the flag means when
-  /// the key is a duration (`--dedup-retention-hours 48` -> `48h`). Returns the option.
+  /// the key is a duration (an old flag's unit: `--dedup-retention-hours 48` -> `48h`). Returns the
+  /// option.
   CLI::Option* bind(CLI::Option* flag, std::string key, std::string_view unit = {});
+
+  /// Keeps `old_flag` (already added, storing into a string the caller owns) as an older
+  /// name of the bound flag `now` (`--retention-hours` of `--retention`): it sets the same
+  /// key, a bare number meaning `unit` as the old name said, and is hidden from --help.
+  /// The loader warns when it is used and refuses it given together with `now`.
+  CLI::Option* bind_old_name(CLI::Option* old_flag, const CLI::Option* now, std::string_view unit);
 
   /// Maps the switch `flag` (added with add_flag) to `key`: given, it sets `key` to `value`
   /// (`--no-stdin` -> dev_broker.read_stdin=false).
@@ -47,6 +54,7 @@ class ConfigOptions {
     std::string key;
     std::string unit;          ///< appended to a bare number
     std::string switch_value;  ///< non-empty: a switch setting this value
+    std::string new_flag{};    ///< non-empty: an older name of this flag (bind_old_name)
   };
   std::string file_;
   std::vector<std::string> sets_;

@@ -69,7 +69,8 @@ void declare_demo_keys(SectionKeys<DemoOptions>& keys) {
 void register_demo(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db, brokers, orders, partitions, batch, seed, faults, relay_kills, consumer_kills,
-        resend, reset_after_commit, unavailable, decline, provider_latency, timeout;
+        resend, reset_after_commit, unavailable, decline, provider_latency, provider_latency_ms,
+        timeout;
     bool keep = false;
   };
   auto opts = std::make_shared<Options>();
@@ -98,10 +99,13 @@ void register_demo(CLI::App& app, ExitCode& exit_code) {
   cfg->bind(cmd->add_option("--batch", opts->batch,
                             "Events per consumer transaction (demo.batch, default 20)"),
             "demo.batch");
-  cfg->bind(cmd->add_option("--provider-latency-ms", opts->provider_latency,
-                            "Added by the provider to every new charge; billing keeps many charges "
-                            "in flight (demo.provider_latency, default 20ms)"),
-            "demo.provider_latency", "ms");
+  const CLI::Option* provider_latency =
+      cfg->bind(cmd->add_option("--provider-latency", opts->provider_latency,
+                                "Added by the provider to every new charge; billing keeps many "
+                                "charges in flight (demo.provider_latency, default 20ms)"),
+                "demo.provider_latency");
+  cfg->bind_old_name(cmd->add_option("--provider-latency-ms", opts->provider_latency_ms),
+                     provider_latency, "ms");
   cfg->bind(
       cmd->add_option("--seed", opts->seed,
                       "Random seed: orders, kill points, provider faults (demo.seed, default 42)"),

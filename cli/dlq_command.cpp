@@ -51,7 +51,7 @@ std::string when(std::optional<std::chrono::system_clock::time_point> t) {
 /// silently hide dead letters.
 struct CommonOptions {
   std::shared_ptr<ConfigOptions> config;
-  std::string brokers, topic, timeout_s;
+  std::string brokers, topic, timeout, timeout_s;
   std::string reason, key, group, event_id, min_age, max_age;
   std::optional<std::int32_t> partition;
   std::optional<std::int64_t> offset;
@@ -64,9 +64,11 @@ struct CommonOptions {
     config->bind(
         cmd->add_option("--topic", topic, "The dead-letter topic, e.g. orders.dlq (dlq.topic)"),
         "dlq.topic");
-    config->bind(cmd->add_option("--timeout-s", timeout_s,
-                                 "Deadline of each broker step (dlq.timeout, default 30s)"),
-                 "dlq.timeout", "s");
+    const CLI::Option* timeout_flag =
+        config->bind(cmd->add_option("--timeout", timeout,
+                                     "Deadline of each broker step (dlq.timeout, default 30s)"),
+                     "dlq.timeout");
+    config->bind_old_name(cmd->add_option("--timeout-s", timeout_s), timeout_flag, "s");
     cmd->add_option("--reason", reason,
                     "Error class (handler.dead_letter), or a family of them (handler)");
     cmd->add_option("--key", key, "Only this Kafka key");
@@ -221,7 +223,9 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
     bool dry_run = false;
     std::string rate;
     bool force = false;
+    std::string retention;
     std::string retention_hours;
+    std::string safety_margin;
     std::string safety_margin_hours;
   };
   auto replay_opts = std::make_shared<ReplayFlags>();
@@ -241,15 +245,20 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
       replay->add_option("--rate", replay_opts->rate,
                          "At most this many records per second, 0: no limit (dlq.replay_rate)"),
       "dlq.replay_rate");
-  replay_config.bind(
-      replay->add_option("--retention-hours", replay_opts->retention_hours,
+  const CLI::Option* retention = replay_config.bind(
+      replay->add_option("--retention", replay_opts->retention,
                          "Dedup retention of the consumers, event time (dedup.retention, "
-                         "default 7d; a bare number is hours)"),
-      "dedup.retention", "h");
-  replay_config.bind(
-      replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours,
+                         "default 7d)"),
+      "dedup.retention");
+  replay_config.bind_old_name(replay->add_option("--retention-hours", replay_opts->retention_hours),
+                              retention, "h");
+  const CLI::Option* safety_margin = replay_config.bind(
+      replay->add_option("--safety-margin", replay_opts->safety_margin,
                          "Horizon = retention - margin (dedup.safety_margin, default 1h)"),
-      "dedup.safety_margin", "h");
+      "dedup.safety_margin");
+  replay_config.bind_old_name(
+      replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours), safety_margin,
+      "h");
   replay->callback([replay_opts, &exit_code] {
     const ReplayFlags& f = *replay_opts;
     const Config config = f.common.load();

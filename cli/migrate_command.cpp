@@ -17,6 +17,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
   struct Options {
     std::string db;
     bool partitioned = false;
+    std::string period;
     std::string period_hours;
     std::string behind;
     std::string ahead;
@@ -33,10 +34,11 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
                                  "PostgreSQL: RANGE-partition processed_event on event_id (UUIDv7 "
                                  "time bounds) (dedup.partitioned=true)"),
                    "dedup.partitioned", "true");
-  cfg->bind(cmd->add_option("--partition-hours", opts->period_hours,
-                            "Partition period (dedup.partition_period, default 24h; a bare number "
-                            "is hours)"),
-            "dedup.partition_period", "h");
+  const CLI::Option* period = cfg->bind(
+      cmd->add_option("--partition-period", opts->period,
+                      "Partition period, whole hours (dedup.partition_period, default 24h)"),
+      "dedup.partition_period");
+  cfg->bind_old_name(cmd->add_option("--partition-hours", opts->period_hours), period, "h");
   cfg->bind(cmd->add_option("--partitions-behind", opts->behind,
                             "Periods before now that get a partition (dedup.partitions_behind, "
                             "default 7)"),

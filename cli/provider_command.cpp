@@ -36,6 +36,7 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
     std::string reset_after_commit;
     std::string unavailable;
     std::string in_progress;
+    std::string latency;
     std::string latency_ms;
     std::string decline;
     std::string seed;
@@ -73,11 +74,12 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                             "Share of charge requests answered 409 as if a request with the same "
                             "key were in flight (provider.in_progress)"),
             "provider.in_progress");
-  cfg->bind(
-      cmd->add_option("--latency-ms", opts->latency_ms,
-                      "Added to every new charge, as a timer: thousands of requests may wait at "
-                      "once (provider.latency)"),
-      "provider.latency", "ms");
+  const CLI::Option* latency =
+      cfg->bind(cmd->add_option("--latency", opts->latency,
+                                "Added to every new charge, as a timer: thousands of requests may "
+                                "wait at once (provider.latency, default 0ms)"),
+                "provider.latency");
+  cfg->bind_old_name(cmd->add_option("--latency-ms", opts->latency_ms), latency, "ms");
   cfg->bind(cmd->add_option("--decline", opts->decline,
                             "Share of orders declined with 402 card-declined, by hash of order_id "
                             "and seed (provider.decline)"),

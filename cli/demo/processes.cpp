@@ -3,6 +3,8 @@
 
 #include <string_view>
 
+#include "idem/config.hpp"
+
 namespace idem::cli::demo {
 
 const std::vector<std::pair<std::string, std::string>>& demo_client_properties() {
@@ -40,15 +42,15 @@ void DemoProcesses::start(const RunScope& scope, const std::string& store_url,
       std::vector<std::string>{"provider", "--db",
                                "sqlite://" + (logs_.parent_path() / "provider.db").string(),
                                "--listen", "127.0.0.1:0", "--seed", std::to_string(options.seed),
-                               "--latency-ms", std::to_string(options.provider_latency.count())},
+                               "--latency", format_duration(options.provider_latency)},
       "listening ", log("provider"));
   const std::string line = provider_->start();
   provider_url_ = line.substr(std::string_view("listening ").size());
 
   relay_ = std::make_unique<ManagedChild>(
       "relay",
-      with_kafka({"relay", "--db", store_url, "--brokers", scope.brokers, "--poll-interval-ms",
-                  "50", "--batch-size", "100", "--progress-ms", "0"}),
+      with_kafka({"relay", "--db", store_url, "--brokers", scope.brokers, "--poll-interval", "50ms",
+                  "--batch-size", "100", "--progress-interval", "0"}),
       "ready", log("relay"));
   relay_->start();
 

@@ -18,6 +18,13 @@
 ///   4. command-line flags (each command maps its flags to keys; `--set key=value`
 ///      reaches any key)
 ///
+/// A renamed key (its unit left the name: `relay.retention_hours` is `relay.retention`)
+/// is still read under its old names (KeySpec::renamed_from) in every layer: the file,
+/// `IDEM_<OLD_KEY>`, `--set old.key=...`, and a command's old flag (FlagSetting::new_flag).
+/// Each old name used gives one warning (Config::renamed_warnings) naming the old and the
+/// new name and where the value came from; an old and a new name of one key set together,
+/// in any layers, is an error naming both.
+///
 /// Keys under `kafka.` are librdkafka properties, passed through unchanged (this is how
 /// TLS and SASL are configured); the loader checks each one against librdkafka once.
 /// Everything is validated in one pass and every problem is reported together, each
@@ -55,7 +62,8 @@ namespace idem {
 /// The one duration syntax of idem (configuration keys, flags, the DLQ's age filters):
 /// a non-negative decimal number and a unit, `ms`, `s`, `m`, `h` or `d`, e.g. `250ms`,
 /// `90s`, `1.5h`, `7d`. A bare number is accepted only when `unit_of_bare_number` names
-/// the unit it means (the `_ms` keys and the `--...-hours` flags predate units).
+/// the unit it means (keys and flags whose old names carried a unit, `_ms` or `-hours`,
+/// predate units and keep that unit for a bare number).
 /// Fractions of a millisecond are rounded down. nullopt for anything else, including a
 /// negative or overflowing value. Never throws.
 [[nodiscard]] std::optional<std::chrono::milliseconds> parse_duration(
@@ -83,6 +91,9 @@ struct FlagSetting {
   std::string key;    ///< e.g. "consumer.group"
   std::string value;  ///< lists are comma-separated
   std::string flag;   ///< e.g. "--group"; used only to name the origin
+  /// Set when `flag` is an older name kept for compatibility (`--retention-hours`): the
+  /// flag's name now (`--retention`). The loader warns, and refuses both given together.
+  std::string new_flag{};
 };
 
 /// Everything the loader reads. The caller supplies the environment as a snapshot, so
@@ -205,6 +216,9 @@ struct Config {
   /// Settings that are valid one by one but together can cost an effect (a provider
   /// keeping keys shorter than the dedup retention); `idem config check` prints them.
   std::vector<std::string> warnings;
+  /// One warning per old name of a renamed key or flag that was used, naming the old and
+  /// the new name and where the value came from. Every command prints them.
+  std::vector<std::string> renamed_warnings;
 
   /// A section the schema added (ConfigSchema::add<S>).
   /// \throws Error(InvalidArgument, Config) when the schema had no such section.
@@ -275,6 +289,8 @@ class ConfigSchema {
   [[nodiscard]] std::vector<KeySpec> keys() const;
   /// The spec of `name`, or nullptr.
   [[nodiscard]] const KeySpec* find(std::string_view name) const;
+  /// The spec of the key `old_name` is an older name of (KeySpec::renamed_from), or nullptr.
+  [[nodiscard]] const KeySpec* renamed_to(std::string_view old_name) const;
   [[nodiscard]] bool is_reserved_table(std::string_view name) const;
 
  private:

@@ -53,8 +53,13 @@ struct KeySpec {
   std::vector<std::string> choices;  ///< Choice, List: the allowed values (empty: any)
   /// Conventional environment variables read for this key (after IDEM_<KEY>, which wins).
   std::vector<std::string> conventional_env;
-  /// Duration: what a bare number means (`ms` for the `_ms` keys); empty: a unit is needed.
+  /// Duration: what a bare number means (`ms` for the keys that once carried `_ms` in
+  /// their names); empty: a unit is needed.
   std::string unit_of_bare_number;
+  /// Older names of this key that the loader still reads, in the file, as `IDEM_<OLD>` and
+  /// with `--set`, each use with a warning; setting an old name and the key both is an
+  /// error (config.hpp).
+  std::vector<std::string> renamed_from;
 };
 
 /// What a section's own checks report to: problems, each naming its key, and the keys'
@@ -185,7 +190,8 @@ class SectionKeys {
   /// A duration in [min, max] milliseconds, into a std::chrono::duration member (or an
   /// optional of one). A member counting whole hours refuses other values instead of
   /// cutting them; a member in seconds keeps the whole seconds. `unit_of_bare_number`:
-  /// what a bare number means (the older `_ms` keys); empty: a unit is required.
+  /// what a bare number means (the keys whose old names carried a unit keep it, so old
+  /// files keep their meaning); empty: a unit is required.
   template <class Field>
   SectionKeys& duration(std::string_view name, Field field, std::string_view help, double min,
                         double max, std::string_view unit_of_bare_number = {}) {
@@ -284,6 +290,13 @@ class SectionKeys {
     out_.keys.push_back({std::move(key), [parse = std::move(parse)](void* s, std::string_view v) {
                            return parse(*static_cast<S*>(s), v);
                          }});
+    return *this;
+  }
+
+  /// An older name of the key declared last (`relay.retention_hours` for
+  /// `relay.retention`), still read with a warning (KeySpec::renamed_from).
+  SectionKeys& renamed_from(std::string_view old_name) {
+    out_.keys.back().spec.renamed_from.emplace_back(old_name);
     return *this;
   }
 

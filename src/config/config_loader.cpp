@@ -30,7 +30,7 @@ constexpr std::array<std::string_view, 7> kNonConfigEnvPrefixes = {
     "IDEM_JOBS",  "IDEM_WERROR", "IDEM_TIDY_"};
 
 bool is_known_key(const ConfigSchema& schema, std::string_view key) {
-  return schema.find(key) != nullptr ||
+  return schema.find(key) != nullptr || schema.renamed_to(key) != nullptr ||
          (key.starts_with(detail::kKafkaPrefix) && key.size() > detail::kKafkaPrefix.size());
 }
 
@@ -124,8 +124,12 @@ void apply_environment(const ConfigSchema& schema,
   }
   set_from("kafka.bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS");
 
-  std::map<std::string, std::string> known_env;  // IDEM_<KEY> -> key
-  for (const KeySpec& spec : keys) known_env.emplace(detail::env_name_of(spec.name), spec.name);
+  std::map<std::string, std::string> known_env;  // IDEM_<KEY> -> key (or an old name of it)
+  for (const KeySpec& spec : keys) {
+    known_env.emplace(detail::env_name_of(spec.name), spec.name);
+    for (const std::string& old_name : spec.renamed_from)
+      known_env.emplace(detail::env_name_of(old_name), old_name);
+  }
   for (const auto& [name, value] : env) {
     if (!name.starts_with(kEnvPrefix) || name == kConfigFileEnv) continue;
     // An init-capture: clang before 16 cannot capture a structured binding (fuzz builds).
@@ -140,6 +144,66 @@ void apply_environment(const ConfigSchema& schema,
     } else {
       problems.add(name, origin, "unknown environment variable (no such configuration key)");
     }
+  }
+}
+
+// ---- layer 4: the flags ----------------------------------------------------------------
+
+void apply_flags(const ConfigSchema& schema, const std::vector<FlagSetting>& flags, Settings& out,
+                 Problems& problems, std::vector<std::string>& warnings) {
+  std::map<std::string, const FlagSetting*, std::less<>> set_by;  // key -> the flag that set it
+  for (const FlagSetting& f : flags) {
+    const ConfigOrigin origin{ConfigLayer::Flag, f.flag};
+    if (!is_known_key(schema, f.key)) {
+      problems.add(f.key, origin, "unknown key");
+      continue;
+    }
+    const auto [at, first] = set_by.emplace(f.key, &f);
+    if (!first && (at->second->new_flag == f.flag || f.new_flag == at->second->flag)) {
+      const FlagSetting& renamed = f.new_flag.empty() ? *at->second : f;
+      problems.add(f.key, origin,
+                   fmt::format("{} and its old name {} both given: give only {}", renamed.new_flag,
+                               renamed.flag, renamed.new_flag));
+      continue;
+    }
+    at->second = &f;
+    if (!f.new_flag.empty()) {
+      warnings.push_back(
+          fmt::format("flag {} is the old name of {} ({}): it still works and the "
+                      "value keeps its meaning, but use {}",
+                      f.flag, f.new_flag, f.key, f.new_flag));
+    }
+    out[f.key] = {f.value, origin};
+  }
+}
+
+// The values the layers left under old names of renamed keys move to the keys' names now,
+// one warning each; a key set under both names is a problem naming both.
+void resolve_renamed_keys(const ConfigSchema& schema, Settings& settings, Problems& problems,
+                          std::vector<std::string>& warnings) {
+  for (auto it = settings.begin(); it != settings.end();) {
+    const KeySpec* now = schema.renamed_to(it->first);
+    if (now == nullptr) {
+      ++it;
+      continue;
+    }
+    const std::string& old_name = it->first;
+    const detail::Setting& old_setting = it->second;
+    detail::Setting& new_setting = settings[now->name];  // present: every key has its default
+    const bool from_env = old_setting.origin.layer == ConfigLayer::Environment;
+    if (new_setting.origin.layer != ConfigLayer::Default) {
+      problems.add(now->name, new_setting.origin,
+                   fmt::format("also set as its old name {} ({}): set only {}", old_name,
+                               old_setting.origin.describe(), now->name));
+    } else {
+      warnings.push_back(fmt::format(
+          "{} ({}) is the old name of {}: it still works and the value keeps its meaning, but "
+          "set {}",
+          old_name, old_setting.origin.describe(), now->name,
+          from_env ? detail::env_name_of(now->name) : now->name));
+      new_setting = old_setting;
+    }
+    it = settings.erase(it);
   }
 }
 
@@ -191,20 +255,16 @@ Config load_config(const ConfigSources& sources, const ConfigSchema& schema) {
   std::shared_ptr<const ConfigDocument> document;
   if (!file.empty()) document = apply_file(schema, file, settings, problems, file_named_by);
   apply_environment(schema, sources.environment, settings, problems);
-  for (const FlagSetting& f : sources.flags) {
-    const ConfigOrigin origin{ConfigLayer::Flag, f.flag};
-    if (!is_known_key(schema, f.key)) {
-      problems.add(f.key, origin, "unknown key");
-      continue;
-    }
-    settings[f.key] = {f.value, origin};
-  }
+  std::vector<std::string> renamed_warnings;
+  apply_flags(schema, sources.flags, settings, problems, renamed_warnings);
+  resolve_renamed_keys(schema, settings, problems, renamed_warnings);
 
   Config config = schema.build(settings, problems);
   if (!problems.empty()) throw ConfigError(problems.take());
   config.file = file;
   config.document = std::move(document);
   config.environment = sources.environment;
+  config.renamed_warnings = std::move(renamed_warnings);
   return config;
 }
 

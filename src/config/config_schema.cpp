@@ -22,6 +22,8 @@ struct ConfigSchema::Parts {
   std::vector<Section> sections;
   // Key name -> (section, key) index.
   std::map<std::string, std::pair<std::size_t, std::size_t>, std::less<>> index;
+  // Old name of a renamed key -> its name now (KeySpec::renamed_from).
+  std::map<std::string, std::string, std::less<>> renamed;
   std::vector<std::function<void(const Config&, std::vector<std::string>&)>> warnings;
   std::set<std::string, std::less<>> reserved_tables;
 };
@@ -80,8 +82,16 @@ void ConfigSchema::add_section(const std::type_info& type,
   const std::size_t section = parts_->sections.size();
   for (std::size_t k = 0; k < declaration.keys.size(); ++k) {
     const std::string& name = declaration.keys[k].spec.name;
-    if (!parts_->index.emplace(name, std::make_pair(section, k)).second)
+    if (!parts_->index.emplace(name, std::make_pair(section, k)).second ||
+        parts_->renamed.contains(name))
       schema_error(fmt::format("configuration key {} declared twice", name));
+  }
+  for (const KeyBinding& binding : declaration.keys) {
+    for (const std::string& old_name : binding.spec.renamed_from) {
+      if (parts_->index.contains(old_name) ||
+          !parts_->renamed.emplace(old_name, binding.spec.name).second)
+        schema_error(fmt::format("configuration key {} declared twice", old_name));
+    }
   }
   parts_->sections.push_back({std::type_index(type), std::move(make), std::move(declaration)});
 }
@@ -108,6 +118,11 @@ const KeySpec* ConfigSchema::find(std::string_view name) const {
   const auto it = parts_->index.find(name);
   if (it == parts_->index.end()) return nullptr;
   return &parts_->sections[it->second.first].declaration.keys[it->second.second].spec;
+}
+
+const KeySpec* ConfigSchema::renamed_to(std::string_view old_name) const {
+  const auto it = parts_->renamed.find(old_name);
+  return it == parts_->renamed.end() ? nullptr : find(it->second);
 }
 
 bool ConfigSchema::is_reserved_table(std::string_view name) const {

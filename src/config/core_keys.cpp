@@ -19,7 +19,8 @@ namespace idem::detail {
 
 namespace {
 
-constexpr double kMaxMs = kConfigDay;  // the `_ms` keys: none needs more than a day
+// The keys that once carried `_ms` in their names: none needs more than a day.
+constexpr double kMaxMs = kConfigDay;
 
 // librdkafka properties idem sets itself; the message says what to do instead.
 struct OwnedProperty {
@@ -91,9 +92,8 @@ void check_consumer(Config& c, SectionProblems& problems) {
     problems.fail("consumer.dlq_suffix",
                   "must not be empty (dead letters would loop into their own topic)");
   if (cs.retry.max_backoff < cs.retry.initial_backoff) {
-    problems.fail("consumer.retry_max_ms",
-                  fmt::format("must be at least consumer.retry_initial_ms ({})",
-                              cs.retry.initial_backoff.count()));
+    problems.fail("consumer.retry_max", fmt::format("must be at least consumer.retry_initial ({})",
+                                                    format_duration(cs.retry.initial_backoff)));
   }
   std::set<std::string, std::less<>> seen;
   for (const auto& t : cs.topics) {
@@ -128,16 +128,21 @@ void declare_store_keys(SectionKeys<Config>& k) {
           [](Config & c) -> auto& { return c.store_options.application_name; },
           "PostgreSQL application_name")
       .duration(
-          "store.busy_timeout_ms", [](Config & c) -> auto& { return c.store_options.busy_timeout; },
-          "SQLite lock wait", 0, kMaxMs, "ms")
+          "store.busy_timeout", [](Config & c) -> auto& { return c.store_options.busy_timeout; },
+          "SQLite lock wait (a bare number is milliseconds)", 0, kMaxMs, "ms")
+      .renamed_from("store.busy_timeout_ms")
       .duration(
-          "store.connect_timeout_ms",
+          "store.connect_timeout",
           [](Config & c) -> auto& { return c.store_options.connect_timeout; },
-          "PostgreSQL connect deadline", kConfigSecond, kMaxMs, "ms")
+          "PostgreSQL connect deadline (a bare number is milliseconds)", kConfigSecond, kMaxMs,
+          "ms")
+      .renamed_from("store.connect_timeout_ms")
       .duration(
-          "store.statement_timeout_ms",
+          "store.statement_timeout",
           [](Config & c) -> auto& { return c.store_options.statement_timeout; },
-          "PostgreSQL statement_timeout (0: server default)", 0, kMaxMs, "ms")
+          "PostgreSQL statement_timeout (0: server default; a bare number is milliseconds)", 0,
+          kMaxMs, "ms")
+      .renamed_from("store.statement_timeout_ms")
       .check(compose_store_url);
 }
 
@@ -154,10 +159,13 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
   };
   k.integer("consumer.batch_size", consumer(&ConsumerConfig::batch_size), "records per transaction",
             1, 100000)
-      .duration("consumer.batch_window_ms", consumer(&ConsumerConfig::batch_window),
-                "wait for more records after a batch's first", 0, 60 * kConfigSecond, "ms")
-      .duration("consumer.dlq_ack_timeout_ms", consumer(&ConsumerConfig::dlq_ack_timeout),
-                "wait for the DLQ acknowledgement", 1, kMaxMs, "ms")
+      .duration("consumer.batch_window", consumer(&ConsumerConfig::batch_window),
+                "wait for more records after a batch's first (a bare number is milliseconds)", 0,
+                60 * kConfigSecond, "ms")
+      .renamed_from("consumer.batch_window_ms")
+      .duration("consumer.dlq_ack_timeout", consumer(&ConsumerConfig::dlq_ack_timeout),
+                "wait for the DLQ acknowledgement (a bare number is milliseconds)", 1, kMaxMs, "ms")
+      .renamed_from("consumer.dlq_ack_timeout_ms")
       .text("consumer.dlq_suffix", consumer(&ConsumerConfig::dlq_suffix),
             "dead letters of T go to T + suffix")
       .text("consumer.group", consumer(&ConsumerConfig::group_id),
@@ -178,17 +186,21 @@ void declare_consumer_keys(SectionKeys<Config>& k) {
       .integer(
           "consumer.max_message_bytes",
           [](Config & c) -> auto& { return c.consumer.limits.max_payload_bytes; },
-          "payloads above go to the DLQ (too_large)", 1, 64.0 * 1024 * 1024)
+          "payloads above this many bytes go to the DLQ (too_large); a whole number of bytes "
+          "only",
+          1, 64.0 * 1024 * 1024)
       .boolean("consumer.offsets_in_store", consumer(&ConsumerConfig::offsets_in_store),
                "keep the next offset per partition in the store, in the transaction of the "
                "effects")
       .integer("consumer.pipeline_depth", consumer(&ConsumerConfig::pipeline_depth),
                "2: prepare the next batch on a second connection while this one commits", 1, 2)
-      .duration("consumer.retry_initial_ms", retry(&RetryPolicy::initial_backoff),
-                "first retry backoff", 1, kMaxMs, "ms")
+      .duration("consumer.retry_initial", retry(&RetryPolicy::initial_backoff),
+                "first retry backoff (a bare number is milliseconds)", 1, kMaxMs, "ms")
+      .renamed_from("consumer.retry_initial_ms")
       .number("consumer.retry_jitter", retry(&RetryPolicy::jitter), "backoff jitter", 0, 1)
-      .duration("consumer.retry_max_ms", retry(&RetryPolicy::max_backoff), "backoff cap", 1, kMaxMs,
-                "ms")
+      .duration("consumer.retry_max", retry(&RetryPolicy::max_backoff),
+                "backoff cap (a bare number is milliseconds)", 1, kMaxMs, "ms")
+      .renamed_from("consumer.retry_max_ms")
       .number("consumer.retry_multiplier", retry(&RetryPolicy::multiplier), "backoff growth", 1,
               1000)
       .duration_list(
@@ -268,15 +280,18 @@ void declare_relay_keys(SectionKeys<Config>& k) {
       .integer("relay.standby_quorum", relay(&RelayConfig::standby_quorum),
                "replicated: how many of the counted standbys must have flushed a batch's commits",
                1, 64)
-      .duration("relay.poll_interval_ms", relay(&RelayConfig::poll_interval),
-                "idle polling interval", 1, kMaxMs, "ms")
-      .duration("relay.progress_interval_ms", relay(&RelayConfig::progress_interval),
-                "progress interval (0: none)", 0, kMaxMs, "ms")
+      .duration("relay.poll_interval", relay(&RelayConfig::poll_interval),
+                "idle polling interval (a bare number is milliseconds)", 1, kMaxMs, "ms")
+      .renamed_from("relay.poll_interval_ms")
+      .duration("relay.progress_interval", relay(&RelayConfig::progress_interval),
+                "progress interval (0: none; a bare number is milliseconds)", 0, kMaxMs, "ms")
+      .renamed_from("relay.progress_interval_ms")
       .duration("relay.rebalance_interval", relay(&RelayConfig::rebalance_interval),
                 "shard rebalance interval", 10, 600 * kConfigSecond)
-      .duration("relay.retention_hours", relay(&RelayConfig::retention),
+      .duration("relay.retention", relay(&RelayConfig::retention),
                 "published rows older than this are deleted (a bare number is hours)", 0,
                 366 * kConfigDay, "h")
+      .renamed_from("relay.retention_hours")
       .duration("relay.stop_timeout", relay(&RelayConfig::stop_timeout),
                 "on SIGTERM, finish the batches in flight and exit within this long (then "
                 "exit non-zero: rows not marked published are sent again by the next relay)",

@@ -138,9 +138,11 @@ void declare_admin_keys(SectionKeys<AdminSettings>& keys) {
               "host:port of /metrics, /healthz, /readyz (empty: off)")
       .boolean("admin.console", &AdminSettings::console,
                "idem consume: serve the web console (docs/console.md) on admin.listen too")
-      .duration("admin.stuck_after_ms", &AdminSettings::stuck_after,
-                "/readyz fails when the consumer loop has not turned for this long", kConfigSecond,
-                kConfigDay, "ms");
+      .duration("admin.stuck_after", &AdminSettings::stuck_after,
+                "/readyz fails when the consumer loop has not turned for this long (a bare "
+                "number is milliseconds)",
+                kConfigSecond, kConfigDay, "ms")
+      .renamed_from("admin.stuck_after_ms");
 }
 
 }  // namespace idem

@@ -2,7 +2,7 @@
 // consumer SIGKILLed 10 times at random points and the provider breaking off answers
 // after storing the charge and answering 503 before storing anything.
 //
-// `idem dev-broker`; `idem provider --latency-ms 20 --reset-after-commit P --unavailable P`
+// `idem dev-broker`; `idem provider --latency 20ms --reset-after-commit P --unavailable P`
 // on a store of its own; `idem consume --handler billing --max-in-flight 512` (restarted
 // after each SIGKILL). 5,000 orders over 200 keys (record key customer-<id % 200>, the
 // billing effect's ordering key). Each kill comes once the ledger has reached a random
@@ -216,7 +216,7 @@ TYPED_TEST(BillingKillFault, TenKillsAndProviderFaultsChargeEachOrderOnceInKeyOr
       this->broker_->bootstrap(), this->topic_, kOrders,
       [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
   ProviderProcess provider(IDEM_CLI_PATH, this->provider_db_,
-                           {"--latency-ms", "20", "--reset-after-commit", "0.05", "--unavailable",
+                           {"--latency", "20ms", "--reset-after-commit", "0.05", "--unavailable",
                             "0.05", "--seed", std::to_string(seed % 1000)});
 
   // Kill k comes once the ledger has at least threshold[k] rows: one random point in each
@@ -279,8 +279,8 @@ TYPED_TEST(BillingKillFault, RetryTopicsAndAProviderOutageChargeEachOrderOnce) {
       [](std::int64_t id) { return fmt::format("customer-{}", id % kKeys); });
   const std::string listen = fmt::format("127.0.0.1:{}", unused_listen_port());
   const std::vector<std::string> provider_args{
-      "--latency-ms", "20",     "--reset-after-commit",     "0.05", "--unavailable",
-      "0.05",         "--seed", std::to_string(seed % 1000)};
+      "--latency", "20ms",   "--reset-after-commit",     "0.05", "--unavailable",
+      "0.05",      "--seed", std::to_string(seed % 1000)};
   auto provider =
       std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
   const std::string provider_url = provider->url();
@@ -372,7 +372,7 @@ TYPED_TEST(BillingKillFault, AProviderOutageWaitsBehindTheBreakerWithNothingRetr
       this->broker_->bootstrap(), this->topic_, kOutageOrders,
       [](std::int64_t id) { return fmt::format("customer-{}", id % kOutageKeys); });
   const std::string listen = fmt::format("127.0.0.1:{}", unused_listen_port());
-  const std::vector<std::string> provider_args{"--latency-ms", "20"};
+  const std::vector<std::string> provider_args{"--latency", "20ms"};
   auto provider =
       std::make_unique<ProviderProcess>(IDEM_CLI_PATH, this->provider_db_, provider_args, listen);
   const std::string provider_url = provider->url();

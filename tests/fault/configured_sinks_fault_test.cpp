@@ -211,7 +211,7 @@ TYPED_TEST(ConfiguredSinksFault, HttpSinkChargesOncePerEventThroughProviderFault
     const std::string provider_db = test::fresh_sqlite_url();
     test::ProviderProcess provider(IDEM_CLI_PATH, provider_db,
                                    {"--reset-after-commit", "0.1", "--unavailable", "0.1",
-                                    "--in-progress", "0.1", "--latency-ms", "20"});
+                                    "--in-progress", "0.1", "--latency", "20ms"});
     const std::string topic = test::unique_name("orders-" + format);
     broker.create_topic(topic, 3);
     broker.create_topic(topic + ".dlq", 1);

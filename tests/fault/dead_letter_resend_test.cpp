@@ -1,7 +1,7 @@
 // Dead letters of the effect path are sent once, also across a SIGKILL, as a DLQ consumer
 // that is not idem sees them (it reads the DLQ topic; it does not collapse copies).
 //
-// `idem dev-broker`; `idem provider --latency-ms 4000`; `idem consume --handler billing`.
+// `idem dev-broker`; `idem provider --latency 4000ms`; `idem consume --handler billing`.
 // One partition: a valid order first, whose charge takes 4 s, then malformed records. The
 // malformed ones are dead-lettered at once, but their offsets cannot be committed before
 // the order ahead of them is applied. The consumer records the acknowledged letters in the
@@ -82,7 +82,7 @@ TYPED_TEST(DeadLetterResend, DeadLettersNotSentAgainAfterACrash) {
       producer.send({this->topic_, fmt::format("bad-{}", i), "{not json", {}, 0});
     producer.flush();
   }
-  ProviderProcess provider(IDEM_CLI_PATH, this->provider_db_, {"--latency-ms", "4000"});
+  ProviderProcess provider(IDEM_CLI_PATH, this->provider_db_, {"--latency", "4000ms"});
 
   ChildProcess first = this->start_consumer(provider.url());
   ASSERT_TRUE(eventually([&] { return this->dlq_end() >= kMalformed; }, 30s, 20ms))

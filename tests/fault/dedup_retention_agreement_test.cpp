@@ -1,6 +1,6 @@
 // One dedup retention per store, from the outside, with real processes (`idem dev-broker`, `idem
 // consume`, `idem maintain`, `idem retention`) on both backends: events born 3 days ago
-// are consumed once, `idem maintain --retention-hours 48` runs, the same events are
+// are consumed once, `idem maintain --retention 48h` runs, the same events are
 // produced again, and the consumer applies each event exactly once.
 //
 //  - The consumer group declared its 168 h retention in the store, so the 48 h pass keeps
@@ -137,7 +137,7 @@ TYPED_TEST(DedupRetentionAgreementTest, MaintenanceKeepsTheMarksAConsumerDeclare
   ASSERT_EQ(this->effects(), kEvents);
 
   const test::CliResult maintain =
-      this->idem({"maintain", "--db", this->db_, "--retention-hours", "48"});
+      this->idem({"maintain", "--db", this->db_, "--retention", "48h"});
   ASSERT_EQ(maintain.status, 0) << maintain.output;
   EXPECT_NE(maintain.output.find("dedup_rows_deleted=0"), std::string::npos) << maintain.output;
   EXPECT_NE(maintain.output.find("kept dedup marks for 168 h instead of the configured 48 h"),
@@ -170,7 +170,7 @@ TYPED_TEST(DedupRetentionAgreementTest, AConsumerStartedAfterMarksWereDroppedQua
   EXPECT_NE(forgot.output.find("declarations=1"), std::string::npos) << forgot.output;
 
   const test::CliResult maintain =
-      this->idem({"maintain", "--db", this->db_, "--retention-hours", "48"});
+      this->idem({"maintain", "--db", this->db_, "--retention", "48h"});
   ASSERT_EQ(maintain.status, 0) << maintain.output;
   EXPECT_NE(maintain.output.find("dedup_rows_deleted=" + std::to_string(kEvents)),
             std::string::npos)

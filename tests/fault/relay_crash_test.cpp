@@ -160,7 +160,7 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   for (int round = 0; round < 6; ++round) {
     ChildProcess relay = ChildProcess::spawn(
         IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size",
-                        "100", "--progress-ms", "0", "--kafka", "log_level=2"});
+                        "100", "--progress-interval", "0", "--kafka", "log_level=2"});
     ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
     // Fault injection timing, not synchronisation: kill somewhere in 0..300 ms.
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
@@ -171,7 +171,7 @@ TYPED_TEST(RelayFault, KilledAtRandomPointsManyTimesLosesNoConfirmedOrder) {
   EXPECT_GT(this->unpublished(), 0) << "the kills should have left work for the last relay";
   ChildProcess last = ChildProcess::spawn(
       IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--until-empty",
-                      "--timeout-s", "120", "--progress-ms", "0"});
+                      "--timeout-s", "120", "--progress-interval", "0"});
   ASSERT_EQ(last.wait(150s), 0);
   EXPECT_EQ(this->unpublished(), 0);
   const std::size_t duplicates = this->check_topic(broker.bootstrap, expected);
@@ -186,7 +186,7 @@ TYPED_TEST(RelayFault, BrokerDownForAWhileThenTheRelayCatchesUp) {
   auto expected = this->confirm_orders(1, 200);
   ChildProcess relay = ChildProcess::spawn(
       IDEM_CLI_PATH, {"relay", "--db", this->url_, "--brokers", broker.bootstrap, "--batch-size",
-                      "50", "--progress-ms", "100", "--poll-interval-ms", "50", "--kafka",
+                      "50", "--progress-interval", "100", "--poll-interval", "50", "--kafka",
                       "reconnect.backoff.max.ms=500", "--kafka", "log_level=2"});
   ASSERT_TRUE(test::expect_line(relay, "ready", 30s));
   ASSERT_TRUE(eventually([&] { return this->unpublished() == 0; }, 60s));

@@ -99,8 +99,8 @@ class RelayFailover : public test::FailoverTest {
         IDEM_CLI_PATH,
         {"relay", "--db", cluster.url(), "--brokers", broker.bootstrap_servers(), "--publish-after",
          publish_after, "--standbys", fmt::format("{}", fmt::join(cluster.node_names(), ",")),
-         "--batch-size", "200", "--progress-ms", "0", "--rebalance-ms", "500", "--poll-interval-ms",
-         "100", "--kafka", "log_level=2"});
+         "--batch-size", "200", "--progress-interval", "0", "--rebalance-interval", "500ms",
+         "--poll-interval", "100", "--kafka", "log_level=2"});
     EXPECT_TRUE(test::expect_line(relay, "ready", 60s)) << "the relay did not start";
 
     Outcome out;

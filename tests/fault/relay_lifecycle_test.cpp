@@ -119,7 +119,7 @@ std::vector<std::string> relay_args(const std::string& db, const std::string& bo
           bootstrap,
           "--stop-timeout",
           std::string(kStopTimeout),
-          "--progress-ms",
+          "--progress-interval",
           "100",
           "--kafka",
           "log_level=3"};

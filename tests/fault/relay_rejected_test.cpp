@@ -106,9 +106,9 @@ class RelayRejected : public ::testing::Test {
                                      url_,
                                      "--brokers",
                                      broker().bootstrap_servers(),
-                                     "--poll-interval-ms",
+                                     "--poll-interval",
                                      "50",
-                                     "--progress-ms",
+                                     "--progress-interval",
                                      "100",
                                      "--set",
                                      "admin.listen=127.0.0.1:0",
@@ -195,8 +195,8 @@ class RelayRejected : public ::testing::Test {
 
     const test::CliResult drained = test::run_to_completion(
         IDEM_CLI_PATH,
-        {"relay", "--db", url_, "--brokers", broker().bootstrap_servers(), "--poll-interval-ms",
-         "50", "--until-empty", "--timeout-s", "60", "--kafka", "log_level=2"},
+        {"relay", "--db", url_, "--brokers", broker().bootstrap_servers(), "--poll-interval", "50",
+         "--until-empty", "--timeout-s", "60", "--kafka", "log_level=2"},
         {}, 90s);
     EXPECT_EQ(drained.status, 0) << drained.output;
     EXPECT_EQ(scalar("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL"), 0);

@@ -212,8 +212,8 @@ TYPED_TEST(StoreRefusal, IdemConsumeRefusesAStoreMigratedByANewerIdem) {
 TYPED_TEST(StoreRefusal, IdemRelayRefusesAStoreThatWasNeverMigratedOrMigratedByANewerIdem) {
   if (this->url_.empty()) return;
   const std::vector<std::string> args = {
-      "relay", "--db", this->url_, "--brokers", broker().bootstrap_servers(), "--poll-interval-ms",
-      "50"};
+      "relay",           "--db", this->url_, "--brokers", broker().bootstrap_servers(),
+      "--poll-interval", "50"};
   const test::CliResult unmigrated =
       test::run_to_completion(IDEM_CLI_PATH, args, {}, kExitDeadline);
   EXPECT_EQ(unmigrated.status, 1) << unmigrated.output;
@@ -263,7 +263,7 @@ TYPED_TEST(StoreRefusal, IdemRelayStopsWhenItsOutboxTableIsGone) {
   ChildProcess relay =
       ChildProcess::spawn(IDEM_CLI_PATH,
                           {"relay", "--db", this->url_, "--brokers", broker().bootstrap_servers(),
-                           "--poll-interval-ms", "50", "--kafka", "log_level=2"},
+                           "--poll-interval", "50", "--kafka", "log_level=2"},
                           {}, log);
   ASSERT_TRUE(test::expect_line(relay, "ready", 30s)) << read_file(log);
   ASSERT_TRUE(eventually(
@@ -290,7 +290,7 @@ TYPED_TEST(StoreRefusal, IdemRelayStopsWhenItsOutboxTableIsGone) {
   enqueue();
   const test::CliResult drained = test::run_to_completion(
       IDEM_CLI_PATH,
-      {"relay", "--db", this->url_, "--brokers", broker().bootstrap_servers(), "--poll-interval-ms",
+      {"relay", "--db", this->url_, "--brokers", broker().bootstrap_servers(), "--poll-interval",
        "50", "--until-empty", "--timeout-s", "60", "--kafka", "log_level=2"},
       {}, 90s);
   EXPECT_EQ(drained.status, 0) << drained.output;

@@ -168,7 +168,8 @@ struct CommandFlag {
 class CommandFlags : public testing::TestWithParam<CommandFlag> {};
 
 // Each command's flags are bound to keys: the flag is the top layer and names itself
-// as the origin; bare numbers of the older flags get the flag's unit.
+// as the origin; bare numbers of the old flags named by a unit (kept as old names of the
+// renamed ones) get the flag's unit.
 TEST_P(CommandFlags, ReachTheirKeyAsTheTopLayer) {
   IDEM_REQUIRE_CLI();
   const CommandFlag& c = GetParam();
@@ -195,6 +196,31 @@ INSTANTIATE_TEST_SUITE_P(
                     "60s",
                     "--maintain-every-s"},
         CommandFlag{
+            {"consume", "--dedup-retention", "2d"}, "dedup.retention", "2d", "--dedup-retention"},
+        CommandFlag{
+            {"consume", "--batch-window", "75"}, "consumer.batch_window", "75", "--batch-window"},
+        CommandFlag{{"consume", "--maintain-every", "15m"},
+                    "maintenance.interval",
+                    "15m",
+                    "--maintain-every"},
+        CommandFlag{{"relay", "--retention", "36"}, "relay.retention", "36", "--retention"},
+        CommandFlag{
+            {"relay", "--retention-hours", "36"}, "relay.retention", "36h", "--retention-hours"},
+        CommandFlag{
+            {"relay", "--poll-interval", "1s"}, "relay.poll_interval", "1s", "--poll-interval"},
+        CommandFlag{{"relay", "--progress-interval", "0"},
+                    "relay.progress_interval",
+                    "0",
+                    "--progress-interval"},
+        CommandFlag{{"relay", "--rebalance-interval", "500ms"},
+                    "relay.rebalance_interval",
+                    "500ms",
+                    "--rebalance-interval"},
+        CommandFlag{{"relay", "--rebalance-ms", "500"},
+                    "relay.rebalance_interval",
+                    "500ms",
+                    "--rebalance-ms"},
+        CommandFlag{
             {"consume", "--stale", "process"}, "consumer.stale_events", "process", "--stale"},
         CommandFlag{{"relay", "--no-listen"}, "relay.listen", "false", "--no-listen"},
         CommandFlag{{"relay", "--stop-timeout", "2500ms"},
@@ -203,6 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "--stop-timeout"},
         CommandFlag{{"dlq", "list", "--topic", "orders.dlq"}, "dlq.topic", "orders.dlq", "--topic"},
         CommandFlag{{"dlq", "replay", "--timeout-s", "5"}, "dlq.timeout", "5s", "--timeout-s"},
+        CommandFlag{{"dlq", "list", "--timeout", "5s"}, "dlq.timeout", "5s", "--timeout"},
+        CommandFlag{{"dlq", "replay", "--retention", "3d"}, "dedup.retention", "3d", "--retention"},
         CommandFlag{{"dlq", "replay", "--retention-hours", "72"},
                     "dedup.retention",
                     "72h",
@@ -213,12 +241,33 @@ INSTANTIATE_TEST_SUITE_P(
                     "maintenance.outbox_retention",
                     "0.5h",
                     "--outbox-retention-hours"},
+        CommandFlag{{"maintain", "--outbox-retention", "30m"},
+                    "maintenance.outbox_retention",
+                    "30m",
+                    "--outbox-retention"},
+        CommandFlag{{"maintain", "--batch-pause", "10ms"},
+                    "maintenance.batch_pause",
+                    "10ms",
+                    "--batch-pause"},
+        CommandFlag{{"maintain", "--partition-period", "12h"},
+                    "dedup.partition_period",
+                    "12h",
+                    "--partition-period"},
+        CommandFlag{{"migrate", "--partition-period", "2d"},
+                    "dedup.partition_period",
+                    "2d",
+                    "--partition-period"},
         CommandFlag{{"migrate", "--partitioned"}, "dedup.partitioned", "true", "--partitioned"},
         CommandFlag{{"provider", "--key-retention", "2h"},
                     "provider.key_retention",
                     "2h",
                     "--key-retention"},
         CommandFlag{{"provider", "--latency-ms", "20"}, "provider.latency", "20ms", "--latency-ms"},
+        CommandFlag{{"provider", "--latency", "2s"}, "provider.latency", "2s", "--latency"},
+        CommandFlag{{"demo", "--provider-latency", "5ms"},
+                    "demo.provider_latency",
+                    "5ms",
+                    "--provider-latency"},
         CommandFlag{
             {"provider", "--retry-after", "4"}, "provider.retry_after", "4s", "--retry-after"},
         CommandFlag{{"provider", "--client-header", "X-Client"},
@@ -239,6 +288,45 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name + std::to_string(param_info.index);
     });
+
+// A flag or key whose name carried a unit still works under its old name, with one
+// warning naming the new one; the old and the new name together are refused.
+TEST(ConfigCheck, OldNamesOfRenamedFlagsAndKeysWarnAndBothNamesFail) {
+  IDEM_REQUIRE_CLI();
+  const test::CliResult r =
+      test::run_to_completion(IDEM_CLI_PATH, {"relay", "--retention-hours", "48", "--print-config"},
+                              {{"IDEM_RELAY_POLL_INTERVAL_MS", "250"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_key(r.output, "relay.retention", "48h", "flag --retention-hours");
+  expect_key(r.output, "relay.poll_interval", "250", "env IDEM_RELAY_POLL_INTERVAL_MS");
+  EXPECT_TRUE(line_of(r.output, "relay.retention_hours").empty()) << r.output;
+  for (const auto* expected :
+       {"idem: warning: flag --retention-hours is the old name of --retention (relay.retention)",
+        "idem: warning: relay.poll_interval_ms (env IDEM_RELAY_POLL_INTERVAL_MS) is the old name "
+        "of relay.poll_interval"}) {
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << " not in\n" << r.output;
+  }
+  // Hidden from --help: the new name is the one to learn.
+  const test::CliResult help = test::run_to_completion(IDEM_CLI_PATH, {"relay", "--help"});
+  EXPECT_NE(help.output.find("--retention "), std::string::npos) << help.output;
+  EXPECT_EQ(help.output.find("--retention-hours"), std::string::npos) << help.output;
+
+  const test::CliResult both = test::run_to_completion(
+      IDEM_CLI_PATH,
+      {"maintain", "--retention", "2d", "--retention-hours", "48", "--print-config"});
+  EXPECT_NE(both.status, 0) << both.output;
+  EXPECT_NE(both.output.find("--retention and its old name --retention-hours both given"),
+            std::string::npos)
+      << both.output;
+  const test::CliResult both_keys = test::run_to_completion(
+      IDEM_CLI_PATH, {"relay", "--set", "relay.retention=2d", "--print-config"},
+      {{"IDEM_RELAY_RETENTION_HOURS", "48"}});
+  EXPECT_NE(both_keys.status, 0) << both_keys.output;
+  EXPECT_NE(both_keys.output.find("relay.retention (flag --set): also set as its old name "
+                                  "relay.retention_hours (env IDEM_RELAY_RETENTION_HOURS)"),
+            std::string::npos)
+      << both_keys.output;
+}
 
 TEST(ConfigCheck, AFlagWinsOverTheEnvironmentAndAnInvalidFlagFailsTheCommand) {
   IDEM_REQUIRE_CLI();

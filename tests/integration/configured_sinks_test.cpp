@@ -393,7 +393,7 @@ TYPED_TEST(ConfiguredSinksTest, HttpSinkChargesOnceInKeyOrderWithProviderFaults)
   const std::string provider_db = test::fresh_sqlite_url();
   test::ProviderProcess provider(
       IDEM_CLI_PATH, provider_db,
-      {"--reset-after-commit", "0.1", "--unavailable", "0.1", "--latency-ms", "5"});
+      {"--reset-after-commit", "0.1", "--unavailable", "0.1", "--latency", "5ms"});
   constexpr int kOrders = 60;
   {
     test::KafkaTestProducer producer(this->broker_->bootstrap_servers());

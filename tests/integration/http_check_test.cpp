@@ -179,7 +179,7 @@ TEST(HttpCheckProvider, EveryCasePassesAgainstIdemProvider) {
   IDEM_REQUIRE_CLI();
   // The latency keeps each new charge in flight long enough for a second request to meet
   // it (409); it is no timing assertion: an unobserved overlap would be n/a, not a pass.
-  test::ProviderProcess provider(IDEM_CLI_PATH, test::fresh_sqlite_url(), {"--latency-ms", "3000"});
+  test::ProviderProcess provider(IDEM_CLI_PATH, test::fresh_sqlite_url(), {"--latency", "3000ms"});
   ProbeOptions o = options_for(provider.url() + "/payments/charge");
   const ProbeReport report = probe(o);
   for (const auto& c : report.cases) {

@@ -445,7 +445,7 @@ TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
   };
   {
     // The latency holds every new charge in flight after its claim committed.
-    test::ProviderProcess provider(IDEM_CLI_PATH, db, {"--latency-ms", "600000"});
+    test::ProviderProcess provider(IDEM_CLI_PATH, db, {"--latency", "600000ms"});
     ClientConfig config = one_attempt();
     config.total_timeout = 300ms;
     IdempotentClient client(config);

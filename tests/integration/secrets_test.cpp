@@ -84,8 +84,7 @@ TEST(Secrets, ConnectionErrorsDoNotShowThePassword) {
   for (const std::string url : {"postgresql://app:urlPassword5@127.0.0.1:1/orders",
                                 "postgresql:host=127.0.0.1 port=1 password=urlPassword5"}) {
     const test::CliResult r = test::run_to_completion(
-        IDEM_CLI_PATH, {"migrate", "--db", url, "--set", "store.connect_timeout_ms=2000"},
-        kSecretEnv);
+        IDEM_CLI_PATH, {"migrate", "--db", url, "--set", "store.connect_timeout=2s"}, kSecretEnv);
     EXPECT_NE(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("error"), std::string::npos) << r.output;
     expect_no_secret(r.output);

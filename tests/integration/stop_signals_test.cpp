@@ -41,7 +41,7 @@ TEST(StopSignals, EveryServingCommandExitsCleanlyOnSigtermAndSigint) {
   const std::vector<Serving> commands = {
       {{"dev-broker", "--no-stdin"}, "127.0.0.1:"},
       {{"provider", "--db", test::fresh_sqlite_url()}, "listening http://"},
-      {{"relay", "--db", relay_db, "--brokers", bootstrap, "--progress-ms", "0"}, "ready"},
+      {{"relay", "--db", relay_db, "--brokers", bootstrap, "--progress-interval", "0"}, "ready"},
   };
   for (const int sig : {SIGTERM, SIGINT}) {
     for (const Serving& c : commands) {

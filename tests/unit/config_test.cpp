@@ -102,9 +102,9 @@ TEST(ConfigLoader, DefaultsAreTheLibraryStructsOwn) {
 
   EXPECT_EQ(entry(c, "consumer.batch_size").value, std::to_string(lib_consumer.batch_size));
   EXPECT_EQ(entry(c, "consumer.batch_size").origin.layer, ConfigLayer::Default);
-  EXPECT_EQ(entry(c, "consumer.batch_window_ms").value, "50") << "a bare number of ms";
-  EXPECT_EQ(entry(c, "store.connect_timeout_ms").value, "10000");
-  EXPECT_EQ(entry(c, "relay.retention_hours").value, "24") << "a bare number of hours";
+  EXPECT_EQ(entry(c, "consumer.batch_window").value, "50") << "a bare number of ms";
+  EXPECT_EQ(entry(c, "store.connect_timeout").value, "10000");
+  EXPECT_EQ(entry(c, "relay.retention").value, "24") << "a bare number of hours";
   EXPECT_EQ(entry(c, "dedup.retention").value, "7d");
   EXPECT_EQ(entry(c, "consumer.retry_jitter").value, "0.2");
   EXPECT_EQ(entry(c, "consumer.stale_events").value, "quarantine");
@@ -172,9 +172,9 @@ topics = ["a", "b:7"]
                    {"IDEM_PROVIDER_LISTEN", "0.0.0.0:9000"},
                    {"IDEM_DLQ_TIMEOUT", "5s"},
                    {"IDEM_RELAY_LISTEN", "false"}};
-  s.flags = {{"dedup.safety_margin", "2h", "--safety-margin-hours"},
-             {"provider.latency", "250ms", "--latency-ms"},
-             {"relay.retention_hours", "1.5", "--retention-hours"}};
+  s.flags = {{"dedup.safety_margin", "2h", "--safety-margin"},
+             {"provider.latency", "250ms", "--latency"},
+             {"relay.retention", "1.5", "--retention"}};
   const Config c = load(s);
   using namespace std::chrono_literals;
   EXPECT_EQ(c.consumer.stale_events, StaleEventPolicy::Skip);
@@ -193,7 +193,7 @@ topics = ["a", "b:7"]
   EXPECT_EQ(c.get<http::ProviderSettings>().provider.faults.latency, 250ms);
   EXPECT_EQ(c.dlq.timeout, 5s);
   EXPECT_FALSE(c.relay_config().listen);
-  EXPECT_EQ(c.relay.retention, 90min);  // a bare number of relay.retention_hours is hours
+  EXPECT_EQ(c.relay.retention, 90min);  // a bare number of relay.retention is hours
   const auto& topics = c.get<DevBrokerSettings>().options.topics;
   ASSERT_EQ(topics.size(), 2U);
   EXPECT_EQ(topics[0].name, "a");
@@ -202,7 +202,7 @@ topics = ["a", "b:7"]
   EXPECT_EQ(topics[1].partitions, 7);
   EXPECT_EQ(entry(c, "dedup.retention").origin.describe(), "file " + file + ":9");
   EXPECT_EQ(entry(c, "maintenance.interval").origin.describe(), "env IDEM_MAINTENANCE_INTERVAL");
-  EXPECT_EQ(entry(c, "dedup.safety_margin").origin.describe(), "flag --safety-margin-hours");
+  EXPECT_EQ(entry(c, "dedup.safety_margin").origin.describe(), "flag --safety-margin");
   EXPECT_EQ(entry(c, "dlq.replay_rate").origin.describe(), "default");
 }
 
@@ -223,7 +223,7 @@ TEST(ConfigLoader, RelayPublishesAfterReplicationOnTheNamedStandbys) {
 TEST(ConfigLoader, MillisecondKeysTakeBareNumbersAndUnits) {
   using namespace std::chrono_literals;
   const Config c = load(from_flags(
-      {{"consumer.batch_window_ms", "2s", "--set"}, {"relay.poll_interval_ms", "75", "--set"}}));
+      {{"consumer.batch_window", "2s", "--set"}, {"relay.poll_interval", "75", "--set"}}));
   EXPECT_EQ(c.consumer.batch_window, 2s);
   EXPECT_EQ(c.relay.poll_interval, 75ms);
 }
@@ -268,24 +268,22 @@ TEST(ConfigLoader, FileThenEnvironmentThenFlagsEachOverrideTheLayerBefore) {
   const std::string file = write_toml(R"(
 [consumer]
 batch_size = 100        # file only
-batch_window_ms = 10    # file, then env
-retry_initial_ms = 7    # file, env, then flag
+batch_window = 10       # file, then env
+retry_initial = 7       # file, env, then flag
 topics = ["a", "b"]
 )");
   ConfigSources s;
   s.file = file;
-  s.environment = {{"IDEM_CONSUMER_BATCH_WINDOW_MS", "20"},
-                   {"IDEM_CONSUMER_RETRY_INITIAL_MS", "8"}};
-  s.flags = {{"consumer.retry_initial_ms", "9", "--retry-initial-ms"}};
+  s.environment = {{"IDEM_CONSUMER_BATCH_WINDOW", "20"}, {"IDEM_CONSUMER_RETRY_INITIAL", "8"}};
+  s.flags = {{"consumer.retry_initial", "9", "--retry-initial"}};
   const Config c = load(s);
 
   EXPECT_EQ(c.consumer.batch_size, 100U);
   EXPECT_EQ(entry(c, "consumer.batch_size").origin.describe(), "file " + file + ":3");
   EXPECT_EQ(c.consumer.batch_window, std::chrono::milliseconds(20));
-  EXPECT_EQ(entry(c, "consumer.batch_window_ms").origin.describe(),
-            "env IDEM_CONSUMER_BATCH_WINDOW_MS");
+  EXPECT_EQ(entry(c, "consumer.batch_window").origin.describe(), "env IDEM_CONSUMER_BATCH_WINDOW");
   EXPECT_EQ(c.consumer.retry.initial_backoff, std::chrono::milliseconds(9));
-  EXPECT_EQ(entry(c, "consumer.retry_initial_ms").origin.describe(), "flag --retry-initial-ms");
+  EXPECT_EQ(entry(c, "consumer.retry_initial").origin.describe(), "flag --retry-initial");
   EXPECT_EQ(c.consumer.topics, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(c.consumer.batch_size, c.consumer_config().batch_size);
 }
@@ -462,8 +460,8 @@ std::vector<BadCase> bad_cases() {
        "is also the DLQ of 'a'"},
       {"EmptyDlqSuffix", flag("consumer.dlq_suffix", ""), "consumer.dlq_suffix", "flag --set",
        "must not be empty"},
-      {"RetryCapBelowInitial", flag("consumer.retry_max_ms", "50"), "consumer.retry_max_ms",
-       "flag --set", "at least consumer.retry_initial_ms"},
+      {"RetryCapBelowInitial", flag("consumer.retry_max", "50"), "consumer.retry_max", "flag --set",
+       "at least consumer.retry_initial"},
       {"BadStoreScheme", flag("store.url", "mysql://x"), "store.url", "flag --set",
        "expected a postgresql://"},
       {"MalformedPostgresUrl", flag("store.url", "postgresql:host"), "store.url", "flag --set",
@@ -491,8 +489,10 @@ std::vector<BadCase> bad_cases() {
        "(a number and ms, s, m, h or d)"},
       {"DurationOutOfRange", flag("provider.latency", "11m"), "provider.latency", "flag --set",
        "from 0s to 10m"},
-      {"MsKeyNamesItsBareUnit", flag("consumer.batch_window_ms", "2m"), "consumer.batch_window_ms",
+      {"MsKeyNamesItsBareUnit", flag("consumer.batch_window", "2m"), "consumer.batch_window",
        "flag --set", "a bare number is ms"},
+      {"SizeInBytesOnly", flag("consumer.max_message_bytes", "64KiB"), "consumer.max_message_bytes",
+       "flag --set", "expected an integer"},
       {"RetentionNotWholeHours", flag("dedup.retention", "90m"), "dedup.retention", "flag --set",
        "whole number of hours"},
       {"MarginNotBelowRetention", flag("dedup.safety_margin", "7d"), "dedup.safety_margin",
