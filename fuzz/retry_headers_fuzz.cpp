@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "consumer/retry_topics.hpp"
+#include "consumer/letters/retry_topics.hpp"
 #include "idem/tracing.hpp"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "consumer/dedup_horizon_guard.hpp"
-#include "consumer/retry_topics.hpp"
+#include "consumer/horizon/dedup_horizon_guard.hpp"
+#include "consumer/letters/retry_topics.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
 #include "idem/kafka/kafka_handle.hpp"

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "consumer/batch_processor.hpp"
+#include "consumer/batch/batch_processor.hpp"
 #include "idem/kafka/kafka_handle.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/order_confirmed.hpp"

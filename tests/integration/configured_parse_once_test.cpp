@@ -101,8 +101,8 @@ body = '{{"order_id": {{order_id}}, "amount": {{amount}}}}'
         producer.send({topic, std::to_string(i), payload, {}});
     }
     producer.send({topic, "x", "{not json", {}});
-    producer.send({topic, "y", R"({"event_id":"not-a-uuid","event_type":"order.confirmed.v1"})",
-                   {}});
+    producer.send(
+        {topic, "y", R"({"event_id":"not-a-uuid","event_type":"order.confirmed.v1"})", {}});
     records += 2;
     producer.flush();
   }

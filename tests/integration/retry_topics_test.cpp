@@ -28,7 +28,7 @@
 
 #include <gtest/gtest.h>
 
-#include "consumer/retry_topics.hpp"
+#include "consumer/letters/retry_topics.hpp"
 #include "idem/consumer.hpp"
 #include "idem/devtools/dev_broker.hpp"
 #include "idem/error.hpp"

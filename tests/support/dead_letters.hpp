@@ -1,6 +1,6 @@
 #pragma once
 // Dead letters written straight to a DLQ topic, as a consumer would have written them
-// (the idem.* headers of src/consumer/dead_letter_producer.cpp), for the console tests:
+// (the idem.* headers of src/consumer/letters/dead_letter_producer.cpp), for the console tests:
 // a letter whose cause is gone, so replaying it lets the consumer apply it. And the
 // console the tests read them through.
 #include <httplib.h>

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "consumer/dead_letter_sender.hpp"
+#include "consumer/letters/dead_letter_sender.hpp"
 #include "idem/reference/count_handler.hpp"
 #include "idem/reference/schema.hpp"
 #include "support/kafka_handle.hpp"

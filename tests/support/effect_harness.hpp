@@ -23,14 +23,14 @@
 #include <utility>
 #include <vector>
 
-#include "consumer/batch_processor.hpp"
-#include "consumer/dead_letter_producer.hpp"
-#include "consumer/dedup_horizon_guard.hpp"
-#include "consumer/effect_pipeline.hpp"
-#include "consumer/fetch_control.hpp"
-#include "consumer/fetch_gate.hpp"
-#include "consumer/partition_positions.hpp"
-#include "consumer/retry_topics.hpp"
+#include "consumer/batch/batch_processor.hpp"
+#include "consumer/effects/effect_pipeline.hpp"
+#include "consumer/horizon/dedup_horizon_guard.hpp"
+#include "consumer/intake/fetch_control.hpp"
+#include "consumer/intake/fetch_gate.hpp"
+#include "consumer/letters/dead_letter_producer.hpp"
+#include "consumer/letters/retry_topics.hpp"
+#include "consumer/positions/partition_positions.hpp"
 #include "consumer/steady_clock.hpp"
 #include "idem/consumer.hpp"
 #include "idem/kafka/kafka_handle.hpp"

@@ -1,7 +1,7 @@
 // BackgroundCommit as a plain class: the job runs on its own thread, done() and the wake
 // callback say when it returned, wait() hands back what it threw, and the destructor
 // lets a job in flight finish.
-#include "consumer/background_commit.hpp"
+#include "consumer/batch/background_commit.hpp"
 
 #include <atomic>
 #include <future>

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "consumer/retry_topics.hpp"
+#include "consumer/letters/retry_topics.hpp"
 #include "support/dev_broker_suite.hpp"
 #include "support/effect_harness.hpp"
 

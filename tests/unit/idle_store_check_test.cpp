@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include "consumer/fetch_gate.hpp"
-#include "consumer/idle_store_check.hpp"
-#include "consumer/partition_progress.hpp"
+#include "consumer/intake/fetch_gate.hpp"
+#include "consumer/positions/idle_store_check.hpp"
+#include "consumer/positions/partition_progress.hpp"
 #include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/retry.hpp"

@@ -1,6 +1,6 @@
 // KeyedScheduler as a plain class: per-key FIFO, one ticket per key in flight, a global
 // in-flight limit, key-level retry times.
-#include "consumer/keyed_scheduler.hpp"
+#include "consumer/effects/keyed_scheduler.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // PartitionPositions over a real (in-memory SQLite) store: the rows a transaction writes,
 // those the store holds already, positions moved with no transaction of their own, and
 // the letters a stored row gives back after a restart.
-#include "consumer/partition_positions.hpp"
+#include "consumer/positions/partition_positions.hpp"
 
 #include <atomic>
 #include <memory>

@@ -1,7 +1,7 @@
 // PartitionProgress as a plain class: commits only up to the lowest record not done, for
 // records held one by one (the effect path) and whole batches (the batch path), across
 // rewinds.
-#include "consumer/partition_progress.hpp"
+#include "consumer/positions/partition_progress.hpp"
 
 #include <optional>
 #include <vector>
