@@ -26,14 +26,6 @@ ValidationError invalid(ValidationReason reason, std::string field, std::string 
   return {std::move(field), reason, std::move(message)};
 }
 
-std::string shown(std::string_view v) {
-  std::string out;
-  for (const char c : v.substr(0, 64))
-    out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
-  if (v.size() > 64) out += "...";
-  return out;
-}
-
 // Where a key occurs twice in one object: the path of the object ("/a/0"; "" for the
 // top level) and the key.
 struct DuplicateKey {
@@ -112,21 +104,6 @@ std::optional<std::string_view> string_at(element doc, std::string_view pointer)
   return s;
 }
 
-// `name` as one token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
-std::string pointer_token(std::string_view name) {
-  std::string out;
-  for (const char c : name) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
 // Which form a record has, read from its headers alone, never from its body: a plain
 // JSON event that happens to hold a "specversion" field stays plain JSON.
 Validated<EventMode> mode_of(const RecordInfo& record, EventFormat format) {
@@ -138,7 +115,7 @@ Validated<EventMode> mode_of(const RecordInfo& record, EventFormat format) {
       return invalid(ValidationReason::NotCloudEvent, std::string(kContentType),
                      fmt::format("content type '{}': only structured mode with "
                                  "application/cloudevents+json is read (no batches)",
-                                 shown(type)));
+                                 shown_in_message(type)));
     return EventMode::Structured;
   }
   if (record.header("ce_specversion")) return EventMode::Binary;
@@ -158,7 +135,9 @@ std::optional<JsonValue> EventView::at(std::string_view pointer) const {
 
 std::optional<EventAttribute> EventView::attribute(std::string_view name) const {
   if (mode_ == EventMode::Structured) {
-    auto found = envelope_->at("/" + pointer_token(name));
+    std::string pointer = "/";
+    detail::append_token(pointer, name);
+    auto found = envelope_->at(pointer);
     if (!found) return std::nullopt;
     return EventAttribute{std::move(found), {}};
   }
@@ -192,9 +171,9 @@ Validated<EventView> EventReader::read(const RecordInfo& record, const ParseLimi
   if (doc.type() != element_type::OBJECT)
     return invalid(ValidationReason::InvalidJson, {}, "record value is not a JSON object");
   if (const auto twice = duplicate_key(doc)) {
-    return invalid(
-        ValidationReason::DuplicateField, twice->path + "/" + std::string(twice->key),
-        fmt::format("field '{}/{}' occurs twice in one object", twice->path, shown(twice->key)));
+    return invalid(ValidationReason::DuplicateField, twice->path + "/" + std::string(twice->key),
+                   fmt::format("field '{}/{}' occurs twice in one object", twice->path,
+                               shown_in_message(twice->key)));
   }
   EventView event(source_->value(doc, {}));
   event.mode_ = mode.value();
@@ -229,9 +208,9 @@ Validated<EventView> EventReader::read(const RecordInfo& record, const ParseLimi
                                    binary ? "header ce_" + std::string(name)
                                           : "a string field of the envelope"));
       if (name == "specversion" && *value != kSpecVersion)
-        return invalid(
-            ValidationReason::NotCloudEvent, "specversion",
-            fmt::format("CloudEvents specversion '{}': only 1.0 is read", shown(*value)));
+        return invalid(ValidationReason::NotCloudEvent, "specversion",
+                       fmt::format("CloudEvents specversion '{}': only 1.0 is read",
+                                   shown_in_message(*value)));
       if (name == "id") event.id_text_ = *value;
       if (name == "type") event.type_ = *value;
     }
@@ -258,9 +237,9 @@ Validated<EventView> EventReader::read(const RecordInfo& record, const ParseLimi
   const std::string id_field =
       event.mode_ == EventMode::Json ? options_.id_pointer : std::string("id");
   if (!id) {
-    return invalid(
-        ValidationReason::NotUuid, id_field,
-        fmt::format("event id '{}' at {} is not a UUID", shown(event.id_text_), id_field));
+    return invalid(ValidationReason::NotUuid, id_field,
+                   fmt::format("event id '{}' at {} is not a UUID",
+                               shown_in_message(event.id_text_), id_field));
   }
   if (!id->is_v7()) {
     return invalid(ValidationReason::NotUuidV7, id_field,

@@ -30,4 +30,7 @@ struct JsonSource {
   [[nodiscard]] static simdjson::dom::element element_of(const JsonValue& value) noexcept;
 };
 
+/// Appends `name` as one token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
+void append_token(std::string& out, std::string_view name);
+
 }  // namespace idem::detail

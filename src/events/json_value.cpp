@@ -17,7 +17,8 @@ namespace {
 
 std::atomic<std::uint64_t> documents_parsed{0};
 
-// `name` as one token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
+}  // namespace
+
 void append_token(std::string& out, std::string_view name) {
   for (const char c : name) {
     if (c == '~') {
@@ -29,8 +30,6 @@ void append_token(std::string& out, std::string_view name) {
     }
   }
 }
-
-}  // namespace
 
 std::uint64_t json_documents_parsed() noexcept {
   return documents_parsed.load(std::memory_order_relaxed);

@@ -28,4 +28,12 @@ std::string_view to_string(ValidationReason reason) noexcept {
   return "unknown";  // only for a value cast from an out-of-range integer
 }
 
+std::string shown_in_message(std::string_view text) {
+  std::string out;
+  for (const char c : text.substr(0, 64))
+    out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
+  if (text.size() > 64) out += "...";
+  return out;
+}
+
 }  // namespace idem

@@ -10,18 +10,6 @@ namespace idem::sinks::detail {
 
 namespace {
 
-ValidationError invalid(ValidationReason reason, std::string field, std::string message) {
-  return {std::move(field), reason, std::move(message)};
-}
-
-std::string shown(std::string_view v) {
-  std::string out;
-  for (const char c : v.substr(0, 64))
-    out.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);
-  if (v.size() > 64) out += "...";
-  return out;
-}
-
 // A numeric parameter as a template inserts it: exact decimal text, however it binds.
 ParamSpec as_decimal(const ParamSpec& spec) {
   ParamSpec copy = spec;
@@ -63,18 +51,19 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
     std::string known;
     for (const CompiledRoute* r : routes_)
       known += (known.empty() ? "" : ", ") + r->config->event_type;
-    return invalid(ValidationReason::UnknownEventType,
-                   parsed.mode() == EventMode::Json ? format_.type_pointer : "type",
-                   fmt::format("no route for event type '{}' on topic '{}' (routes: {})",
-                               shown(parsed.type()), topic_, known));
+    return ValidationError{parsed.mode() == EventMode::Json ? format_.type_pointer : "type",
+                           ValidationReason::UnknownEventType,
+                           fmt::format("no route for event type '{}' on topic '{}' (routes: {})",
+                                       shown_in_message(parsed.type()), topic_, known)};
   }
   event.route = *route;
   record.count_as(event.route->config->name);
   if (event.route->schema) {
     if (auto broken = event.route->schema->violation(parsed.data_text())) {
-      return invalid(ValidationReason::SchemaViolation, {},
-                     fmt::format("event of type '{}' breaks the schema of routes.{}: {}",
-                                 parsed.type(), event.route->config->name, *broken));
+      return ValidationError{{},
+                             ValidationReason::SchemaViolation,
+                             fmt::format("event of type '{}' breaks the schema of routes.{}: {}",
+                                         parsed.type(), event.route->config->name, *broken)};
     }
   }
   if (auto e = bind(record, parsed, event)) return std::move(*e);
@@ -185,8 +174,8 @@ std::optional<ValidationError> EventReader::render(const RecordInfo& record, con
   if (!call.ordering_key.empty()) {
     const auto key = event.at(call.ordering_key);
     if (!key)
-      return invalid(ValidationReason::Missing, call.ordering_key,
-                     fmt::format("ordering key {} is missing", call.ordering_key));
+      return ValidationError{call.ordering_key, ValidationReason::Missing,
+                             fmt::format("ordering key {} is missing", call.ordering_key)};
     const auto text = key->as_string();
     out.ordering_key = text ? std::string(*text) : key->compact();
   }

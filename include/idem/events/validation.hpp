@@ -42,6 +42,10 @@ struct ValidationError {
   std::string message;
 };
 
+/// `text` (a value from an event) as an error message quotes it: its first 64 bytes, a
+/// control character as '?', "..." when cut.
+[[nodiscard]] std::string shown_in_message(std::string_view text);
+
 /// A value or the validation error that prevented it. Small on purpose: the
 /// standard library in C++20 has no std::expected.
 template <class T>

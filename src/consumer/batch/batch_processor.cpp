@@ -19,6 +19,21 @@ std::string_view as_view(const void* p, std::size_t n) {
   return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
 }
 
+// Nothing a pass decided counts: no letter, no count, no row, every partition decided up
+// to its first record only; with `retry_all`, every partition retries from there.
+void forget_outcomes(BatchResult& result, bool retry_all) {
+  result.dead_letters.clear();
+  result.processed = 0;
+  result.duplicates = 0;
+  result.rows.reset();
+  result.rows_written = false;
+  for (auto& p : result.partitions) {
+    p.decided_end = p.first_offset;
+    p.retry_at = retry_all ? std::optional<std::int64_t>(p.first_offset) : std::nullopt;
+    p.done_on_commit.clear();
+  }
+}
+
 }  // namespace
 
 void call_hook(const ConsumerHooks& hooks, HookPoint point) {
@@ -178,16 +193,7 @@ void BatchProcessor::run_transaction(BatchResult& result, const RetrySchedule& s
     if (item.valid) ids_.push_back(item.event_id);
   }
   if (!run_pass(Pass::Optimistic, result, schedule)) {
-    result.dead_letters.clear();
-    result.processed = 0;
-    result.duplicates = 0;
-    result.rows.reset();
-    result.rows_written = false;
-    for (auto& p : result.partitions) {
-      p.decided_end = p.first_offset;
-      p.retry_at.reset();
-      p.done_on_commit.clear();
-    }
+    forget_outcomes(result, /*retry_all=*/false);
     (void)run_pass(Pass::Isolated, result, schedule);
   }
   if (result.failure.empty()) tally_routes(result);
@@ -268,17 +274,8 @@ void BatchProcessor::fail_all(BatchResult& result, const std::exception& e) {
   // rows decide, never a guess). Nothing of this batch counts; every partition in it
   // pauses and retries from its first record.
   result.failure = e.what();
-  result.dead_letters.clear();
   result.routes.clear();
-  result.processed = 0;
-  result.duplicates = 0;
-  result.rows.reset();
-  result.rows_written = false;
-  for (auto& p : result.partitions) {
-    p.decided_end = p.first_offset;
-    p.retry_at = p.first_offset;
-    p.done_on_commit.clear();
-  }
+  forget_outcomes(result, /*retry_all=*/true);
 }
 
 bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, BatchResult& result,
