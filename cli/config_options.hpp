@@ -32,7 +32,7 @@ class ConfigOptions {
   /// option.
   CLI::Option* bind(CLI::Option* flag, std::string key, std::string_view unit = {});
 
-  /// Keeps `old_flag` (already added, storing into a string the caller owns) as an older
+  /// Keeps `old_flag` (added with no variable: the loader reads its value) as an older
   /// name of the bound flag `now` (`--retention-hours` of `--retention`): it sets the same
   /// key, a bare number meaning `unit` as the old name said, and is hidden from --help.
   /// The loader warns when it is used and refuses it given together with `now`.

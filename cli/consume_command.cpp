@@ -90,17 +90,13 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     bool no_idempotency_key = false;
     std::string batch;
     std::string batch_window;
-    std::string batch_window_ms;
     std::string max_in_flight;
     std::string pipeline_depth;
     std::string auto_offset_reset;
     std::string dedup_retention;
-    std::string dedup_retention_hours;
     std::string safety_margin;
-    std::string safety_margin_hours;
     std::string stale;
     std::string maintain_every;
-    std::string maintain_every_s;
     std::string retry_delays;
     std::string instance_id;
     std::string stop_timeout;
@@ -149,8 +145,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                 "(consumer.batch_window, default 50ms; a bare number is "
                                 "milliseconds)"),
                 "consumer.batch_window");
-  cfg->bind_old_name(cmd->add_option("--batch-window-ms", opts->batch_window_ms), batch_window,
-                     "ms");
+  cfg->bind_old_name(cmd->add_option("--batch-window-ms"), batch_window, "ms");
   cfg->bind(cmd->add_option("--max-in-flight", opts->max_in_flight,
                             "Effect handlers (billing): calls in flight at most, across ordering "
                             "keys; one per key at a time (consumer.max_in_flight, default 256)"),
@@ -169,14 +164,12 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                 "Dedup rows are kept this long (event time); older events are "
                                 "stale (dedup.retention, default 7d)"),
                 "dedup.retention");
-  cfg->bind_old_name(cmd->add_option("--dedup-retention-hours", opts->dedup_retention_hours),
-                     dedup_retention, "h");
+  cfg->bind_old_name(cmd->add_option("--dedup-retention-hours"), dedup_retention, "h");
   const CLI::Option* safety_margin = cfg->bind(
       cmd->add_option("--safety-margin", opts->safety_margin,
                       "Dedup horizon = retention - margin (dedup.safety_margin, default 1h)"),
       "dedup.safety_margin");
-  cfg->bind_old_name(cmd->add_option("--safety-margin-hours", opts->safety_margin_hours),
-                     safety_margin, "h");
+  cfg->bind_old_name(cmd->add_option("--safety-margin-hours"), safety_margin, "h");
   cfg->bind(cmd->add_option("--stale", opts->stale,
                             "Events past the dedup horizon: quarantine (DLQ), process, skip "
                             "(consumer.stale_events, default quarantine)"),
@@ -201,8 +194,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
                                 "Run retention maintenance (idem maintain) in the background this "
                                 "often; 0: off (maintenance.interval)"),
                 "maintenance.interval");
-  cfg->bind_old_name(cmd->add_option("--maintain-every-s", opts->maintain_every_s), maintain_every,
-                     "s");
+  cfg->bind_old_name(cmd->add_option("--maintain-every-s"), maintain_every, "s");
 
   cmd->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();

@@ -69,8 +69,7 @@ void declare_demo_keys(SectionKeys<DemoOptions>& keys) {
 void register_demo(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db, brokers, orders, partitions, batch, seed, faults, relay_kills, consumer_kills,
-        resend, reset_after_commit, unavailable, decline, provider_latency, provider_latency_ms,
-        timeout;
+        resend, reset_after_commit, unavailable, decline, provider_latency, timeout;
     bool keep = false;
   };
   auto opts = std::make_shared<Options>();
@@ -104,8 +103,7 @@ void register_demo(CLI::App& app, ExitCode& exit_code) {
                                 "Added by the provider to every new charge; billing keeps many "
                                 "charges in flight (demo.provider_latency, default 20ms)"),
                 "demo.provider_latency");
-  cfg->bind_old_name(cmd->add_option("--provider-latency-ms", opts->provider_latency_ms),
-                     provider_latency, "ms");
+  cfg->bind_old_name(cmd->add_option("--provider-latency-ms"), provider_latency, "ms");
   cfg->bind(
       cmd->add_option("--seed", opts->seed,
                       "Random seed: orders, kill points, provider faults (demo.seed, default 42)"),

@@ -51,7 +51,7 @@ std::string when(std::optional<std::chrono::system_clock::time_point> t) {
 /// silently hide dead letters.
 struct CommonOptions {
   std::shared_ptr<ConfigOptions> config;
-  std::string brokers, topic, timeout, timeout_s;
+  std::string brokers, topic, timeout;
   std::string reason, key, group, event_id, min_age, max_age;
   std::optional<std::int32_t> partition;
   std::optional<std::int64_t> offset;
@@ -68,7 +68,7 @@ struct CommonOptions {
         config->bind(cmd->add_option("--timeout", timeout,
                                      "Deadline of each broker step (dlq.timeout, default 30s)"),
                      "dlq.timeout");
-    config->bind_old_name(cmd->add_option("--timeout-s", timeout_s), timeout_flag, "s");
+    config->bind_old_name(cmd->add_option("--timeout-s"), timeout_flag, "s");
     cmd->add_option("--reason", reason,
                     "Error class (handler.dead_letter), or a family of them (handler)");
     cmd->add_option("--key", key, "Only this Kafka key");
@@ -224,9 +224,7 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
     std::string rate;
     bool force = false;
     std::string retention;
-    std::string retention_hours;
     std::string safety_margin;
-    std::string safety_margin_hours;
   };
   auto replay_opts = std::make_shared<ReplayFlags>();
   CLI::App* replay = dlq->add_subcommand(
@@ -250,15 +248,12 @@ void register_dlq(CLI::App& app, ExitCode& exit_code) {
                          "Dedup retention of the consumers, event time (dedup.retention, "
                          "default 7d)"),
       "dedup.retention");
-  replay_config.bind_old_name(replay->add_option("--retention-hours", replay_opts->retention_hours),
-                              retention, "h");
+  replay_config.bind_old_name(replay->add_option("--retention-hours"), retention, "h");
   const CLI::Option* safety_margin = replay_config.bind(
       replay->add_option("--safety-margin", replay_opts->safety_margin,
                          "Horizon = retention - margin (dedup.safety_margin, default 1h)"),
       "dedup.safety_margin");
-  replay_config.bind_old_name(
-      replay->add_option("--safety-margin-hours", replay_opts->safety_margin_hours), safety_margin,
-      "h");
+  replay_config.bind_old_name(replay->add_option("--safety-margin-hours"), safety_margin, "h");
   replay->callback([replay_opts, &exit_code] {
     const ReplayFlags& f = *replay_opts;
     const Config config = f.common.load();

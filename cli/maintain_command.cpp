@@ -48,17 +48,12 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
   struct Options {
     std::string db;
     std::string retention;
-    std::string retention_hours;
     std::string safety_margin;
-    std::string safety_margin_hours;
     std::string outbox_retention;
-    std::string outbox_retention_hours;
     std::string batch_size;
     std::string batch_pause;
-    std::string batch_pause_ms;
     std::string max_batches;
     std::string partition_period;
-    std::string partition_hours;
     std::string partitions_ahead;
   };
   auto opts = std::make_shared<Options>();
@@ -73,21 +68,19 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
       cfg->bind(cmd->add_option("--retention", opts->retention,
                                 "Dedup retention, in event time (dedup.retention, default 7d)"),
                 "dedup.retention");
-  cfg->bind_old_name(cmd->add_option("--retention-hours", opts->retention_hours), retention, "h");
+  cfg->bind_old_name(cmd->add_option("--retention-hours"), retention, "h");
   const CLI::Option* safety_margin =
       cfg->bind(cmd->add_option("--safety-margin", opts->safety_margin,
                                 "Dedup horizon = retention - margin, reported only; the guard is "
                                 "in the consumer (dedup.safety_margin, default 1h)"),
                 "dedup.safety_margin");
-  cfg->bind_old_name(cmd->add_option("--safety-margin-hours", opts->safety_margin_hours),
-                     safety_margin, "h");
+  cfg->bind_old_name(cmd->add_option("--safety-margin-hours"), safety_margin, "h");
   const CLI::Option* outbox_retention =
       cfg->bind(cmd->add_option("--outbox-retention", opts->outbox_retention,
                                 "Delete published outbox rows older than this, 0: keep "
                                 "(maintenance.outbox_retention, default 24h)"),
                 "maintenance.outbox_retention");
-  cfg->bind_old_name(cmd->add_option("--outbox-retention-hours", opts->outbox_retention_hours),
-                     outbox_retention, "h");
+  cfg->bind_old_name(cmd->add_option("--outbox-retention-hours"), outbox_retention, "h");
   cfg->bind(
       cmd->add_option("--batch-size", opts->batch_size,
                       "Rows per DELETE and transaction (maintenance.batch_size, default 5000)"),
@@ -96,7 +89,7 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
       cfg->bind(cmd->add_option("--batch-pause", opts->batch_pause,
                                 "Pause between batches (maintenance.batch_pause, default 0ms)"),
                 "maintenance.batch_pause");
-  cfg->bind_old_name(cmd->add_option("--batch-pause-ms", opts->batch_pause_ms), batch_pause, "ms");
+  cfg->bind_old_name(cmd->add_option("--batch-pause-ms"), batch_pause, "ms");
   cfg->bind(cmd->add_option("--max-batches", opts->max_batches,
                             "Batches per table and pass, 0: until done (maintenance.max_batches)"),
             "maintenance.max_batches");
@@ -105,8 +98,7 @@ void register_maintain(CLI::App& app, ExitCode& exit_code) {
                                 "Partitioned PostgreSQL: partition period, as given to idem "
                                 "migrate (dedup.partition_period, default 24h)"),
                 "dedup.partition_period");
-  cfg->bind_old_name(cmd->add_option("--partition-hours", opts->partition_hours), partition_period,
-                     "h");
+  cfg->bind_old_name(cmd->add_option("--partition-hours"), partition_period, "h");
   cfg->bind(cmd->add_option("--partitions-ahead", opts->partitions_ahead,
                             "Partitioned PostgreSQL: periods after now that must have a partition "
                             "(dedup.partitions_ahead, default 3)"),

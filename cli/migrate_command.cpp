@@ -18,7 +18,6 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
     std::string db;
     bool partitioned = false;
     std::string period;
-    std::string period_hours;
     std::string behind;
     std::string ahead;
     bool reference = false;
@@ -38,7 +37,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
       cmd->add_option("--partition-period", opts->period,
                       "Partition period, whole hours (dedup.partition_period, default 24h)"),
       "dedup.partition_period");
-  cfg->bind_old_name(cmd->add_option("--partition-hours", opts->period_hours), period, "h");
+  cfg->bind_old_name(cmd->add_option("--partition-hours"), period, "h");
   cfg->bind(cmd->add_option("--partitions-behind", opts->behind,
                             "Periods before now that get a partition (dedup.partitions_behind, "
                             "default 7)"),

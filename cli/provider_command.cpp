@@ -37,7 +37,6 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
     std::string unavailable;
     std::string in_progress;
     std::string latency;
-    std::string latency_ms;
     std::string decline;
     std::string seed;
     std::string client_header;
@@ -79,7 +78,7 @@ void register_provider(CLI::App& app, ExitCode& exit_code) {
                                 "Added to every new charge, as a timer: thousands of requests may "
                                 "wait at once (provider.latency, default 0ms)"),
                 "provider.latency");
-  cfg->bind_old_name(cmd->add_option("--latency-ms", opts->latency_ms), latency, "ms");
+  cfg->bind_old_name(cmd->add_option("--latency-ms"), latency, "ms");
   cfg->bind(cmd->add_option("--decline", opts->decline,
                             "Share of orders declined with 402 card-declined, by hash of order_id "
                             "and seed (provider.decline)"),

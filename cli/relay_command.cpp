@@ -32,13 +32,9 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
     std::string in_flight;
     std::string mark_connections;
     std::string poll_interval;
-    std::string poll_interval_ms;
     std::string rebalance_interval;
-    std::string rebalance_ms;
     std::string retention;
-    std::string retention_hours;
     std::string progress_interval;
-    std::string progress_ms;
     std::string stop_timeout;
     std::string publish_after;
     std::string standbys;
@@ -70,26 +66,24 @@ void register_relay(CLI::App& app, ExitCode& exit_code) {
                                 "Idle polling interval (relay.poll_interval, default 500ms; a bare "
                                 "number is milliseconds)"),
                 "relay.poll_interval");
-  cfg->bind_old_name(cmd->add_option("--poll-interval-ms", opts->poll_interval_ms), poll_interval,
-                     "ms");
+  cfg->bind_old_name(cmd->add_option("--poll-interval-ms"), poll_interval, "ms");
   const CLI::Option* retention =
       cfg->bind(cmd->add_option("--retention", opts->retention,
                                 "Delete published rows older than this (relay.retention, default "
                                 "24h; a bare number is hours)"),
                 "relay.retention");
-  cfg->bind_old_name(cmd->add_option("--retention-hours", opts->retention_hours), retention, "h");
+  cfg->bind_old_name(cmd->add_option("--retention-hours"), retention, "h");
   const CLI::Option* progress_interval = cfg->bind(
       cmd->add_option("--progress-interval", opts->progress_interval,
                       "Progress interval, 0: none (relay.progress_interval, default 5s; a "
                       "bare number is milliseconds)"),
       "relay.progress_interval");
-  cfg->bind_old_name(cmd->add_option("--progress-ms", opts->progress_ms), progress_interval, "ms");
+  cfg->bind_old_name(cmd->add_option("--progress-ms"), progress_interval, "ms");
   const CLI::Option* rebalance_interval =
       cfg->bind(cmd->add_option("--rebalance-interval", opts->rebalance_interval,
                                 "Shard rebalance interval (relay.rebalance_interval, default 2s)"),
                 "relay.rebalance_interval");
-  cfg->bind_old_name(cmd->add_option("--rebalance-ms", opts->rebalance_ms), rebalance_interval,
-                     "ms");
+  cfg->bind_old_name(cmd->add_option("--rebalance-ms"), rebalance_interval, "ms");
   cfg->bind(cmd->add_option("--stop-timeout", opts->stop_timeout,
                             "On SIGTERM, finish the batches in flight and exit within this long, "
                             "else exit 1 saying what was not done (relay.stop_timeout, default "
