@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from . import _idem, _json
-from ._store import Result
+from ._store import Result, Statements
 from .errors import StoreError
 
 
@@ -150,7 +150,7 @@ def _payload_maker(value: Any) -> Callable[[uuid.UUID], str]:
     return lambda _event_id: text
 
 
-class Tx:
+class Tx(Statements):
     """The batch's transaction, as a handler sees it; valid only while the handler runs.
     ``execute`` runs a statement at once and returns its rows; ``defer`` queues one whose
     result is not needed (PostgreSQL sends the queued ones in one round trip per batch);
@@ -158,17 +158,7 @@ class Tx:
     once the batch commits). Placeholders are ``$1``..``$n``. Nothing here commits: the
     consumer commits the batch, with each event's dedup mark."""
 
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: Any):
-        self._raw = raw
-
-    def execute(self, sql: str, *params: Any) -> Result:
-        columns, rows, rowcount = self._raw.execute(sql, *params)
-        return Result(columns, rows, rowcount)
-
-    def defer(self, sql: str, *params: Any) -> None:
-        self._raw.defer(sql, *params)
+    __slots__ = ()
 
     def publish(self, topic: str, key: str, value: Any, *,
                 headers: Optional[Union[Mapping[str, str], Sequence[tuple[str, str]]]] = None,
@@ -197,7 +187,7 @@ class AsyncTx(Tx):
         # Runs at once, on the consumer's thread (the handlers' loop runs there too): the
         # await completes without handing the loop anything, so a handler that awaits only
         # its transaction costs no trip through the loop.
-        return Tx.execute(self, sql, *params)
+        return Statements.execute(self, sql, *params)
 
 
 Handler = Callable[[Event, Tx], Union[None, Awaitable[None]]]
@@ -495,6 +485,37 @@ class _Resumed:
                     return finished.value
 
 
+class _DecodeFailed(Exception):
+    """The decode step of a route refused the event (dead-lettered with its message)."""
+
+
+def _event_of(route: _Route, *record: Any) -> Event:
+    """The event of a record as the engine hands it over, decoded when the route says so.
+    \raises _DecodeFailed naming what the decode step raised."""
+    event = Event(*record)
+    if route.decode is not None:
+        try:
+            event._data = route.decode(event.data)
+        except Exception as error:
+            raise _DecodeFailed(f"decode: {type(error).__name__}: {error}") from error
+    return event
+
+
+def _answer_for(error: BaseException, topic: str) -> tuple[int, str]:
+    """What the engine is told of an exception a handler (or its request) raised."""
+    if isinstance(error, Retry):
+        return (_RETRY, error.reason)
+    if isinstance(error, DeadLetter):
+        return (_DEAD_LETTER, error.reason)
+    if isinstance(error, _DecodeFailed):
+        return (_DEAD_LETTER, str(error))
+    if isinstance(error, StoreError):
+        return (_STORE_ERROR, f"StoreError: {error}")
+    if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        return (_STOP, f"{type(error).__name__} in the handler of {topic}")
+    return (_EXCEPTION, f"{type(error).__name__}: {error}")
+
+
 def _dispatcher(routes: list[_Route], handler_loop: _HandlerLoop) -> Callable[..., Any]:
     """The function the engine calls for each event of one topic: it runs the event's
     handler and answers None (done) or (what happened, text); every exception of the
@@ -504,13 +525,9 @@ def _dispatcher(routes: list[_Route], handler_loop: _HandlerLoop) -> Callable[..
                  partition: int, offset: int, key: Optional[bytes],
                  headers: Sequence[tuple[str, bytes]], raw_tx: Any, response: Any) -> Any:
         route = routes[index]
-        event = Event(id_bytes, type_, data_text, topic, partition, offset, key, headers)
         try:
-            if route.decode is not None:
-                try:
-                    event._data = route.decode(event.data)
-                except Exception as error:
-                    return (_DEAD_LETTER, f"decode: {type(error).__name__}: {error}")
+            event = _event_of(route, id_bytes, type_, data_text, topic, partition, offset, key,
+                              headers)
             tx = AsyncTx(raw_tx) if route.is_async else Tx(raw_tx)
             if response is None:
                 result = route.fn(event, tx)
@@ -519,16 +536,8 @@ def _dispatcher(routes: list[_Route], handler_loop: _HandlerLoop) -> Callable[..
             if route.is_async:
                 handler_loop.run(result)
             return None
-        except Retry as retry:
-            return (_RETRY, retry.reason)
-        except DeadLetter as letter:
-            return (_DEAD_LETTER, letter.reason)
-        except StoreError as error:
-            return (_STORE_ERROR, f"StoreError: {error}")
-        except (KeyboardInterrupt, SystemExit) as stop:
-            return (_STOP, f"{type(stop).__name__} in the handler of {topic}")
-        except Exception as error:
-            return (_EXCEPTION, f"{type(error).__name__}: {error}")
+        except BaseException as error:  # every outcome goes back to the engine as an answer
+            return _answer_for(error, topic)
 
     return dispatch
 
@@ -536,38 +545,34 @@ def _dispatcher(routes: list[_Route], handler_loop: _HandlerLoop) -> Callable[..
 def _requester(routes: list[_Route]) -> Callable[..., Any]:
     """The function the engine calls to start an event's HTTP call: it answers
     (0, method, url, body, content type, headers) with the handler's request, or
-    (what happened, text) when making it raised (as the dispatcher answers)."""
+    (what happened, text) when making it raised (as the dispatcher answers; any exception
+    but Retry dead-letters the event: the call was never made)."""
 
     def request(index: int, id_bytes: bytes, type_: str, data_text: str, topic: str,
                 partition: int, offset: int, key: Optional[bytes],
                 headers: Sequence[tuple[str, bytes]]) -> Any:
         route = routes[index]
-        event = Event(id_bytes, type_, data_text, topic, partition, offset, key, headers)
+        assert route.request is not None
         try:
-            if route.decode is not None:
-                try:
-                    event._data = route.decode(event.data)
-                except Exception as error:
-                    return (_DEAD_LETTER, f"decode: {type(error).__name__}: {error}")
-            assert route.request is not None
+            event = _event_of(route, id_bytes, type_, data_text, topic, partition, offset, key,
+                              headers)
             made = route.request(event)
-            if not isinstance(made, Request):
-                return (_DEAD_LETTER, f"request= returned {type(made).__name__}, not idem.Request")
-            if made.json is not None:
-                body: Union[str, bytes] = _json.dumps(made.json)
-            else:
-                body = made.body if made.body is not None else b""
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-            extra = made.headers
-            header_list = list(extra.items()) if isinstance(extra, Mapping) else list(extra or [])
-            return (0, made.method, made.url, body, made.content_type, header_list)
-        except Retry as retry:
-            return (_RETRY, retry.reason)
-        except DeadLetter as letter:
-            return (_DEAD_LETTER, letter.reason)
-        except Exception as error:
-            return (_DEAD_LETTER, f"request: {type(error).__name__}: {error}")
+        except BaseException as error:
+            code, text = _answer_for(error, topic)
+            if code in (_RETRY, _DEAD_LETTER):
+                return (code, text)
+            return (_DEAD_LETTER, f"request: {text}")
+        if not isinstance(made, Request):
+            return (_DEAD_LETTER, f"request= returned {type(made).__name__}, not idem.Request")
+        if made.json is not None:
+            body: Union[str, bytes] = _json.dumps(made.json)
+        else:
+            body = made.body if made.body is not None else b""
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        extra = made.headers
+        header_list = list(extra.items()) if isinstance(extra, Mapping) else list(extra or [])
+        return (0, made.method, made.url, body, made.content_type, header_list)
 
     return request
 

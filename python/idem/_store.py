@@ -50,12 +50,13 @@ def _row_type(columns: tuple[str, ...]) -> Any:
     return row_type
 
 
-class Transaction:
-    """One database transaction. ``execute`` runs a statement at once and returns its rows;
-    ``defer`` queues one whose result is not needed (PostgreSQL sends the queued ones in one
-    round trip, merging consecutive INSERTs of one text). Placeholders are ``$1``..``$n``;
-    values are bound, never spliced. As a context manager it commits when the block ends
-    normally and rolls back when it raises."""
+class Statements:
+    """Statements in a transaction of the compiled module: ``execute`` runs one at once and
+    returns its rows; ``defer`` queues one whose result is not needed (PostgreSQL sends the
+    queued ones in one round trip, merging consecutive INSERTs of one text). Placeholders
+    are ``$1``..``$n``; values are bound, never spliced."""
+
+    __slots__ = ("_raw",)
 
     def __init__(self, raw: Any):
         self._raw = raw
@@ -66,6 +67,13 @@ class Transaction:
 
     def defer(self, sql: str, *params: Any) -> None:
         self._raw.defer(sql, *params)
+
+
+class Transaction(Statements):
+    """One database transaction (``execute``, ``defer``: Statements). As a context manager
+    it commits when the block ends normally and rolls back when it raises."""
+
+    __slots__ = ()
 
     def sync(self) -> None:
         """Runs the deferred statements now and raises the first error among them."""

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "idem/outbox.hpp"
+#include "outbox_binding.hpp"
 #include "python_values.hpp"
 
 namespace py = pybind11;
@@ -39,15 +40,7 @@ py::object HandlerTx::publish(const std::string& topic, const std::string& key,
   Transaction& tx = open();
   Outbox outbox;
   const Uuid id = kept([&] {
-    return outbox.enqueue(tx, [&](const Uuid& event_id) {
-      OutboxMessage m;
-      m.aggregate_type = aggregate_type;
-      m.aggregate_id = key;
-      m.topic = topic;
-      m.payload = payload(python_uuid(event_id)).cast<std::string>();
-      m.headers = headers;
-      return m;
-    });
+    return outbox.enqueue(tx, outbox_factory(topic, aggregate_type, key, payload, headers, {}));
   });
   return python_uuid(id);
 }

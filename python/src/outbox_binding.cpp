@@ -22,7 +22,20 @@ py::tuple prepare_outbox_row(const std::string& topic, const std::string& aggreg
                              const std::vector<std::pair<std::string, std::string>>& headers,
                              const std::optional<std::string>& message_key) {
   Outbox outbox;
-  const OutboxRow row = outbox.prepare([&](const Uuid& event_id) {
+  const OutboxRow row = outbox.prepare(
+      outbox_factory(topic, aggregate_type, aggregate_id, payload, headers, message_key));
+  return py::make_tuple(python_uuid(row.event_id), row.message.aggregate_type,
+                        row.message.aggregate_id, row.message.topic, row.message_key, row.shard,
+                        row.message.payload, row.headers_json);
+}
+
+}  // namespace
+
+OutboxEventFactory outbox_factory(std::string topic, std::string aggregate_type,
+                                  std::string aggregate_id, py::function payload,
+                                  std::vector<std::pair<std::string, std::string>> headers,
+                                  std::optional<std::string> message_key) {
+  return [=](const Uuid& event_id) {
     OutboxMessage m;
     m.aggregate_type = aggregate_type;
     m.aggregate_id = aggregate_id;
@@ -32,13 +45,8 @@ py::tuple prepare_outbox_row(const std::string& topic, const std::string& aggreg
     m.headers = headers;
     m.message_key = message_key;
     return m;
-  });
-  return py::make_tuple(python_uuid(row.event_id), row.message.aggregate_type,
-                        row.message.aggregate_id, row.message.topic, row.message_key, row.shard,
-                        row.message.payload, row.headers_json);
+  };
 }
-
-}  // namespace
 
 void bind_outbox(py::module_& module) {
   module.attr("OUTBOX_INSERT") = py::str(std::string(outbox_insert_statement()));
