@@ -407,9 +407,11 @@ class App:
         for topic, fmt in self._formats.items():
             routes = [r for r in self._routes if r.topic == topic]
             requester = _requester(routes) if routes[0].request is not None else None
+            has_async = any(r.is_async for r in routes)
             consumer.add_topic(topic, fmt.format, fmt.id_pointer, fmt.type_pointer,
                                [r.type for r in routes], _dispatcher(routes, handler_loop),
-                               requester)
+                               requester, handler_loop.enter if has_async else None,
+                               handler_loop.leave if has_async else None)
         return consumer, handler_loop
 
     def _stop_on_sigterm(self) -> Callable[[], None]:
@@ -428,16 +430,28 @@ class _HandlerLoop:
     (which completes at once) finishes in that step, without a trip through the loop. One
     that awaits anything else (``asyncio.sleep``, a client of its own) is handed to the
     loop, which runs until it finishes; the loop belongs to this thread, so everything
-    asyncio does for it is on the thread it expects."""
+    asyncio does for it is on the thread it expects.
+
+    The loop is set as this thread's running loop for a whole batch pass (enter() and
+    leave(), called by the engine's HandlerScope of a topic with async handlers), not per
+    event: on Python 3.11 setting it costs a system call (getpid), which per event took
+    most of an async handler's overhead (bench/PYTHON-RESULTS.md)."""
 
     def __init__(self) -> None:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
+    def enter(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        asyncio.events._set_running_loop(self._loop)
+
+    def leave(self) -> None:
+        asyncio.events._set_running_loop(None)
+
     def run(self, coroutine: Any) -> Any:
+        """Runs a handler's coroutine to its end, inside enter() and leave()."""
         loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.new_event_loop()
-        asyncio.events._set_running_loop(loop)
+        assert loop is not None, "a handler's coroutine outside its batch pass"
         try:
             yielded = coroutine.send(None)
         except StopIteration as finished:
@@ -445,9 +459,12 @@ class _HandlerLoop:
         except BaseException:
             coroutine.close()
             raise
+        # run_until_complete refuses to start while a loop is set as running.
+        asyncio.events._set_running_loop(None)
+        try:
+            return loop.run_until_complete(_resume(coroutine, yielded))
         finally:
-            asyncio.events._set_running_loop(None)
-        return loop.run_until_complete(_resume(coroutine, yielded))
+            asyncio.events._set_running_loop(loop)
 
     def close(self) -> None:
         """On the consumer's thread, once it stopped."""

@@ -93,13 +93,14 @@ class PythonConsumer {
   void add_topic(const std::string& topic, const std::string& format, const std::string& id_pointer,
                  const std::string& type_pointer,
                  const std::vector<std::optional<std::string>>& types, py::object dispatch,
-                 py::object request) {
+                 py::object request, py::object enter, py::object leave) {
     EventReaderOptions options;
     options.format = event_format(format);
     options.id_pointer = id_pointer;
     options.type_pointer = type_pointer;
     topics_.push_back(std::make_unique<PythonTopic>(topic, std::move(options), types,
-                                                    std::move(dispatch), std::move(request)));
+                                                    std::move(dispatch), std::move(request),
+                                                    std::move(enter), std::move(leave)));
   }
 
   py::dict run() {
@@ -288,7 +289,7 @@ void bind_consumer(py::module_& module) {
       .def("warnings", &PythonConsumer::warnings)
       .def("add_topic", &PythonConsumer::add_topic, py::arg("topic"), py::arg("format"),
            py::arg("id_pointer"), py::arg("type_pointer"), py::arg("types"), py::arg("dispatch"),
-           py::arg("request"))
+           py::arg("request"), py::arg("enter"), py::arg("leave"))
       .def("run", &PythonConsumer::run)
       .def("stop", &PythonConsumer::stop)
       .def("stats", &PythonConsumer::stats)

@@ -65,11 +65,13 @@ EventFormat event_format(const std::string& name) {
 
 PythonTopic::PythonTopic(std::string name, EventReaderOptions options,
                          const std::vector<std::optional<std::string>>& types, py::object dispatch,
-                         py::object request)
+                         py::object request, py::object enter, py::object leave)
     : name_(std::move(name)),
       reader_(std::move(options)),
       dispatch_(std::move(dispatch)),
       request_(std::move(request)),
+      enter_(std::move(enter)),
+      leave_(std::move(leave)),
       topic_text_(name_) {
   for (std::size_t i = 0; i < types.size(); ++i) {
     if (types[i]) {
@@ -206,7 +208,24 @@ void PythonTopic::finish(const http::CallResult& result, http::RoutePause::Start
 }
 
 HandlerScope PythonTopic::scope() {
-  return {[this] { gil_.emplace(); }, [this] { gil_.reset(); }};
+  // `enter` and `leave` only set and clear the thread's running loop; an exception of
+  // theirs (none is expected) must not escape a scope, whose leave runs in a destructor.
+  const auto call = [](const py::object& hook) {
+    if (hook.is_none()) return;
+    try {
+      hook();
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("idem: a batch pass hook of Python handlers");
+    }
+  };
+  return {[this, call] {
+            gil_.emplace();
+            call(enter_);
+          },
+          [this, call] {
+            call(leave_);
+            gil_.reset();
+          }};
 }
 
 }  // namespace idem::python

@@ -42,10 +42,11 @@ class PythonTopic {
  public:
   /// `types[i]` is the event type handler i takes (nullopt: every type without a handler
   /// of its own). `request` is the topic's request dispatcher when its handlers declare an
-  /// HTTP call, None otherwise.
+  /// HTTP call, None otherwise. `enter` and `leave` (or None) are called at the start and
+  /// the end of each batch pass, with the GIL (the handlers' event loop is set running then).
   PythonTopic(std::string name, EventReaderOptions options,
               const std::vector<std::optional<std::string>>& types, pybind11::object dispatch,
-              pybind11::object request);
+              pybind11::object request, pybind11::object enter, pybind11::object leave);
   ~PythonTopic();
   PythonTopic(const PythonTopic&) = delete;
   PythonTopic& operator=(const PythonTopic&) = delete;
@@ -74,7 +75,7 @@ class PythonTopic {
   void start_call(const PythonEvent& event, const RecordInfo& record,
                   const CallCompletion<HttpAnswer>& done);
 
-  /// The GIL taken once per batch pass, not once per event.
+  /// The GIL taken once per batch pass, not once per event, and `enter`/`leave` called.
   [[nodiscard]] HandlerScope scope();
 
  private:
@@ -87,6 +88,8 @@ class PythonTopic {
   std::optional<std::size_t> every_other_type_;
   pybind11::object dispatch_;
   pybind11::object request_;
+  pybind11::object enter_;
+  pybind11::object leave_;
   pybind11::str topic_text_;
   Backend backend_ = Backend::Postgres;
   std::optional<pybind11::gil_scoped_acquire> gil_;
