@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A consumer app as a user writes one: an idem.App whose handler keeps account balances.
+
+    balance_consumer.py --store URL --bootstrap HOST:PORT --topic T --group G
+                        [--mode sync|async] [--raising]
+
+Per deposit.v1 event the handler reads the account's balance, computes the new one in
+Python and writes it back (a read-modify-write, so an effect applied twice or lost shows in
+the balance), and inserts one movement row. With --raising it does all of that and then
+raises for the accounts named `bad-*` (idem.DeadLetter) and `err-*` (ValueError), so the
+effects of those events exist in the transaction until idem rolls them back.
+
+It runs until SIGTERM, then prints the App's stats as one JSON line and exits 0. The tests
+in test_handlers_outside.py SIGKILL it at moments of their choosing and start it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+import idem
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--mode", choices=["sync", "async"], default="sync")
+    parser.add_argument("--raising", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=50)
+    args = parser.parse_args()
+
+    app = idem.App(settings={
+        "store.url": args.store,
+        "kafka.bootstrap.servers": args.bootstrap,
+        "consumer.group": args.group,
+        "consumer.batch_size": args.batch_size,
+        "kafka.auto.offset.reset": "earliest",
+        # The dev broker (librdkafka's mock cluster) gives a SIGKILLed member's partitions
+        # to the restarted process only after the dead member's session timeout: as short
+        # as the mock allows, as the C++ fault tests' consumers (tests/support/mock_group.hpp).
+        "kafka.session.timeout.ms": "4000",
+        "kafka.heartbeat.interval.ms": "1000",
+        "kafka.log_level": "3",
+    })
+
+    def refuse(account: str) -> None:
+        if not args.raising:
+            return
+        if account.startswith("bad-"):
+            raise idem.DeadLetter(f"account {account} is closed")
+        if account.startswith("err-"):
+            raise ValueError(f"no branch keeps {account}")
+
+    if args.mode == "sync":
+        @app.handler(args.topic, type="deposit.v1")
+        def on_deposit(event: idem.Event, tx: idem.Tx) -> None:
+            account, amount = event.data["account"], event.data["amount"]
+            balance = tx.execute("SELECT balance FROM accounts WHERE id = $1", account).one().balance
+            tx.execute("UPDATE accounts SET balance = $1 WHERE id = $2", balance + amount, account)
+            tx.defer("INSERT INTO movements (event_id, account, amount) VALUES ($1, $2, $3)",
+                     str(event.id), account, amount)
+            refuse(account)
+    else:
+        @app.handler(args.topic, type="deposit.v1")
+        async def on_deposit_async(event: idem.Event, tx: idem.Tx) -> None:
+            account, amount = event.data["account"], event.data["amount"]
+            balance = (await tx.execute("SELECT balance FROM accounts WHERE id = $1",
+                                        account)).one().balance
+            await asyncio.sleep(0)  # the handler gives way to the loop between statements
+            await tx.execute("UPDATE accounts SET balance = $1 WHERE id = $2", balance + amount,
+                             account)
+            tx.defer("INSERT INTO movements (event_id, account, amount) VALUES ($1, $2, $3)",
+                     str(event.id), account, amount)
+            refuse(account)
+
+    stats = app.run()
+    print(json.dumps({name: getattr(stats, name) for name in (
+        "delivered", "processed", "duplicates", "dead_lettered", "retries", "transactions")}),
+        flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
