@@ -198,8 +198,12 @@ class DeadLetters:
     def read_to_end(self) -> list[Letter]:
         """Every letter up to the partition's end as the broker sees it now."""
         _, end = self.consumer.get_watermark_offsets(self.partition, timeout=10, cached=False)
-        eventually(lambda: self.read_available() is not None and self.next_offset >= end,
-                   what=f"the DLQ read up to offset {end}")
+
+        def read_up_to_end() -> bool:
+            self.read_available()
+            return self.next_offset >= end
+
+        eventually(read_up_to_end, what=f"the DLQ read up to offset {end}")
         return self.letters
 
     def close(self) -> None:
