@@ -18,13 +18,19 @@ SIGTERM. The database and the DLQ topic are then checked against what was sent:
   event committed, and the event is dead-lettered with `handler.dead_letter` or
   `handler.exception` and the message.
 
+Three such apps run at once per backend (LANES: the sync handler, the async one, the one
+that raises), each with its own topic, group and tables, so that their waits for the dev
+broker's group after each SIGKILL overlap; each test checks one of them.
+
 Nothing waits by sleeping: every wait polls the database, the broker or a process, with a
-deadline. The seed of a run is in each failure message; IDEM_TEST_SEED repeats a run.
+deadline. The seed of a run is in each failure message; IDEM_TEST_SEED repeats its records
+and kill thresholds.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +43,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -112,8 +118,8 @@ class Database:
     def execute(self, sql: str) -> None:
         self.conn.execute(sql)
 
-    def movements(self) -> int:
-        return self.rows("SELECT count(*) FROM movements")[0][0]
+    def movements(self, lane: str) -> int:
+        return self.rows(f"SELECT count(*) FROM movements_{lane}")[0][0]
 
     def close(self) -> None:
         self.conn.close()
@@ -122,9 +128,9 @@ class Database:
 class ConsumerProcess:
     """balance_consumer.py as a child process; its output goes to files in `logs`."""
 
-    def __init__(self, args: list[str], logs: Path, number: int):
-        self.stdout_path = logs / f"consumer-{number}.out"
-        self.stderr_path = logs / f"consumer-{number}.err"
+    def __init__(self, args: list[str], logs: Path, name: str):
+        self.stdout_path = logs / f"consumer-{name}.out"
+        self.stderr_path = logs / f"consumer-{name}.err"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen([sys.executable, str(CONSUMER_SCRIPT), *args],
                                             stdout=out, stderr=err)
@@ -245,9 +251,10 @@ class Outcome:
     group: str
 
 
-def run_scenario(store_url: str, logs: Path, *, mode: str, raising: bool) -> Outcome:
+def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: bool) -> Outcome:
     """Sends the planned records in chunks, kept a little ahead of the consumer, while the
-    consumer is SIGKILLed KILLS times and restarted; runs it to the end and stops it."""
+    consumer is SIGKILLed KILLS times and restarted; runs it to the end and stops it. The
+    lane names the tables (accounts_<lane>, movements_<lane>), the topic and the group."""
     seed = int(os.environ.get("IDEM_TEST_SEED") or secrets.randbits(32))
     rng = random.Random(seed)
     bad_accounts = ["bad-0", "bad-1", "err-0"] if raising else []
@@ -255,39 +262,39 @@ def run_scenario(store_url: str, logs: Path, *, mode: str, raising: bool) -> Out
     records = plan_records(rng, GOOD_ACCOUNTS * 3 + bad_accounts, EVENTS)
     good = {r.event_id for r in records if r.kind == "event" and not is_refused(r.account)}
     token = secrets.token_hex(4)
-    topic, group = f"accounts-{token}", f"balances-{token}"
+    topic, group = f"accounts-{lane}-{token}", f"balances-{lane}-{token}"
 
     db = Database(store_url)
-    db.execute("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)")
-    db.execute("CREATE TABLE movements (event_id TEXT NOT NULL, account TEXT NOT NULL,"
+    db.execute(f"CREATE TABLE accounts_{lane} (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)")
+    db.execute(f"CREATE TABLE movements_{lane} (event_id TEXT NOT NULL, account TEXT NOT NULL,"
                " amount BIGINT NOT NULL)")  # no key: a doubled effect shows as two rows
     for account in GOOD_ACCOUNTS + bad_accounts:
-        db.execute(f"INSERT INTO accounts VALUES ('{account}', 0)")
+        db.execute(f"INSERT INTO accounts_{lane} VALUES ('{account}', 0)")
 
     broker = DevBroker(topic)
     args = ["--store", store_url, "--bootstrap", broker.bootstrap, "--topic", topic,
-            "--group", group, "--mode", mode] + (["--raising"] if raising else [])
+            "--group", group, "--lane", lane, "--mode", mode] + (["--raising"] if raising else [])
     started: list[ConsumerProcess] = []
 
     def start() -> ConsumerProcess:
-        started.append(ConsumerProcess(args, logs, len(started)))
+        started.append(ConsumerProcess(args, logs, f"{lane}-{len(started)}"))
         return started[-1]
 
     def progress(at_least: int) -> Callable[[], bool]:
         def reached() -> bool:
             if started[-1].ended_by_itself():
                 raise AssertionError(f"seed {seed}: the consumer ended: {started[-1].describe()}")
-            return db_of_thread().movements() >= at_least
+            return db_of_thread().movements(lane) >= at_least
         return reached
 
     # The producer thread polls on a connection of its own (sqlite3 connections stay in
     # their thread).
     local = threading.local()
+    own_thread = threading.current_thread()
 
     def db_of_thread() -> Database:
         if not hasattr(local, "db"):
-            local.db = db if threading.current_thread() is threading.main_thread() \
-                else Database(store_url)
+            local.db = db if threading.current_thread() is own_thread else Database(store_url)
         return local.db
 
     chunks = [records[i:i + len(records) // 10 + 1]
@@ -311,7 +318,7 @@ def run_scenario(store_url: str, logs: Path, *, mode: str, raising: bool) -> Out
         except BaseException as error:  # handed to the test's thread
             produced_error.append(error)
         finally:
-            if hasattr(local, "db"):
+            if hasattr(local, "db") and local.db is not db:
                 local.db.close()
 
     killed_at: list[int] = []
@@ -325,9 +332,11 @@ def run_scenario(store_url: str, logs: Path, *, mode: str, raising: bool) -> Out
         step = (high - low) // KILLS
         for n in range(KILLS):
             threshold = rng.randint(low + n * step, low + (n + 1) * step - 1)
+            # The restarted process commits something before it is killed again.
+            threshold = max(threshold, killed_at[-1] + 1 if killed_at else 0)
             eventually(progress(threshold), what=f"seed {seed}: {threshold} movements")
             consumer.kill()
-            killed_at.append(db.movements())
+            killed_at.append(db.movements(lane))
             consumer = start()
         producer_thread.join(timeout=DEADLINE)
         assert not producer_thread.is_alive(), f"seed {seed}: the producer did not finish"
@@ -339,8 +348,9 @@ def run_scenario(store_url: str, logs: Path, *, mode: str, raising: bool) -> Out
         stats = consumer.stop()
         letters_reader = DeadLetters(broker.bootstrap, f"{topic}.dlq")
         letters = letters_reader.read_to_end()
-        balances = dict(db.rows("SELECT id, balance FROM accounts"))
-        movements = dict(db.rows("SELECT event_id, count(*) FROM movements GROUP BY event_id"))
+        balances = dict(db.rows(f"SELECT id, balance FROM accounts_{lane}"))
+        movements = dict(db.rows(f"SELECT event_id, count(*) FROM movements_{lane}"
+                                 " GROUP BY event_id"))
     finally:
         for process in started:
             if process.alive():
@@ -421,19 +431,75 @@ def summary(outcome: Outcome, copies: collections.Counter) -> str:
             f"dead-lettered, {again} letters sent again; last process {outcome.stats}")
 
 
+LANES = {"sync": dict(mode="sync", raising=False), "async": dict(mode="async", raising=False),
+         "raising": dict(mode="sync", raising=True)}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def outcomes(request, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The scenario of each lane (LANES), run at the same time on one backend: three apps,
+    each on a topic and a group of its own, with tables of their own in one PostgreSQL
+    database or in a SQLite file each. Running them together overlaps the waits for the
+    dev broker's group after each SIGKILL (about 7 s each). Per lane its Outcome, or the
+    exception its run raised."""
+    logs = tmp_path_factory.mktemp(request.param)
+    with store_urls(request.param, logs) as url_of:
+        results: dict[str, Any] = {}
+
+        def run(lane: str) -> None:
+            try:
+                results[lane] = run_scenario(url_of(lane), logs, lane, **LANES[lane])
+            except BaseException as error:  # reported by the lane's own test
+                results[lane] = error
+
+        threads = [threading.Thread(target=run, args=(lane,)) for lane in LANES]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        yield results
+
+
+@contextlib.contextmanager
+def store_urls(backend: str, logs: Path) -> Iterator[Callable[[str], str]]:
+    """The store URL of each lane: a SQLite file per lane (one SQLite store is written by
+    one process at a time), or one new PostgreSQL database for all, dropped afterwards."""
+    if backend == "sqlite":
+        yield lambda lane: f"sqlite://{logs / f'{lane}.db'}"
+        return
+    import psycopg
+
+    from conftest import _postgres_dsn  # skips without IDEM_TEST_PG_DSN, as every PG test
+
+    dsn = _postgres_dsn()
+    name = "idem_py_outside_" + secrets.token_hex(6)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    try:
+        yield lambda lane: f"{dsn.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def outcome_of(outcomes: dict[str, Any], lane: str) -> Outcome:
+    result = outcomes[lane]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_balances_are_exact_across_sigkills_with_resends_and_malformed_records(
-        store_url, tmp_path, mode):
-    outcome = run_scenario(store_url, tmp_path, mode=mode, raising=False)
+def test_balances_are_exact_across_sigkills_with_resends_and_malformed_records(outcomes, mode):
+    outcome = outcome_of(outcomes, mode)
     check_effects(outcome, GOOD_ACCOUNTS)
     copies = check_letters(outcome)
     assert len(copies) == sum(1 for r in outcome.records if r.kind != "event")
     print(summary(outcome, copies))
 
 
-def test_a_raising_handler_commits_nothing_of_its_events_and_dead_letters_them(
-        store_url, tmp_path):
-    outcome = run_scenario(store_url, tmp_path, mode="sync", raising=True)
+def test_a_raising_handler_commits_nothing_of_its_events_and_dead_letters_them(outcomes):
+    outcome = outcome_of(outcomes, "raising")
     # The handler updated the balance and deferred the movement before raising: none of it
     # stays (the refused accounts stay at 0), and every other event is applied once.
     check_effects(outcome, GOOD_ACCOUNTS + ["bad-0", "bad-1", "err-0"])

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A consumer app as a user writes one: an idem.App whose handler keeps account balances.
 
-    balance_consumer.py --store URL --bootstrap HOST:PORT --topic T --group G
+    balance_consumer.py --store URL --bootstrap HOST:PORT --topic T --group G --lane L
                         [--mode sync|async] [--raising]
 
-Per deposit.v1 event the handler reads the account's balance, computes the new one in
+Its tables are accounts_L and movements_L (apps of several lanes may share a store). Per
+deposit.v1 event the handler reads the account's balance, computes the new one in
 Python and writes it back (a read-modify-write, so an effect applied twice or lost shows in
 the balance), and inserts one movement row. With --raising it does all of that and then
 raises for the accounts named `bad-*` (idem.DeadLetter) and `err-*` (ValueError), so the
@@ -30,6 +31,7 @@ def main() -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
+    parser.add_argument("--lane", required=True)
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
     parser.add_argument("--raising", action="store_true")
     parser.add_argument("--batch-size", type=int, default=50)
@@ -49,6 +51,11 @@ def main() -> int:
         "kafka.log_level": "3",
     })
 
+    accounts, movements = f"accounts_{args.lane}", f"movements_{args.lane}"
+    select = f"SELECT balance FROM {accounts} WHERE id = $1"
+    update = f"UPDATE {accounts} SET balance = $1 WHERE id = $2"
+    insert = f"INSERT INTO {movements} (event_id, account, amount) VALUES ($1, $2, $3)"
+
     def refuse(account: str) -> None:
         if not args.raising:
             return
@@ -61,28 +68,24 @@ def main() -> int:
         @app.handler(args.topic, type="deposit.v1")
         def on_deposit(event: idem.Event, tx: idem.Tx) -> None:
             account, amount = event.data["account"], event.data["amount"]
-            balance = tx.execute("SELECT balance FROM accounts WHERE id = $1", account).one().balance
-            tx.execute("UPDATE accounts SET balance = $1 WHERE id = $2", balance + amount, account)
-            tx.defer("INSERT INTO movements (event_id, account, amount) VALUES ($1, $2, $3)",
-                     str(event.id), account, amount)
+            balance = tx.execute(select, account).one().balance
+            tx.execute(update, balance + amount, account)
+            tx.defer(insert, str(event.id), account, amount)
             refuse(account)
     else:
         @app.handler(args.topic, type="deposit.v1")
         async def on_deposit_async(event: idem.Event, tx: idem.Tx) -> None:
             account, amount = event.data["account"], event.data["amount"]
-            balance = (await tx.execute("SELECT balance FROM accounts WHERE id = $1",
-                                        account)).one().balance
+            balance = (await tx.execute(select, account)).one().balance
             await asyncio.sleep(0)  # the handler gives way to the loop between statements
-            await tx.execute("UPDATE accounts SET balance = $1 WHERE id = $2", balance + amount,
-                             account)
-            tx.defer("INSERT INTO movements (event_id, account, amount) VALUES ($1, $2, $3)",
-                     str(event.id), account, amount)
+            await tx.execute(update, balance + amount, account)
+            tx.defer(insert, str(event.id), account, amount)
             refuse(account)
 
     stats = app.run()
-    print(json.dumps({name: getattr(stats, name) for name in (
-        "delivered", "processed", "duplicates", "dead_lettered", "retries", "transactions")}),
-        flush=True)
+    counts = stats if isinstance(stats, dict) else {name: getattr(stats, name) for name in (
+        "delivered", "processed", "duplicates", "dead_lettered", "retries", "transactions")}
+    print(json.dumps(counts, default=str), flush=True)
     return 0
 
 
