@@ -8,8 +8,9 @@ SIGKILLed at moments chosen by its progress (the movement count passing threshol
 started again each time; then it runs to the end of the topic and is stopped with
 SIGTERM. The database and the DLQ topic are then checked against what was sent:
 
-- every balance is the sum of the distinct events of its account, and there is exactly
-  one movement row per distinct event (no effect lost or applied twice);
+- every balance is the sum of the distinct events of its account, there is exactly
+  one movement row per distinct event (no effect lost or applied twice), and idem's dedup
+  marks of the group are exactly the events whose effects committed;
 - every malformed record is on `<topic>.dlq` (key and payload as sent, a `validation.*`
   class), and no valid event is. A letter may be there more than once: docs/dlq.md says a
   consumer killed between a letter's acknowledgement and the transaction recording it
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -244,6 +246,7 @@ class Outcome:
     records: list[Record]
     balances: dict[str, int]
     movements: dict[str, int]  # event id -> rows
+    marks: set[str]  # the event ids of the group's dedup marks (idem's processed_event)
     letters: list[Letter]
     killed_at: list[int]  # movement count at each SIGKILL
     stats: dict
@@ -351,6 +354,9 @@ def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: b
         balances = dict(db.rows(f"SELECT id, balance FROM accounts_{lane}"))
         movements = dict(db.rows(f"SELECT event_id, count(*) FROM movements_{lane}"
                                  " GROUP BY event_id"))
+        marks = {str(uuid.UUID(bytes=event_id) if isinstance(event_id, bytes) else event_id)
+                 for (event_id,) in db.rows("SELECT event_id FROM processed_event"
+                                            f" WHERE consumer_group = '{group}'")}
     finally:
         for process in started:
             if process.alive():
@@ -360,7 +366,8 @@ def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: b
             letters_reader.close()
         broker.close()
         db.close()
-    return Outcome(seed, records, balances, movements, letters, killed_at, stats, topic, group)
+    return Outcome(seed, records, balances, movements, marks, letters, killed_at, stats, topic,
+                   group)
 
 
 def is_refused(account: Optional[str]) -> bool:
@@ -386,6 +393,12 @@ def check_effects(outcome: Outcome, accounts: list[str]) -> None:
         f"{context}: {len(good - set(outcome.movements))} events lost, "
         f"{len(set(outcome.movements) - good)} movements of events that must have none")
     assert outcome.balances == expected_balances(outcome.records, accounts), context
+    # idem marked exactly the events whose effects committed: a dead-lettered event was
+    # unmarked with its effects (a replay of its letter applies it), a malformed record has
+    # no event to mark.
+    assert outcome.marks == good, (
+        f"{context}: {len(good - outcome.marks)} committed events unmarked, "
+        f"{len(outcome.marks - good)} marks of events without effects")
 
 
 def refusal(account: str) -> tuple[str, str]:
