@@ -4,8 +4,10 @@ A consumer app (outside/balance_consumer.py, an idem.App with a balance handler)
 a process of its own against `idem dev-broker` and a store on SQLite or PostgreSQL. A
 confluent-kafka producer sends deposits, about a tenth of them twice (same event, new
 offset), and records idem must dead-letter. While the records flow the consumer is
-SIGKILLed at moments chosen by its progress (the movement count passing thresholds), and
-started again each time; then it runs to the end of the topic and is stopped with
+SIGKILLed three times at moments chosen by its progress (the movement count passing random
+thresholds; for the second and third kill also a batch in flight: the handler, which logs
+each call to a file, has run for events whose effects have not committed yet), and started
+again each time; then it runs to the end of the topic and is stopped with
 SIGTERM. The database and the DLQ topic are then checked against what was sent:
 
 - every balance is the sum of the distinct events of its account, there is exactly
@@ -238,6 +240,26 @@ def committed_to_end(bootstrap: str, topic: str, group: str) -> bool:
         reader.close()
 
 
+class CallLog:
+    """The consumer's --runs-log (an event id per handler call), read as it grows."""
+
+    def __init__(self, path: Path, good: set[str]):
+        self.path, self.good = path, good
+        self.read, self.good_lines = 0, 0
+
+    def good_calls(self) -> int:
+        """Calls so far for the events in `good` (complete lines only)."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as log:
+            log.seek(self.read)
+            text = log.read()
+        complete = text[:text.rfind(b"\n") + 1]
+        self.read += len(complete)
+        self.good_lines += sum(1 for line in complete.decode().split() if line in self.good)
+        return self.good_lines
+
+
 @dataclasses.dataclass
 class Outcome:
     """What a scenario left behind, and what was sent."""
@@ -252,6 +274,7 @@ class Outcome:
     stats: dict
     topic: str
     group: str
+    run_again: int  # events whose handler ran more than once (a batch undone, or re-run)
 
 
 def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: bool) -> Outcome:
@@ -275,13 +298,27 @@ def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: b
         db.execute(f"INSERT INTO accounts_{lane} VALUES ('{account}', 0)")
 
     broker = DevBroker(topic)
+    runs_log = logs / f"runs-{lane}.txt"  # the handler's calls (see inside_a_batch)
     args = ["--store", store_url, "--bootstrap", broker.bootstrap, "--topic", topic,
-            "--group", group, "--lane", lane, "--mode", mode] + (["--raising"] if raising else [])
+            "--group", group, "--lane", lane, "--mode", mode,
+            "--runs-log", str(runs_log)] + (["--raising"] if raising else [])
     started: list[ConsumerProcess] = []
 
+    calls = CallLog(runs_log, good)
+    since_start = {}
+
     def start() -> ConsumerProcess:
+        since_start.update(calls=calls.good_calls(), movements=db.movements(lane))
         started.append(ConsumerProcess(args, logs, f"{lane}-{len(started)}"))
         return started[-1]
+
+    def inside_a_batch() -> bool:
+        """Whether the running process has called its handler for good events whose
+        effects have not committed: a batch is in flight. True as well once every good
+        event is in, so that the wait ends."""
+        called = calls.good_calls() - since_start["calls"]  # read first: then a commit in
+        movements = db.movements(lane)  # between can only make this False
+        return called > movements - since_start["movements"] or movements >= len(good)
 
     def progress(at_least: int) -> Callable[[], bool]:
         def reached() -> bool:
@@ -338,6 +375,9 @@ def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: b
             # The restarted process commits something before it is killed again.
             threshold = max(threshold, killed_at[-1] + 1 if killed_at else 0)
             eventually(progress(threshold), what=f"seed {seed}: {threshold} movements")
+            if n > 0:  # the first kill falls where it falls; the others inside a batch
+                eventually(inside_a_batch, interval=0.002,
+                           what=f"seed {seed}: a batch in flight after {threshold} movements")
             consumer.kill()
             killed_at.append(db.movements(lane))
             consumer = start()
@@ -366,8 +406,9 @@ def run_scenario(store_url: str, logs: Path, lane: str, *, mode: str, raising: b
             letters_reader.close()
         broker.close()
         db.close()
+    runs = collections.Counter(runs_log.read_text().split())
     return Outcome(seed, records, balances, movements, marks, letters, killed_at, stats, topic,
-                   group)
+                   group, sum(1 for n in runs.values() if n > 1))
 
 
 def is_refused(account: Optional[str]) -> bool:
@@ -440,8 +481,9 @@ def check_letters(outcome: Outcome) -> collections.Counter:
 
 def summary(outcome: Outcome, copies: collections.Counter) -> str:
     again = sum(n - 1 for n in copies.values())
-    return (f"seed {outcome.seed}: killed at {outcome.killed_at} movements; {len(copies)} records "
-            f"dead-lettered, {again} letters sent again; last process {outcome.stats}")
+    return (f"seed {outcome.seed}: killed at {outcome.killed_at} movements; handler ran again "
+            f"for {outcome.run_again} events; {len(copies)} records dead-lettered, {again} "
+            f"letters sent again; last process {outcome.stats}")
 
 
 LANES = {"sync": dict(mode="sync", raising=False), "async": dict(mode="async", raising=False),

@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
     parser.add_argument("--raising", action="store_true")
     parser.add_argument("--batch-size", type=int, default=50)
+    parser.add_argument("--runs-log", help="a file that gets each handler call's event id")
     args = parser.parse_args()
 
     app = idem.App(settings={
@@ -56,6 +57,13 @@ def main() -> int:
     update = f"UPDATE {accounts} SET balance = $1 WHERE id = $2"
     insert = f"INSERT INTO {movements} (event_id, account, amount) VALUES ($1, $2, $3)"
 
+    def log_run(event: idem.Event) -> None:
+        # An effect outside the transaction, as a user's log line: it shows the calls whose
+        # batch did not commit (killed, or run again with savepoints).
+        if args.runs_log:
+            with open(args.runs_log, "a") as runs:
+                runs.write(f"{event.id}\n")
+
     def refuse(account: str) -> None:
         if not args.raising:
             return
@@ -71,6 +79,7 @@ def main() -> int:
             balance = tx.execute(select, account).one().balance
             tx.execute(update, balance + amount, account)
             tx.defer(insert, str(event.id), account, amount)
+            log_run(event)
             refuse(account)
     else:
         @app.handler(args.topic, type="deposit.v1")
@@ -80,6 +89,7 @@ def main() -> int:
             await asyncio.sleep(0)  # the handler gives way to the loop between statements
             await tx.execute(update, balance + amount, account)
             tx.defer(insert, str(event.id), account, amount)
+            log_run(event)
             refuse(account)
 
     stats = app.run()
