@@ -429,7 +429,8 @@ def check_effects(outcome: Outcome, accounts: list[str]) -> None:
     good = {r.event_id for r in outcome.records
             if r.kind == "event" and not is_refused(r.account)}
     doubled = {event_id: n for event_id, n in outcome.movements.items() if n != 1}
-    assert not doubled, f"{context}: events with more than one movement: {list(doubled.items())[:5]}"
+    assert not doubled, (
+        f"{context}: events with more than one movement: {list(doubled.items())[:5]}")
     assert set(outcome.movements) == good, (
         f"{context}: {len(good - set(outcome.movements))} events lost, "
         f"{len(set(outcome.movements) - good)} movements of events that must have none")
