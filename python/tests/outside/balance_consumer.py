@@ -2,14 +2,16 @@
 """A consumer app as a user writes one: an idem.App whose handler keeps account balances.
 
     balance_consumer.py --store URL --bootstrap HOST:PORT --topic T --group G --lane L
-                        [--mode sync|async] [--raising]
+                        [--mode sync|async] [--raising] [--runs-log FILE]
 
 Its tables are accounts_L and movements_L (apps of several lanes may share a store). Per
 deposit.v1 event the handler reads the account's balance, computes the new one in
 Python and writes it back (a read-modify-write, so an effect applied twice or lost shows in
 the balance), and inserts one movement row. With --raising it does all of that and then
 raises for the accounts named `bad-*` (idem.DeadLetter) and `err-*` (ValueError), so the
-effects of those events exist in the transaction until idem rolls them back.
+effects of those events exist in the transaction until idem rolls them back. With
+--runs-log each call appends its event id to FILE, outside the transaction, so the calls
+whose batch did not commit can be seen.
 
 It runs until SIGTERM, then prints the App's stats as one JSON line and exits 0. The tests
 in test_handlers_outside.py SIGKILL it at moments of their choosing and start it again.
