@@ -2,7 +2,7 @@
 
     scripts/with-postgres.sh /usr/bin/python3 bench/python_handlers.py \
         --idem build-rel/cli/idem --pythonpath build-rel/python \
-        [--events 200000] [--partitions 8] [--batch 1000] [--rounds 5] \
+        [--events 200000] [--partitions 32] [--batch 1000] [--rounds 5] \
         [--variants compiled,sync,async] [--poll-ms 25] [--profile-dir DIR]
 
 (bench/python-handlers.sh does exactly this.) Three variants do the same work: one
@@ -16,7 +16,8 @@ The server is switched to fsync=on and full_page_writes=on first (scripts/with-p
 starts it with both off; bench/postgres_durable.hpp does the same for the C++ benchmarks)
 and the settings in force are printed. One `idem dev-broker` serves the whole run; the
 events (order.confirmed.v1, a UUIDv7 id each, no duplicates) are produced once, before
-the rounds. Every run is a process of its own with a fresh consumer group and a fresh
+the rounds, on 32 partitions by default: the dev broker keeps about 5 MiB per partition and
+silently drops older records (the driver checks the watermarks after producing). Every run is a process of its own with a fresh consumer group and a fresh
 database (migrated with `idem migrate --reference` and CHECKPOINTed before the process
 starts), and the rounds rotate which variant goes first, so that load changing on a
 shared machine hits every variant alike.
@@ -55,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 HERE = Path(__file__).resolve().parent
 COUNT_APP = HERE / "python" / "count_app.py"
@@ -157,6 +158,18 @@ def produce(brokers: str, topic: str, partitions: int, n: int) -> None:
         producer.poll(0)
     if producer.flush(120) != 0 or failures:
         raise RuntimeError(f"produce: {len(failures)} failed deliveries, e.g. {failures[:1]}")
+    # The dev broker (librdkafka's mock cluster) keeps about 5 MiB per partition and drops
+    # the oldest records beyond it without an error: check that every record is there.
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": "pyb-watermarks",
+                         "log_level": 3})
+    kept = 0
+    for partition in range(partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        kept += high - low
+    consumer.close()
+    if kept != n:
+        raise RuntimeError(f"the broker holds {kept} of the {n} records produced: use more "
+                           f"partitions (about 2 MiB of records per partition at most)")
 
 
 # ---- one run ---------------------------------------------------------------------------
@@ -243,12 +256,17 @@ def run_once(args, variant: str, rnd: int, brokers: str, profile: str = "",
         perf = None
         first = last = None
         deadline = time.monotonic() + args.timeout
+        progress = (time.monotonic(), -1)  # the last time the count moved
         try:
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     break
                 n = done_count(port)
                 t = time.monotonic()
+                if n is not None and n != progress[1]:
+                    progress = (t, n)
+                elif t - progress[0] > args.stall:
+                    break
                 if n is not None and n > 0:
                     try:
                         cpu = process_cpu_seconds(proc.pid)
@@ -343,10 +361,12 @@ def profile_runs(args, brokers: str) -> None:
             data = str(out / f"perf-{v}.data")
             r = run_once(args, v, 0, brokers, perf_out=data)
             log(f"perf run {v}: {r.rate:,.0f} ev/s (under perf)")
+            text = subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio",
+                                   "--sort", "comm,dso,symbol", "--percent-limit", "0.7", "-g",
+                                   "none"], capture_output=True, text=True, check=False).stdout
             with open(out / f"perf-{v}.txt", "w", encoding="utf-8") as f:
-                subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio",
-                                "--sort", "comm,dso,symbol", "--percent-limit", "0.7", "-g",
-                                "none"], stdout=f, stderr=subprocess.DEVNULL, check=False)
+                f.write("\n".join(re.sub(r"\s+-\s+-\s*$", "", line)[:200].rstrip()
+                                  for line in text.splitlines()) + "\n")
         if v != "compiled":
             path = str(out / f"cprofile-{v}.txt")
             r = run_once(args, v, 0, brokers, profile=path)
@@ -361,13 +381,15 @@ def main() -> int:
     p.add_argument("--dsn", default=os.environ.get("IDEM_BENCH_PG_DSN")
                    or os.environ.get("IDEM_TEST_PG_DSN"))
     p.add_argument("--events", type=int, default=200_000)
-    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--partitions", type=int, default=32)
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--topic", default="bench.order.confirmed")
     p.add_argument("--poll-ms", type=float, default=25)
     p.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
+    p.add_argument("--stall", type=float, default=60,
+                   help="give up a run when its count has not moved for this many seconds")
     p.add_argument("--serve", action="store_true",
                    help="Python variants run `await app.serve()` instead of app.run()")
     p.add_argument("--profile-dir", default="")
