@@ -72,28 +72,28 @@ def main() -> None:
         if args.profile:
 
             @app.handler(args.topic)
-            def on_event_profiled(event: idem.Event, tx: idem.Tx) -> None:
+            def on_event_profiled(event, tx) -> None:
                 profile_this_thread()
                 tx.defer(INSERT, group, event.id, event.topic, event.partition, event.offset)
 
         else:
 
             @app.handler(args.topic)
-            def on_event(event: idem.Event, tx: idem.Tx) -> None:
+            def on_event(event, tx) -> None:
                 tx.defer(INSERT, group, event.id, event.topic, event.partition, event.offset)
 
     else:
         if args.profile:
 
             @app.handler(args.topic)
-            async def on_event_async_profiled(event: idem.Event, tx: idem.Tx) -> None:
+            async def on_event_async_profiled(event, tx) -> None:
                 profile_this_thread()
                 tx.defer(INSERT, group, event.id, event.topic, event.partition, event.offset)
 
         else:
 
             @app.handler(args.topic)
-            async def on_event_async(event: idem.Event, tx: idem.Tx) -> None:
+            async def on_event_async(event, tx) -> None:
                 tx.defer(INSERT, group, event.id, event.topic, event.partition, event.offset)
 
     print(f"consuming {args.topic} as {group} ({args.mode})", flush=True)
@@ -106,12 +106,10 @@ def main() -> None:
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
         with open(args.profile, "w", encoding="utf-8") as f:
             f.write(out.getvalue())
-    print(
-        f"stopped: delivered={stats.delivered} processed={stats.processed} "
-        f"duplicates={stats.duplicates} dead_lettered={stats.dead_lettered} "
-        f"retries={stats.retries} transactions={stats.transactions}",
-        flush=True,
-    )
+    names = ("delivered", "processed", "duplicates", "dead_lettered", "retries", "transactions")
+    # idem.Stats (attributes) or a dict of the same names.
+    values = {n: stats[n] if isinstance(stats, dict) else getattr(stats, n) for n in names}
+    print("stopped: " + " ".join(f"{n}={v}" for n, v in values.items()), flush=True)
 
 
 if __name__ == "__main__":
