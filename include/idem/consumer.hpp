@@ -384,14 +384,16 @@ class EffectTopicHandler {
   /// The apply phase: `event` as parse_owned() made it, `result` as done() gave it.
   virtual Outcome apply(const void* event, const void* result, const RecordInfo& record,
                         Transaction& tx) = 0;
+  /// What brackets the apply phases of one pass, or null.
+  [[nodiscard]] virtual const HandlerScope* scope() const noexcept { return nullptr; }
 };
 
 template <class Event, class Result>
 class TypedEffectTopicHandler final : public EffectTopicHandler {
  public:
   explicit TypedEffectTopicHandler(EffectHandler<Event, Result> handler,
-                                   RecordParser<Event> parser = {})
-      : handler_(std::move(handler)), parser_(std::move(parser)) {}
+                                   RecordParser<Event> parser = {}, HandlerScope scope = {})
+      : handler_(std::move(handler)), parser_(std::move(parser)), scope_(std::move(scope)) {}
 
   Owned parse_owned(const RecordInfo& record, const ParseLimits& limits) override {
     Validated<Event> parsed = parse_record(parser_, record, limits);
@@ -414,10 +416,14 @@ class TypedEffectTopicHandler final : public EffectTopicHandler {
     return handler_.apply(*static_cast<const Event*>(event), record,
                           *static_cast<const Result*>(result), tx);
   }
+  [[nodiscard]] const HandlerScope* scope() const noexcept override {
+    return scope_.enter || scope_.leave ? &scope_ : nullptr;
+  }
 
  private:
   EffectHandler<Event, Result> handler_;
   RecordParser<Event> parser_;
+  HandlerScope scope_;
 };
 
 }  // namespace detail
@@ -457,15 +463,17 @@ class Consumer {
   }
 
   /// The same with a parser of its own instead of EventCodec<Event>::parse (RecordParser):
-  /// for events whose format is configured at run time.
+  /// for events whose format is configured at run time; `scope` brackets the handler's
+  /// calls of each batch (HandlerScope).
   /// \throws Error(InvalidArgument, Config) as on(), or when `parser` is empty.
   template <class Event>
-  void on(std::string topic, RecordParser<Event> parser, Handler<Event> handler) {
+  void on(std::string topic, RecordParser<Event> parser, Handler<Event> handler,
+          HandlerScope scope = {}) {
     const bool complete = static_cast<bool>(handler) && static_cast<bool>(parser);
-    add_topic_handler(
-        std::move(topic),
-        std::make_unique<detail::TypedTopicHandler<Event>>(std::move(handler), std::move(parser)),
-        complete);
+    add_topic_handler(std::move(topic),
+                      std::make_unique<detail::TypedTopicHandler<Event>>(
+                          std::move(handler), std::move(parser), std::move(scope)),
+                      complete);
   }
 
   /// Registers an effect handler for the events on `topic` (see EffectHandler): call
@@ -484,16 +492,17 @@ class Consumer {
         complete);
   }
 
-  /// The same with a parser of its own (RecordParser), as the second on().
+  /// The same with a parser of its own (RecordParser), as the second on(); `scope`
+  /// brackets the apply phases of each batch (HandlerScope).
   /// \throws Error(InvalidArgument, Config) as on_effect(), or when `parser` is empty.
   template <class Event, class Result>
   void on_effect(std::string topic, RecordParser<Event> parser,
-                 EffectHandler<Event, Result> handler) {
+                 EffectHandler<Event, Result> handler, HandlerScope scope = {}) {
     const bool complete = static_cast<bool>(handler.call) && static_cast<bool>(handler.apply) &&
                           static_cast<bool>(parser);
     add_effect_topic_handler(std::move(topic),
                              std::make_unique<detail::TypedEffectTopicHandler<Event, Result>>(
-                                 std::move(handler), std::move(parser)),
+                                 std::move(handler), std::move(parser), std::move(scope)),
                              complete);
   }
 
@@ -504,11 +513,11 @@ class Consumer {
   ///   the stop when the final offset commit or leaving the group
   ///   could not be done in time (the message says which; the uncommitted events are
   ///   redelivered and deduplicated); rethrows what a hook throws (after the orderly
-  ///   close described at ConsumerHooks::at). Handler exceptions and transient database
-  ///   errors never escape: they become retries or dead letters. Error(Schema) before
-  ///   the first poll when the store's idem schema is missing, older than this idem needs
-  ///   or newer than it knows. A store error that redoing cannot fix on idem's own
-  ///   statements (dedup marks, retention declarations: a dropped table, a revoked
+  ///   close described at ConsumerHooks::at), and a handler's StopConsumer the same way.
+  ///   Other handler exceptions and transient database errors never escape: they become retries or
+  ///   dead letters. Error(Schema) before the first poll when the store's idem schema is missing,
+  ///   older than this idem needs or newer than it knows. A store error that redoing cannot fix on
+  ///   idem's own statements (dedup marks, retention declarations: a dropped table, a revoked
   ///   privilege) stops run() the same orderly way (only offsets of what the database
   ///   committed are committed) and is thrown as an Error whose message says
   ///   "stopping: the store refused a statement for good" and what to do

@@ -100,6 +100,27 @@ using Handler = std::function<Outcome(const Event&, const RecordInfo&, Transacti
 template <class Event>
 using RecordParser = std::function<Validated<Event>(const RecordInfo& record, const ParseLimits&)>;
 
+/// Brackets the calls of one topic handler in one pass over a batch, on the run() thread:
+/// `enter` before its first call, `leave` after its last (also when a call throws). A
+/// binding to a language with a global interpreter lock (Python's GIL) takes the lock once
+/// per batch here instead of once per event. A batch whose optimistic pass gave up runs
+/// its handlers again (see Handler), so a batch may enter and leave twice. Either
+/// function may be empty.
+struct HandlerScope {
+  std::function<void()> enter;
+  std::function<void()> leave;
+};
+
+/// Thrown by a handler (or an effect's apply phase) to stop the consumer at once: the
+/// batch's transaction rolls back, so nothing of the batch in progress commits; the
+/// offsets of the batches committed before it are committed, the consumer leaves its
+/// group, and run() rethrows this exception. Deliberately not a std::exception, so that
+/// nothing which turns a handler's errors into retries or dead letters takes it for one.
+/// (The Python binding throws it for a KeyboardInterrupt raised in a handler.)
+struct StopConsumer {
+  std::string reason;
+};
+
 namespace detail {
 
 /// A topic's handler, type-erased: a reusable buffer of parsed events plus the handler.
@@ -119,6 +140,8 @@ class TopicHandler {
                                               const ParseLimits& limits) = 0;
   /// Runs the handler on slot `slot` (which parse() filled).
   virtual Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) = 0;
+  /// What brackets the handler's calls of one pass, or null.
+  [[nodiscard]] virtual const HandlerScope* scope() const noexcept { return nullptr; }
 };
 
 /// EventCodec<Event>::parse, or `parser` when one is given.
@@ -163,8 +186,9 @@ class EventSlots {
 template <class Event>
 class TypedTopicHandler final : public TopicHandler {
  public:
-  explicit TypedTopicHandler(Handler<Event> handler, RecordParser<Event> parser = {})
-      : handler_(std::move(handler)), events_(std::move(parser)) {}
+  explicit TypedTopicHandler(Handler<Event> handler, RecordParser<Event> parser = {},
+                             HandlerScope scope = {})
+      : handler_(std::move(handler)), events_(std::move(parser)), scope_(std::move(scope)) {}
 
   void reset(std::size_t n) override { events_.reset(n); }
   Validated<Uuid> parse(std::size_t slot, const RecordInfo& record,
@@ -174,10 +198,14 @@ class TypedTopicHandler final : public TopicHandler {
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
     return handler_(events_[slot], record, tx);
   }
+  [[nodiscard]] const HandlerScope* scope() const noexcept override {
+    return scope_.enter || scope_.leave ? &scope_ : nullptr;
+  }
 
  private:
   Handler<Event> handler_;
   EventSlots<Event> events_;
+  HandlerScope scope_;
 };
 
 }  // namespace detail

@@ -18,3 +18,12 @@ class StoreError(Exception):
         self.source = source
         self.detail = detail
         self.transient = transient
+
+
+class ConfigError(ValueError):
+    """The configuration is wrong: every problem at once. ``problems`` lists them as
+    (key, where the value came from, what is wrong)."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str, str]]):
+        super().__init__(message)
+        self.problems = problems

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "consumer_binding.hpp"
+#include "idem/config.hpp"
 #include "idem/error.hpp"
 #include "idem/uuid.hpp"
 #include "outbox_binding.hpp"
@@ -21,6 +23,15 @@ PYBIND11_MODULE(_idem, module) {
   py::register_exception_translator([](std::exception_ptr raised) {
     try {
       if (raised) std::rethrow_exception(raised);
+    } catch (const idem::ConfigError& e) {
+      // Every problem of the configuration at once, each with its key and where its value
+      // came from (a file and line, a variable, the App's settings).
+      py::list problems;
+      for (const idem::ConfigProblem& p : e.problems())
+        problems.append(py::make_tuple(p.key, p.origin.describe(), p.message));
+      const py::object type = py::module_::import("idem.errors").attr("ConfigError");
+      const py::object error = type(e.what(), problems);
+      PyErr_SetObject(type.ptr(), error.ptr());
     } catch (const idem::Error& e) {
       const py::object type = py::module_::import("idem.errors").attr("StoreError");
       const py::object error =
@@ -40,4 +51,5 @@ PYBIND11_MODULE(_idem, module) {
 
   idem::python::bind_store(module);
   idem::python::bind_outbox(module);
+  idem::python::bind_consumer(module);
 }

@@ -403,6 +403,89 @@ TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
             std::string::npos);
 }
 
+// A binding to a language with a global lock (Python's GIL) takes it once per batch: the
+// handler's scope is entered before its first call of a pass and left after its last, on
+// the run() thread, and no call happens outside it.
+TEST_F(ConsumerTest, AHandlerScopeBracketsTheCallsOfEachPass) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 20; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+
+  ConsumerConfig config = config_for(topic, group);
+  config.batch_window = 500ms;  // the whole topic in one batch
+  std::atomic<int> depth{0};
+  std::atomic<int> entered{0};
+  std::atomic<int> calls{0};
+  std::atomic<int> calls_outside{0};
+  auto c = std::make_unique<Consumer>(config, open_store(db_url_));
+  c->on<OrderConfirmed>(
+      topic, RecordParser<OrderConfirmed>([](const RecordInfo& r, const ParseLimits& limits) {
+        return EventCodec<OrderConfirmed>::parse(r.payload, limits);
+      }),
+      Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        ++calls;
+        if (depth.load() != 1) ++calls_outside;
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      }),
+      HandlerScope{[&] {
+                     ++depth;
+                     ++entered;
+                   },
+                   [&] { --depth; }});
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 20; }));
+  ASSERT_TRUE(consumer.stop());
+
+  EXPECT_EQ(calls.load(), 20);
+  EXPECT_EQ(calls_outside.load(), 0) << "a handler call ran outside its scope";
+  EXPECT_EQ(depth.load(), 0) << "a scope was entered and not left";
+  EXPECT_GE(entered.load(), 1);
+  EXPECT_LE(static_cast<std::uint64_t>(entered.load()), consumer->stats().transactions)
+      << "the scope was entered per event, not per batch";
+}
+
+// A handler that throws StopConsumer stops the consumer at once: nothing of its batch
+// commits (neither the effects nor the marks of the events before it), no offset of it is
+// committed, and run() rethrows it.
+TEST_F(ConsumerTest, StopConsumerFromAHandlerCommitsNothingOfItsBatch) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+
+  ConsumerConfig config = config_for(topic, group);
+  config.batch_window = 500ms;
+  auto c = std::make_unique<Consumer>(config, open_store(db_url_));
+  c->on<OrderConfirmed>(topic, Handler<OrderConfirmed>([](const OrderConfirmed& e,
+                                                          const RecordInfo& r, Transaction& tx) {
+                          record_effect(tx, e.event_id, r);
+                          if (e.order_id == 3) throw StopConsumer{"interrupted in order 3"};
+                          return Outcome::Done;
+                        }));
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return consumer.finished(); }));
+  ASSERT_TRUE(consumer.error());
+  try {
+    std::rethrow_exception(consumer.error());
+  } catch (const StopConsumer& stop) {
+    EXPECT_EQ(stop.reason, "interrupted in order 3");
+  } catch (...) {
+    ADD_FAILURE() << "run() threw something else than the handler's StopConsumer";
+  }
+  EXPECT_EQ(effects(group), 0);
+  auto tx = observer_->begin();
+  EXPECT_EQ(
+      tx->execute("SELECT count(*) FROM processed_event WHERE consumer_group = $1", group)[0].int64(
+          0),
+      0);
+  EXPECT_EQ(test::committed_offsets(broker_->bootstrap_servers(), group, topic, 1),
+            std::vector<std::int64_t>{-1});
+}
+
 TEST_F(ConsumerTest, RetryPausesOnlyThatPartition) {
   const std::string topic = make_topic(2);
   const std::string group = unique_name("g");

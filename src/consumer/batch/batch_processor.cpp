@@ -212,6 +212,24 @@ void BatchProcessor::tally_routes(BatchResult& result) const {
   }
 }
 
+BatchProcessor::EnteredScopes::EnteredScopes(std::span<const Item> items) {
+  for (const Item& item : items) {
+    if (!item.valid) continue;
+    const HandlerScope* scope =
+        item.staged != nullptr ? item.staged->handler->scope() : item.handler->scope();
+    if (scope == nullptr || std::find(entered_.begin(), entered_.end(), scope) != entered_.end())
+      continue;
+    if (scope->enter) scope->enter();
+    entered_.push_back(scope);
+  }
+}
+
+BatchProcessor::EnteredScopes::~EnteredScopes() {
+  for (auto it = entered_.rbegin(); it != entered_.rend(); ++it) {
+    if ((*it)->leave) (*it)->leave();
+  }
+}
+
 void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
   for (const RouteTally& t : result.routes) {
     RouteStats& counts = delta.route(t.route);
@@ -221,6 +239,7 @@ void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
 }
 
 bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule) {
+  const EnteredScopes scopes(items_);
   try {
     if (!ids_.empty()) {
       tx_ = store_.begin();
@@ -321,6 +340,8 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
       Outcome outcome = Outcome::Done;
       try {
         outcome = invoke(item, record_info(*item.msg), *tx);
+      } catch (const HookAbort&) {
+        throw;
       } catch (...) {
         return false;  // the isolated pass classifies the exception
       }
@@ -353,6 +374,8 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
         error_class = "handler.retry";
         error_message = std::move(reason);
       }
+    } catch (const HookAbort&) {
+      throw;
     } catch (const Error& e) {
       // A statement no event could make work (a missing table, a revoked privilege) would
       // dead-letter every event after this one: stop instead (fail_all says why).
@@ -424,6 +447,17 @@ bool BatchProcessor::process_group(Pass pass, const Group& g, Transaction* tx, B
 }
 
 Outcome BatchProcessor::invoke(const Item& item, const RecordInfo& info, Transaction& tx) {
+  try {
+    return invoke_unguarded(item, info, tx);
+  } catch (const StopConsumer&) {
+    // The handler stops the consumer: as if the process had died in it (nothing of the
+    // batch commits), then an orderly close, and run() rethrows it.
+    throw HookAbort{std::current_exception()};
+  }
+}
+
+Outcome BatchProcessor::invoke_unguarded(const Item& item, const RecordInfo& info,
+                                         Transaction& tx) {
   if (item.staged == nullptr) return item.handler->invoke(item.slot, info, tx);
   // An effect topic's record: its call decided, the apply phase writes the call's result.
   // A call that asked for a retry, or none finished (the mark found the event new although

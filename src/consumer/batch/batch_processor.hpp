@@ -153,8 +153,22 @@ class BatchProcessor {
   [[nodiscard]] BatchResult prepare_inputs(const RetrySchedule& schedule, bool rows_now);
   /// Orders inputs_ by partition and admits each record (a handler's is parsed here).
   void admit();
-  /// Runs the item's handler, or the apply phase of its call.
+  /// Runs the item's handler, or the apply phase of its call. \throws HookAbort for a
+  /// handler's StopConsumer.
   Outcome invoke(const Item& item, const RecordInfo& info, Transaction& tx);
+  Outcome invoke_unguarded(const Item& item, const RecordInfo& info, Transaction& tx);
+  /// The scopes (HandlerScope) of the handlers of a pass's records, entered for the pass
+  /// and left in reverse order when it ends, however it ends.
+  class EnteredScopes {
+   public:
+    explicit EnteredScopes(std::span<const Item> items);
+    ~EnteredScopes();
+    EnteredScopes(const EnteredScopes&) = delete;
+    EnteredScopes& operator=(const EnteredScopes&) = delete;
+
+   private:
+    std::vector<const HandlerScope*> entered_;
+  };
   void run_transaction(BatchResult& result, const RetrySchedule& schedule);
   /// Runs one pass, leaving its transaction in tx_. Returns false when the optimistic
   /// pass gave up (its transaction is rolled back and `result` must be reset); true when
