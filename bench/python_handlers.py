@@ -242,7 +242,7 @@ def command(args, variant: str, db: str, brokers: str, group: str, port: int,
 def run_once(args, variant: str, rnd: int, brokers: str, profile: str = "",
              perf_out: str = "") -> Run:
     run = Run(variant, rnd)
-    name = f"idem_pyb_{variant}_{rnd}_{secrets.token_hex(3)}"
+    name = f"idem_pyb_{variant.replace('-', '_')}_{rnd}_{secrets.token_hex(3)}"
     group = f"pyb-{variant}-{rnd}-{secrets.token_hex(3)}"
     db = database_url(args.dsn, name)
     with pg(args.dsn) as c:
