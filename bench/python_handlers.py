@@ -51,6 +51,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -418,7 +419,6 @@ def main() -> int:
     print(f"start: {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC, "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
-    import tempfile
     args.workdir = tempfile.mkdtemp(prefix="idem-pyb-")
     broker = subprocess.Popen([args.idem, "dev-broker", "--topic",
                                f"{args.topic}:{args.partitions}", "--no-stdin"],
