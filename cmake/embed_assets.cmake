@@ -1,8 +1,8 @@
-# The web console's files (src/console/assets/) compiled into the binary, so `idem console`
+# The web console's files (src/components/console/assets/) compiled into the binary, so `idem console`
 # serves them with no file on disk and no network: a generated C++ source with one
 # idem::console::Asset per file (URL path, content type, the bytes as a raw string).
 function(idem_embed_assets out_cpp)
-  set(body "// Generated from src/console/assets/ by cmake/embed_assets.cmake. Do not edit.\n")
+  set(body "// Generated from src/components/console/assets/ by cmake/embed_assets.cmake. Do not edit.\n")
   string(APPEND body "#include \"console/assets.hpp\"\n\nnamespace idem::console {\n")
   string(APPEND body "std::span<const Asset> assets() {\n  static const Asset all[] = {\n")
   foreach(f IN LISTS ARGN)

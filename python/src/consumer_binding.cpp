@@ -90,8 +90,8 @@ class PythonConsumer {
     return all;
   }
 
-  void add_topic(const std::string& topic, const std::string& format,
-                 const std::string& id_pointer, const std::string& type_pointer,
+  void add_topic(const std::string& topic, const std::string& format, const std::string& id_pointer,
+                 const std::string& type_pointer,
                  const std::vector<std::optional<std::string>>& types, py::object dispatch,
                  py::object request) {
     EventReaderOptions options;
@@ -218,10 +218,11 @@ class PythonConsumer {
       if (t->calls()) {
         consumer.on_effect<PythonEvent, HttpAnswer>(
             t->name(), std::move(parser),
-            {.call = [t](const PythonEvent& event, const RecordInfo& record,
-                         const CallCompletion<HttpAnswer>& done) {
-               t->start_call(event, record, done);
-             },
+            {.call =
+                 [t](const PythonEvent& event, const RecordInfo& record,
+                     const CallCompletion<HttpAnswer>& done) {
+                   t->start_call(event, record, done);
+                 },
              .apply = [t](const PythonEvent& event, const RecordInfo& record,
                           const HttpAnswer& answer,
                           Transaction& tx) { return t->invoke(event, record, tx, &answer); },

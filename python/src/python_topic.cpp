@@ -64,8 +64,8 @@ EventFormat event_format(const std::string& name) {
 }
 
 PythonTopic::PythonTopic(std::string name, EventReaderOptions options,
-                         const std::vector<std::optional<std::string>>& types,
-                         py::object dispatch, py::object request)
+                         const std::vector<std::optional<std::string>>& types, py::object dispatch,
+                         py::object request)
     : name_(std::move(name)),
       reader_(std::move(options)),
       dispatch_(std::move(dispatch)),
@@ -127,12 +127,8 @@ Outcome PythonTopic::invoke(const PythonEvent& event, const RecordInfo& record, 
   if (outcome.is_none()) return Outcome::Done;
   const auto [code, text] = outcome.cast<std::pair<int, std::string>>();
   switch (static_cast<Answer>(code)) {
-    case Answer::Retry:
-      record.dead_letter_reason(text);
-      return Outcome::Retry;
-    case Answer::DeadLetter:
-      record.dead_letter_reason(text);
-      return Outcome::DeadLetter;
+    case Answer::Retry: record.dead_letter_reason(text); return Outcome::Retry;
+    case Answer::DeadLetter: record.dead_letter_reason(text); return Outcome::DeadLetter;
     case Answer::StoreError:
       if (store_error) std::rethrow_exception(store_error);
       break;

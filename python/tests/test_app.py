@@ -217,7 +217,9 @@ def test_numbers_keep_their_digits_and_async_handlers_await_their_transaction(st
         await asyncio.sleep(0)  # something of asyncio: the coroutine goes through the loop
         present = await tx.execute("SELECT count(*) AS n FROM amounts")
         assert present.scalar() == 0
-        tx.defer("INSERT INTO amounts VALUES ($1, $2, $3)", ev.id, str(ev.data["amount"]),
+        # Money on SQLite (docs/python.md, "Values"): a Decimal bound to a TEXT column keeps
+        # its digits, as on PostgreSQL.
+        tx.defer("INSERT INTO amounts VALUES ($1, $2, $3)", ev.id, ev.data["amount"],
                  ev.data["n"])
 
     running = Running(app)
@@ -308,4 +310,81 @@ def test_a_topic_without_group_is_refused_before_it_runs(sqlite_url, brokers):
         pass
 
     with pytest.raises(idem.ConfigError, match="consumer.group"):
+        app.run()
+
+
+def test_serve_keeps_the_programs_loop_free_and_stops_when_cancelled(sqlite_url, brokers):
+    topic = fresh_topic("served")
+    create(sqlite_url, "CREATE TABLE served (n BIGINT)")
+    produce(brokers, topic, [event(n=i) for i in range(3)])
+    app = make_app(sqlite_url, brokers, "served")
+
+    @app.handler(topic)
+    async def handle(ev: idem.Event, tx: idem.AsyncTx) -> None:
+        await tx.execute("INSERT INTO served VALUES ($1)", ev.data["n"])
+
+    ticks = 0
+
+    async def program() -> None:
+        nonlocal ticks
+        serving = asyncio.create_task(app.serve())
+        while app.stats().get("processed", 0) < 3:
+            ticks += 1  # the program's own loop keeps turning meanwhile
+            await asyncio.sleep(0.02)
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+
+    asyncio.run(program())
+    assert ticks > 0
+    assert rows(sqlite_url, "SELECT count(*) AS n FROM served")[0].n == 3
+    with pytest.raises(RuntimeError, match="ran already"):
+        app.run()
+
+
+def test_cloudevents_in_binary_mode_reach_the_handler_of_their_type(sqlite_url, brokers):
+    topic = fresh_topic("cloud")
+    producer = confluent_kafka.Producer({"bootstrap.servers": brokers})
+    ids = [str(idem.uuid7()) for _ in range(2)]
+    for event_id, kind in zip(ids, ["com.example.deposit", "com.example.unknown"]):
+        producer.produce(topic, value=b'{"amount": 5}', headers=[
+            ("ce_specversion", b"1.0"), ("ce_id", event_id.encode()),
+            ("ce_source", b"/tests"), ("ce_type", kind.encode()),
+            ("content-type", b"application/json")])
+    assert producer.flush(30) == 0
+    app = make_app(sqlite_url, brokers, "cloud")
+    seen: list[tuple[str, Any]] = []
+
+    @app.handler(topic, type="com.example.deposit", format="cloudevents")
+    def deposit(ev: idem.Event, tx: idem.Tx) -> None:
+        seen.append((str(ev.id), ev.data["amount"]))
+
+    running = Running(app)
+    eventually(lambda: app.stats().get("dead_lettered", 0) == 1
+               and app.stats().get("processed", 0) == 1, what="one applied, one without handler")
+    stats = running.stop()
+    assert seen == [(ids[0], 5)]
+    assert list(stats["dead_lettered_by_reason"]) == ["validation.unknown_event_type"]
+
+
+def test_a_topic_with_a_route_in_the_file_and_a_python_handler_is_refused(sqlite_url, brokers,
+                                                                          tmp_path):
+    config = tmp_path / "idem.toml"
+    config.write_text('''
+[routes.deposits]
+topic = "shared"
+type = "deposit.v1"
+sql = "INSERT INTO t (id) VALUES ($id)"
+
+[routes.deposits.params]
+id = { from = "/account", type = "text" }
+''')
+    app = idem.App(config=str(config), settings={
+        "store.url": sqlite_url, "kafka.bootstrap.servers": brokers, "consumer.group": "g"})
+
+    @app.handler("shared")
+    def handle(ev: idem.Event, tx: idem.Tx) -> None:
+        pass
+
+    with pytest.raises(idem.ConfigError, match="topic shared has routes in"):
         app.run()

@@ -1,4 +1,4 @@
-// The web console's request checks (src/console/guard.cpp), its metrics parsing and its
+// The web console's request checks (src/components/console/guard.cpp), its metrics parsing and its
 // input validation: pure functions, every refusal branch reached without a server.
 #include "console/guard.hpp"
 
