@@ -8,7 +8,7 @@
 (bench/python-handlers.sh does exactly this.) Three variants do the same work: one
 effect_log row per new event, deferred into the batch's transaction with the dedup mark.
 
-  compiled  `idem consume --handler count` (src/reference/count_handler.cpp)
+  compiled  `idem consume --handler count` (src/components/reference/count_handler.cpp)
   sync      bench/python/count_app.py --mode sync: a `def` handler calling tx.defer
   async     bench/python/count_app.py --mode async: an `async def` handler doing the same
   async-loop-once  (only when named in --variants) the async one with the experiment
