@@ -388,3 +388,39 @@ id = { from = "/account", type = "text" }
 
     with pytest.raises(idem.ConfigError, match="topic shared has routes in"):
         app.run()
+
+
+def test_retry_topics_and_a_second_store_connection_work_for_python_handlers(postgres_url,
+                                                                             brokers):
+    # consumer.pipeline_depth 2: the next batch's handlers run while the batch before
+    # commits on a second connection; consumer.retry_topics.delays: an idem.Retry sends the
+    # record to a retry topic and its partition moves on.
+    topic = fresh_topic("retried")
+    create(postgres_url, "CREATE TABLE retried (n BIGINT PRIMARY KEY)")
+    produce(brokers, topic, [event(n=i) for i in range(200)])
+    app = make_app(postgres_url, brokers, "retried", **{
+        "consumer.pipeline_depth": 2, "consumer.batch_size": 20,
+        "consumer.retry_topics.delays": "200ms"})
+    retried: set[int] = set()
+
+    @app.handler(topic)
+    def handle(ev: idem.Event, tx: idem.Tx) -> None:
+        n = ev.data["n"]
+        # A record back from a retry topic comes to its topic's handler with the attempts
+        # made so far in `idem.attempts`. The decision rests on the record, not on a count
+        # kept in memory: a handler may run twice for one delivery.
+        attempts = ev.header("idem.attempts")
+        if n % 50 == 7 and attempts is None:
+            raise idem.Retry(f"not yet: {n}")
+        if attempts is not None:
+            assert ev.topic == topic and attempts == b"1"
+            retried.add(n)
+        tx.defer("INSERT INTO retried VALUES ($1)", n)
+
+    running = Running(app)
+    eventually(lambda: rows(postgres_url, "SELECT count(*) AS n FROM retried")[0].n == 200,
+               what="every event applied, the retried ones from their retry topic")
+    stats = running.stop()
+    assert stats["retry_topic_sends"] == 4
+    assert stats["dead_lettered"] == 0
+    assert retried == {7, 57, 107, 157}
