@@ -59,7 +59,7 @@ Validated<SinkEvent> EventReader::read(const RecordInfo& record, const ParseLimi
   event.route = *route;
   record.count_as(event.route->config->name);
   if (event.route->schema) {
-    if (auto broken = event.route->schema->violation(parsed.data_text())) {
+    if (auto broken = event.route->schema->violation(parsed.data())) {
       return ValidationError{{},
                              ValidationReason::SchemaViolation,
                              fmt::format("event of type '{}' breaks the schema of routes.{}: {}",

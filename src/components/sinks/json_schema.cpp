@@ -2,6 +2,7 @@
 #define VALIJSON_USE_EXCEPTIONS 1  // NOLINT(cppcoreguidelines-macro-usage)
 
 #include "sinks/json_schema.hpp"
+#include "sinks/json_value_adapter.hpp"
 
 #include <fstream>
 #include <iterator>
@@ -38,12 +39,10 @@ JsonSchema::JsonSchema(const std::string& path) : impl_(std::make_unique<Impl>()
 
 JsonSchema::~JsonSchema() = default;
 
-std::optional<std::string> JsonSchema::violation(std::string_view json) const {
-  const auto doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return "not JSON";
+std::optional<std::string> JsonSchema::violation(const JsonValue& data) const {
   valijson::Validator validator;
   valijson::ValidationResults results;
-  const valijson::adapters::NlohmannJsonAdapter adapter(doc);
+  const JsonValueAdapter adapter(data);
   if (validator.validate(impl_->schema, adapter, &results)) return std::nullopt;
   // valijson reports the outermost failure first ("failed to match all subschemas"); the
   // last one is where the event goes wrong.
