@@ -11,8 +11,6 @@ effect_log row per new event, deferred into the batch's transaction with the ded
   compiled  `idem consume --handler count` (src/components/reference/count_handler.cpp)
   sync      bench/python/count_app.py --mode sync: a `def` handler calling tx.defer
   async     bench/python/count_app.py --mode async: an `async def` handler doing the same
-  async-loop-once  (only when named in --variants) the async one with the experiment
-            --loop-once of count_app.py: the running loop set once, not around every event
 
 The server is switched to fsync=on and full_page_writes=on first (scripts/with-postgres.sh
 starts it with both off; bench/postgres_durable.hpp does the same for the C++ benchmarks)
@@ -64,7 +62,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 HERE = Path(__file__).resolve().parent
 COUNT_APP = HERE / "python" / "count_app.py"
 PYTHON = "/usr/bin/python3"
-VARIANTS = ("compiled", "sync", "async", "async-loop-once")
+VARIANTS = ("compiled", "sync", "async")
 METRIC = re.compile(
     r"^idem_consumer_(events_processed|duplicates_skipped|dead_lettered)_total(?:\{[^}]*\})? (\S+)$",
     re.M,
@@ -231,8 +229,6 @@ def command(args, variant: str, db: str, brokers: str, group: str, port: int,
     cmd = [PYTHON, str(COUNT_APP), "--mode", mode, "--db", db, "--brokers", brokers,
            "--topic", args.topic, "--group", group, "--batch", str(args.batch),
            "--admin", f"127.0.0.1:{port}"]
-    if variant == "async-loop-once":
-        cmd.append("--loop-once")
     if profile:
         cmd += ["--profile", profile]
     if args.serve:

@@ -5,20 +5,13 @@ reads its progress from the admin endpoint (`admin.listen`) the same way.
 
     PYTHONPATH=build-rel/python /usr/bin/python3 bench/python/count_app.py --mode sync \
         --db postgresql://... --brokers 127.0.0.1:PORT --topic T --group G \
-        [--batch 1000] [--admin 127.0.0.1:PORT] [--profile FILE] [--serve] [--loop-once]
+        [--batch 1000] [--admin 127.0.0.1:PORT] [--profile FILE] [--serve]
 
 --mode sync: a plain function; --mode async: an `async def` handler doing the same (its
 defer is not awaited). --serve runs `await app.serve()` in asyncio.run instead of
 app.run(). --profile FILE: cProfile of the thread(s) that run the handler, enabled at
 the first call (the consumer calls Python from a thread of its own, which a profiler
 enabled on the main thread does not see); the 30 largest own times go to FILE.
-
---loop-once (an experiment, async mode): the handlers' event loop is made the thread's
-running loop once, at the first event, instead of around every event as idem/_app.py does
-(asyncio._set_running_loop costs two getpid() system calls on Python 3.11, ~2.3 us a pair
-on the benchmark's VM); a coroutine that suspends still runs in the loop as before. It
-patches idem._app._HandlerLoop.run in this process only, to measure what the change would
-give; the package is unchanged.
 """
 
 from __future__ import annotations
@@ -38,37 +31,6 @@ INSERT = (
 )
 
 
-def set_running_loop_once() -> None:
-    from idem import _app
-
-    original = _app._HandlerLoop.run
-
-    def run(self, coroutine):  # type: ignore[no-untyped-def]
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.new_event_loop()
-        if not getattr(self, "_bench_running", False):
-            # A flag, not _get_running_loop(): that one calls getpid() too.
-            asyncio.events._set_running_loop(loop)
-            self._bench_running = True
-        try:
-            yielded = coroutine.send(None)
-        except StopIteration as finished:
-            return finished.value
-        except BaseException:
-            coroutine.close()
-            raise
-        # Suspended: the loop must not be "running" for run_until_complete.
-        asyncio.events._set_running_loop(None)
-        try:
-            return loop.run_until_complete(_app._resume(coroutine, yielded))
-        finally:
-            asyncio.events._set_running_loop(loop)
-
-    run.original = original  # type: ignore[attr-defined]
-    _app._HandlerLoop.run = run
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["sync", "async"], required=True)
@@ -80,7 +42,6 @@ def main() -> None:
     parser.add_argument("--admin", default="")
     parser.add_argument("--profile", default="")
     parser.add_argument("--serve", action="store_true")
-    parser.add_argument("--loop-once", action="store_true")
     args = parser.parse_args()
 
     settings = {
@@ -92,8 +53,6 @@ def main() -> None:
     }
     if args.admin:
         settings["admin.listen"] = args.admin
-    if args.loop_once:
-        set_running_loop_once()
     app = idem.App(settings=settings)
     group = args.group
 
