@@ -447,6 +447,43 @@ TEST_F(ConsumerTest, AHandlerScopeBracketsTheCallsOfEachPass) {
       << "the scope was entered per event, not per batch";
 }
 
+// A record back from a retry topic runs its source topic's handler inside that handler's
+// scope too: the retry topic's handler is the source's under another name, scope included.
+TEST_F(ConsumerTest, ARecordFromARetryTopicRunsInsideItsHandlersScope) {
+  const std::string topic = make_topic(1);
+  const std::string group = unique_name("g");
+  broker_->create_topic(topic + ".retry." + group + ".1", 1);
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
+  produce(records);
+
+  ConsumerConfig config = config_for(topic, group);
+  config.retry_topics.delays = {50ms};
+  std::atomic<int> depth{0};
+  std::atomic<int> retried_calls{0};
+  std::atomic<int> calls_outside{0};
+  auto c = std::make_unique<Consumer>(config, open_store(db_url_));
+  c->on<OrderConfirmed>(
+      topic, RecordParser<OrderConfirmed>([](const RecordInfo& r, const ParseLimits& limits) {
+        return EventCodec<OrderConfirmed>::parse(r.payload, limits);
+      }),
+      Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
+        if (depth.load() != 1) ++calls_outside;
+        const bool retried = r.header("idem.attempts").has_value();
+        if (retried) ++retried_calls;
+        if (e.order_id == 3 && !retried) return Outcome::Retry;
+        record_effect(tx, e.event_id, r);
+        return Outcome::Done;
+      }),
+      HandlerScope{[&] { ++depth; }, [&] { --depth; }});
+  RunningConsumer consumer(std::move(c));
+  ASSERT_TRUE(eventually([&] { return effects(group) == 5; }));
+  ASSERT_TRUE(consumer.stop());
+
+  EXPECT_GE(retried_calls.load(), 1) << "order 3 never came back from its retry topic";
+  EXPECT_EQ(calls_outside.load(), 0) << "a handler call ran outside its scope";
+}
+
 // A handler that throws StopConsumer stops the consumer at once: nothing of its batch
 // commits (neither the effects nor the marks of the events before it), no offset of it is
 // committed, and run() rethrows it.

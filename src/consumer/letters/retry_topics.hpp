@@ -87,6 +87,7 @@ class RetryTopicHandler final : public TopicHandler {
   Outcome invoke(std::size_t slot, const RecordInfo& record, Transaction& tx) override {
     return source_.invoke(slot, record, tx);
   }
+  [[nodiscard]] const HandlerScope* scope() const noexcept override { return source_.scope(); }
 
  private:
   TopicHandler& source_;
@@ -112,6 +113,7 @@ class RetryEffectTopicHandler final : public EffectTopicHandler {
                 Transaction& tx) override {
     return source_.apply(event, result, record, tx);
   }
+  [[nodiscard]] const HandlerScope* scope() const noexcept override { return source_.scope(); }
 
  private:
   EffectTopicHandler& source_;
