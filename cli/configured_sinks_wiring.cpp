@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,30 +33,31 @@ std::optional<sinks::SinkConfig> configured_routes(const Config& settings) {
   return sinks::load_sink_config(*settings.document, settings.environment);
 }
 
-void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
-                  ConsumerConfig& consumer) {
+void adopt_topics(const std::vector<std::string>& read, std::string_view readers,
+                  const Config& settings, ConsumerConfig& consumer) {
   std::vector<ConfigProblem> problems;
-  const std::vector<std::string> topics = routes.topic_names();
   if (consumer.topics.empty()) {
-    consumer.topics = topics;
+    consumer.topics = read;
   } else {
     const std::set<std::string> listed(consumer.topics.begin(), consumer.topics.end());
-    const std::set<std::string> routed(topics.begin(), topics.end());
-    if (listed != routed)
-      problems.push_back(problem(settings, "consumer.topics",
-                                 fmt::format("lists {} but the routes read {}: leave it unset, or "
-                                             "name the same topics",
-                                             fmt::join(listed, ","), fmt::join(routed, ","))));
+    const std::set<std::string> handled(read.begin(), read.end());
+    if (listed != handled)
+      problems.push_back(
+          problem(settings, "consumer.topics",
+                  fmt::format("lists {} but {} read {}: leave it unset, or "
+                              "name the same topics",
+                              fmt::join(listed, ","), readers, fmt::join(handled, ","))));
   }
   if (consumer.group_id.empty())
     problems.push_back(problem(settings, "consumer.group",
-                               "required with routes: the dedup rows' group (--group)"));
+                               fmt::format("required with {}: the dedup rows' group", readers)));
   const auto handler =
       std::find_if(settings.entries.begin(), settings.entries.end(),
                    [](const ConfigEntry& e) { return e.key == "consumer.handler"; });
   if (handler != settings.entries.end() && handler->origin.layer != ConfigLayer::Default)
-    problems.push_back(problem(settings, "consumer.handler",
-                               "a built-in handler and routes exclude each other: remove one"));
+    problems.push_back(
+        problem(settings, "consumer.handler",
+                fmt::format("a built-in handler and {} exclude each other: remove one", readers)));
   if (!problems.empty()) throw ConfigError(std::move(problems));
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/config.hpp"
 #include "idem/consumer.hpp"
@@ -20,11 +21,12 @@ namespace idem::cli {
 /// \throws ConfigError with every problem of the `routes` table.
 [[nodiscard]] std::optional<sinks::SinkConfig> configured_routes(const Config& settings);
 
-/// Fits `consumer` to `routes`: the routes' topics when consumer.topics is unset (else
-/// both must name the same topics), a consumer.group required, no consumer.handler.
-/// \throws ConfigError naming what does not fit.
-void adopt_routes(const sinks::SinkConfig& routes, const Config& settings,
-                  ConsumerConfig& consumer);
+/// Fits `consumer` to the topics its handlers read (`read`, by `readers`, e.g. "the
+/// routes"): those topics when consumer.topics is unset (else both must name the same
+/// topics), a consumer.group required, no consumer.handler (a built-in handler of `idem
+/// consume`). \throws ConfigError naming what does not fit.
+void adopt_topics(const std::vector<std::string>& read, std::string_view readers,
+                  const Config& settings, ConsumerConfig& consumer);
 
 /// Creates idem's own tables in `store` (never the reference system's), compiles the
 /// routes and checks every statement against the store.

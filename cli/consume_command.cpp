@@ -207,7 +207,7 @@ void register_consume(CLI::App& app, ExitCode& exit_code) {
     const HandlerKind handler_kind = settings.get<ConsumeSettings>().handler;
     // Routes declared in the file (docs/configured-sinks.md) replace the built-in handlers.
     std::optional<sinks::SinkConfig> routes = configured_routes(settings);
-    if (routes) adopt_routes(*routes, settings, config);
+    if (routes) adopt_topics(routes->topic_names(), "the routes", settings, config);
     if (config.group_id.empty()) config.group_id = default_group(handler_kind);
     if (config.group_id.empty()) {
       throw Error(ErrorCode::InvalidArgument, ErrorSource::Config,

@@ -247,12 +247,12 @@ class App:
         self._settings = [(k, _setting_text(v)) for k, v in (settings or {}).items()]
         self._routes: list[_Route] = []
         self._formats: dict[str, _TopicFormat] = {}
-        self._lock = threading.Lock()
-        self._consumer: Any = None
-        self._stop_requested = False
+        self._started = False
         # Loads now, so a wrong key or value is reported here (idem.ConfigError), not later.
-        self._check = _idem.Consumer(self._config, self._settings, "idem.App(settings)")
-        self.warnings: list[str] = list(self._check.warnings())
+        # The compiled consumer is thread-safe for stop() and stats(), before and during its
+        # run: a stop asked for before the run makes the run return at once.
+        self._consumer = _idem.Consumer(self._config, self._settings, "idem.App(settings)")
+        self.warnings: list[str] = list(self._consumer.warnings())
 
     def handler(self, topic: str, *, type: Optional[str] = None,
                 decode: Optional[Callable[[Any], Any]] = None,
@@ -369,50 +369,39 @@ class App:
     def stop(self) -> None:
         """Asks the consumer to finish its batch, commit and leave the group. From any
         thread; returns at once."""
-        with self._lock:
-            self._stop_requested = True
-            if self._consumer is not None:
-                self._consumer.stop()
+        self._consumer.stop()
 
     def stats(self) -> dict[str, Any]:
         """The consumer's counts now (zero before it runs)."""
-        with self._lock:
-            consumer = self._consumer
-        return dict(consumer.stats()) if consumer is not None else {}
+        return dict(self._consumer.stats())
 
     @property
     def admin_port(self) -> Optional[int]:
         """The port of the admin endpoints (/metrics, /readyz) once serving, with
         admin.listen set; else None."""
-        with self._lock:
-            consumer = self._consumer
-        return None if consumer is None else consumer.admin_port
+        return self._consumer.admin_port  # type: ignore[no-any-return]
 
     def describe(self) -> str:
         """Every configuration key with its value and where it came from, secrets redacted
         (as ``idem consume --print-config``)."""
-        return str(self._check.describe())
+        return str(self._consumer.describe())
 
     def _prepare(self) -> tuple[Any, "_HandlerLoop"]:
-        if not self._routes and not self._check.has_routes:
+        if not self._routes and not self._consumer.has_routes:
             raise ValueError("no handler: decorate a function with @app.handler(topic) first")
-        with self._lock:
-            if self._consumer is not None:
-                raise RuntimeError("this App ran already: make a new one to run again")
-            consumer = _idem.Consumer(self._config, self._settings, "idem.App(settings)")
-            self._consumer = consumer
-            if self._stop_requested:
-                consumer.stop()
+        if self._started:
+            raise RuntimeError("this App ran already: make a new one to run again")
+        self._started = True
         handler_loop = _HandlerLoop()
         for topic, fmt in self._formats.items():
             routes = [r for r in self._routes if r.topic == topic]
             requester = _requester(routes) if routes[0].request is not None else None
             has_async = any(r.is_async for r in routes)
-            consumer.add_topic(topic, fmt.format, fmt.id_pointer, fmt.type_pointer,
-                               [r.type for r in routes], _dispatcher(routes, handler_loop),
-                               requester, handler_loop.enter if has_async else None,
-                               handler_loop.leave if has_async else None)
-        return consumer, handler_loop
+            self._consumer.add_topic(topic, fmt.format, fmt.id_pointer, fmt.type_pointer,
+                                     [r.type for r in routes], _dispatcher(routes, handler_loop),
+                                     requester, handler_loop.enter if has_async else None,
+                                     handler_loop.leave if has_async else None)
+        return self._consumer, handler_loop
 
     def _stop_on_sigterm(self) -> Callable[[], None]:
         # SIGTERM stops as Ctrl-C does (orderly: the batch in progress commits), as it does

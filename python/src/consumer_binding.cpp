@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -38,16 +37,6 @@ namespace py = pybind11;
 
 namespace idem::python {
 namespace {
-
-ConfigProblem problem(const Config& settings, const std::string& key, std::string message) {
-  ConfigProblem p;
-  p.key = key;
-  for (const ConfigEntry& e : settings.entries) {
-    if (e.key == key) p.origin = e.origin;
-  }
-  p.message = std::move(message);
-  return p;
-}
 
 py::dict to_dict(const ConsumerStats& s) {
   py::dict d;
@@ -145,40 +134,24 @@ class PythonConsumer {
   [[nodiscard]] bool has_routes() const noexcept { return routes_.has_value(); }
 
  private:
+  // The topics of the Python handlers and of the file's routes; one topic has one handler.
   ConsumerConfig consumer_config() const {
-    ConsumerConfig config = settings_.consumer_config();
-    std::vector<ConfigProblem> problems;
-    std::set<std::string> wanted;
-    for (const auto& t : topics_) wanted.insert(t->name());
+    std::vector<std::string> read;
+    for (const auto& t : topics_) read.push_back(t->name());
     if (routes_) {
       for (const std::string& routed : routes_->topic_names()) {
-        if (wanted.count(routed) != 0) {
-          problems.push_back(problem(settings_, "routes",
-                                     fmt::format("topic {} has routes in {} and a Python handler: "
-                                                 "one topic has one handler (the routes or "
-                                                 "Python's)",
-                                                 routed, routes_->file)));
+        if (std::find(read.begin(), read.end(), routed) != read.end()) {
+          throw ConfigError({{"routes",
+                              {ConfigLayer::File, routes_->file},
+                              fmt::format("topic {} has routes in {} and a Python handler: one "
+                                          "topic has one handler (the routes or Python's)",
+                                          routed, routes_->file)}});
         }
-        wanted.insert(routed);
+        read.push_back(routed);
       }
     }
-    if (config.topics.empty()) {
-      config.topics.assign(wanted.begin(), wanted.end());
-    } else if (std::set<std::string>(config.topics.begin(), config.topics.end()) != wanted) {
-      problems.push_back(problem(
-          settings_, "consumer.topics",
-          fmt::format("lists {} but the handlers read {}: leave it unset, or name the same topics",
-                      fmt::join(config.topics, ","), fmt::join(wanted, ","))));
-    }
-    if (config.group_id.empty())
-      problems.push_back(problem(settings_, "consumer.group", "required: the dedup rows' group"));
-    for (const ConfigEntry& e : settings_.entries) {
-      if (e.key == "consumer.handler" && e.origin.layer != ConfigLayer::Default)
-        problems.push_back(problem(settings_, e.key,
-                                   "a built-in handler of idem consume: an App runs its Python "
-                                   "handlers; remove it"));
-    }
-    if (!problems.empty()) throw ConfigError(std::move(problems));
+    ConsumerConfig config = settings_.consumer_config();
+    cli::adopt_topics(read, "the handlers", settings_, config);
     return config;
   }
 

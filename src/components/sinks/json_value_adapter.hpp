@@ -24,9 +24,56 @@
 namespace idem::sinks::detail {
 
 class JsonValueAdapter;
-class JsonValueArrayIterator;
-class JsonValueObjectIterator;
 using JsonValueObjectMember = std::pair<std::string, JsonValueAdapter>;
+JsonValueAdapter element_of(const JsonValue& element);
+JsonValueObjectMember member_of(const JsonValue::Member& member);
+
+/// An iterator over a list read once per visit (an array's elements, an object's members),
+/// which its copies share; `Read` makes what valijson reads of an entry.
+template <class Entry, class Item, Item (*Read)(const Entry&)>
+class JsonValueListIterator {
+ public:
+  using iterator_category = std::bidirectional_iterator_tag;
+  // As valijson's own adapters declare them.
+  using value_type = Item;
+  using difference_type = Item;
+  using pointer = Item*;
+  using reference = Item&;
+
+  JsonValueListIterator(std::shared_ptr<const std::vector<Entry>> list, std::size_t at)
+      : list_(std::move(list)), at_(at) {}
+
+  Item operator*() const { return Read((*list_)[at_]); }
+  valijson::adapters::DerefProxy<Item> operator->() const {
+    return valijson::adapters::DerefProxy<Item>(**this);
+  }
+  bool operator==(const JsonValueListIterator& other) const { return at_ == other.at_; }
+  bool operator!=(const JsonValueListIterator& other) const { return at_ != other.at_; }
+  const JsonValueListIterator& operator++() {
+    ++at_;
+    return *this;
+  }
+  JsonValueListIterator operator++(int) {
+    JsonValueListIterator before = *this;
+    ++at_;
+    return before;
+  }
+  const JsonValueListIterator& operator--() {
+    --at_;
+    return *this;
+  }
+  void advance(std::ptrdiff_t n) {
+    at_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(at_) + n);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<Entry>> list_;
+  std::size_t at_;
+};
+
+using JsonValueArrayIterator = JsonValueListIterator<JsonValue, JsonValueAdapter, &element_of>;
+using JsonValueObjectIterator =
+    JsonValueListIterator<JsonValue::Member, JsonValueObjectMember, &member_of>;
 
 /// An array's elements, read once per visit (JsonValue::elements() makes the list).
 class JsonValueArray {
@@ -156,84 +203,12 @@ class JsonValueAdapter : public valijson::adapters::BasicAdapter<JsonValueAdapte
   explicit JsonValueAdapter(const JsonValue& value) : BasicAdapter(JsonValueValue(value)) {}
 };
 
-class JsonValueArrayIterator {
- public:
-  using iterator_category = std::bidirectional_iterator_tag;
-  using value_type = JsonValueAdapter;
-  using difference_type = JsonValueAdapter;
-  using pointer = JsonValueAdapter*;
-  using reference = JsonValueAdapter&;
-
-  JsonValueArrayIterator(std::shared_ptr<const std::vector<JsonValue>> elements, std::size_t at)
-      : elements_(std::move(elements)), at_(at) {}
-
-  JsonValueAdapter operator*() const { return JsonValueAdapter((*elements_)[at_]); }
-  valijson::adapters::DerefProxy<JsonValueAdapter> operator->() const {
-    return valijson::adapters::DerefProxy<JsonValueAdapter>(**this);
-  }
-  bool operator==(const JsonValueArrayIterator& other) const { return at_ == other.at_; }
-  bool operator!=(const JsonValueArrayIterator& other) const { return at_ != other.at_; }
-  const JsonValueArrayIterator& operator++() {
-    ++at_;
-    return *this;
-  }
-  JsonValueArrayIterator operator++(int) {
-    JsonValueArrayIterator before = *this;
-    ++at_;
-    return before;
-  }
-  const JsonValueArrayIterator& operator--() {
-    --at_;
-    return *this;
-  }
-  void advance(std::ptrdiff_t n) {
-    at_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(at_) + n);
-  }
-
- private:
-  std::shared_ptr<const std::vector<JsonValue>> elements_;
-  std::size_t at_;
-};
-
-class JsonValueObjectIterator {
- public:
-  using iterator_category = std::bidirectional_iterator_tag;
-  using value_type = JsonValueObjectMember;
-  using difference_type = JsonValueObjectMember;
-  using pointer = JsonValueObjectMember*;
-  using reference = JsonValueObjectMember&;
-
-  JsonValueObjectIterator(std::shared_ptr<const std::vector<JsonValue::Member>> members,
-                          std::size_t at)
-      : members_(std::move(members)), at_(at) {}
-
-  JsonValueObjectMember operator*() const {
-    const JsonValue::Member& m = (*members_)[at_];
-    return {std::string(m.key), JsonValueAdapter(m.value)};
-  }
-  valijson::adapters::DerefProxy<JsonValueObjectMember> operator->() const {
-    return valijson::adapters::DerefProxy<JsonValueObjectMember>(**this);
-  }
-  bool operator==(const JsonValueObjectIterator& other) const { return at_ == other.at_; }
-  bool operator!=(const JsonValueObjectIterator& other) const { return at_ != other.at_; }
-  const JsonValueObjectIterator& operator++() {
-    ++at_;
-    return *this;
-  }
-  JsonValueObjectIterator operator++(int) {
-    JsonValueObjectIterator before = *this;
-    ++at_;
-    return before;
-  }
-  const JsonValueObjectIterator& operator--() {
-    --at_;
-    return *this;
-  }
-
- private:
-  std::shared_ptr<const std::vector<JsonValue::Member>> members_;
-  std::size_t at_;
-};
+inline JsonValueAdapter element_of(const JsonValue& element) {
+  return JsonValueAdapter(element);
+}
+inline JsonValueObjectMember member_of(const JsonValue::Member& member) {
+  return {std::string(member.key), JsonValueAdapter(member.value)};
+}
 
 inline JsonValueArrayIterator JsonValueArray::begin() const {
   return {elements_, 0};

@@ -212,11 +212,15 @@ void BatchProcessor::tally_routes(BatchResult& result) const {
   }
 }
 
-BatchProcessor::EnteredScopes::EnteredScopes(std::span<const Item> items) {
-  for (const Item& item : items) {
-    if (!item.valid) continue;
-    const HandlerScope* scope =
-        item.staged != nullptr ? item.staged->handler->scope() : item.handler->scope();
+BatchProcessor::EnteredScopes::EnteredScopes(std::span<const Item> items,
+                                             std::span<const Group> groups) {
+  // One look per partition, not per record: a partition's records share their topic's
+  // handler.
+  for (const Group& g : groups) {
+    const Item& first = items[g.begin];
+    const HandlerScope* scope = first.staged != nullptr    ? first.staged->handler->scope()
+                                : first.handler != nullptr ? first.handler->scope()
+                                                           : nullptr;
     if (scope == nullptr || std::find(entered_.begin(), entered_.end(), scope) != entered_.end())
       continue;
     if (scope->enter) scope->enter();
@@ -239,7 +243,7 @@ void add_route_counts(const BatchResult& result, ConsumerStats& delta) {
 }
 
 bool BatchProcessor::run_pass(Pass pass, BatchResult& result, const RetrySchedule& schedule) {
-  const EnteredScopes scopes(items_);
+  const EnteredScopes scopes(items_, groups_);
   try {
     if (!ids_.empty()) {
       tx_ = store_.begin();

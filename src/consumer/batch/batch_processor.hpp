@@ -161,7 +161,7 @@ class BatchProcessor {
   /// and left in reverse order when it ends, however it ends.
   class EnteredScopes {
    public:
-    explicit EnteredScopes(std::span<const Item> items);
+    EnteredScopes(std::span<const Item> items, std::span<const Group> groups);
     ~EnteredScopes();
     EnteredScopes(const EnteredScopes&) = delete;
     EnteredScopes& operator=(const EnteredScopes&) = delete;
