@@ -409,9 +409,7 @@ TEST_F(ConsumerTest, HandlerExceptionsAreClassified) {
 TEST_F(ConsumerTest, AHandlerScopeBracketsTheCallsOfEachPass) {
   const std::string topic = make_topic(1);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 20; ++i) records.push_back(record_of(topic, make_event(i + 1)));
-  produce(records);
+  produce_orders(topic, 1, 20);
 
   ConsumerConfig config = config_for(topic, group);
   config.batch_window = 500ms;  // the whole topic in one batch
@@ -453,9 +451,7 @@ TEST_F(ConsumerTest, ARecordFromARetryTopicRunsInsideItsHandlersScope) {
   const std::string topic = make_topic(1);
   const std::string group = unique_name("g");
   broker_->create_topic(topic + ".retry." + group + ".1", 1);
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
-  produce(records);
+  produce_orders(topic, 1, 5);
 
   ConsumerConfig config = config_for(topic, group);
   config.retry_topics.delays = {50ms};
@@ -490,9 +486,7 @@ TEST_F(ConsumerTest, ARecordFromARetryTopicRunsInsideItsHandlersScope) {
 TEST_F(ConsumerTest, StopConsumerFromAHandlerCommitsNothingOfItsBatch) {
   const std::string topic = make_topic(1);
   const std::string group = unique_name("g");
-  std::vector<TestRecord> records;
-  for (int i = 0; i < 5; ++i) records.push_back(record_of(topic, make_event(i + 1)));
-  produce(records);
+  produce_orders(topic, 1, 5);
 
   ConsumerConfig config = config_for(topic, group);
   config.batch_window = 500ms;
