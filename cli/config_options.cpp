@@ -138,4 +138,12 @@ void print_config(const Config& config) {
   std::cout << std::flush;
 }
 
+std::unique_ptr<Store> open_configured_store(const Config& config,
+                                             std::string_view application_name) {
+  config.require({"store.url"});
+  StoreOptions options = config.store_options;
+  if (!application_name.empty()) options.application_name = application_name;
+  return open_store(config.store_url, options);
+}
+
 }  // namespace idem::cli

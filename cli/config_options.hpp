@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "idem/config.hpp"
+#include "idem/store.hpp"
 
 namespace idem::cli {
 
@@ -66,5 +67,11 @@ class ConfigOptions {
 /// The configuration as `idem config check` prints it: every key with its value and
 /// origin, secrets redacted, and the store that would be opened.
 void print_config(const Config& config);
+
+/// Opens the store `config` names (store.url is required), shown to PostgreSQL as
+/// `application_name` when one is given (`idem-retention` in pg_stat_activity).
+/// \throws ConfigError when store.url is not set.
+[[nodiscard]] std::unique_ptr<Store> open_configured_store(const Config& config,
+                                                           std::string_view application_name = {});
 
 }  // namespace idem::cli

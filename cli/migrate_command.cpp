@@ -51,8 +51,7 @@ void register_migrate(CLI::App& app, ExitCode& /*exit_code*/) {
                 "analytics); idem's own tables and the console's are always created");
   cmd->callback([opts, cfg] {
     const Config config = cfg->load();
-    config.require({"store.url"});
-    auto store = open_store(config.store_url, config.store_options);
+    auto store = open_configured_store(config);
     const MigrationReport report = migrate_store(*store, config.migrate_options(), opts->reference);
     if (report.applied.empty()) {
       std::cout << fmt::format("{}: schema is up to date at version {}\n",

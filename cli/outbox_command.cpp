@@ -24,12 +24,6 @@ namespace idem::cli {
 
 namespace {
 
-std::unique_ptr<Store> open_configured_store(ConfigOptions& cfg) {
-  const Config config = cfg.load();
-  config.require({"store.url"});
-  return open_store(config.store_url, config.store_options);
-}
-
 std::shared_ptr<ConfigOptions> bind_store(CLI::App* cmd, std::string& db) {
   auto cfg = std::make_shared<ConfigOptions>(cmd);
   cfg->bind(cmd->add_option("--db", db, "Store URL (store.url)"), "store.url");
@@ -55,7 +49,7 @@ void register_outbox(CLI::App& app, ExitCode& exit_code) {
   rejected->add_option("--limit", opts->limit, "At most this many rows, oldest id first")
       ->capture_default_str();
   rejected->callback([opts, rejected_cfg] {
-    auto store = open_configured_store(*rejected_cfg);
+    auto store = open_configured_store(rejected_cfg->load());
     std::cout << "id\ttopic\tkey\tbytes\trejected_at\treason\n";
     for (const RejectedOutboxRow& r : list_rejected_outbox_rows(*store, opts->limit)) {
       const Timestamp at{std::chrono::milliseconds(r.rejected_at_ms)};
@@ -70,7 +64,7 @@ void register_outbox(CLI::App& app, ExitCode& exit_code) {
   requeue->add_option("ids", opts->ids, "Ids of rejected rows (from `idem outbox rejected`)")
       ->required();
   requeue->callback([opts, requeue_cfg, &exit_code] {
-    auto store = open_configured_store(*requeue_cfg);
+    auto store = open_configured_store(requeue_cfg->load());
     for (const std::int64_t id : opts->ids) {
       if (requeue_rejected_outbox_row(*store, id)) {
         std::cout << fmt::format("requeued {}\n", id);

@@ -20,14 +20,6 @@ namespace idem::cli {
 
 namespace {
 
-std::unique_ptr<Store> open_configured_store(const ConfigOptions& cfg) {
-  const Config config = cfg.load();
-  config.require({"store.url"});
-  StoreOptions options = config.store_options;
-  options.application_name = "idem-retention";
-  return open_store(config.store_url, options);
-}
-
 std::string hours(std::chrono::milliseconds d) {
   return fmt::format("{:g}h", static_cast<double>(d.count()) / 3'600'000.0);
 }
@@ -57,7 +49,7 @@ void register_retention(CLI::App& app, ExitCode& exit_code) {
       "list", "Every consumer group's declared retention, its expiry, and what was dropped");
   auto list_cfg = add_db(list);
   list->callback([opts, list_cfg, &exit_code] {
-    const auto store = open_configured_store(*list_cfg);
+    const auto store = open_configured_store(list_cfg->load(), "idem-retention");
     const auto now =
         std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
     std::cout << "consumer_group\tretention\trenewed_at\texpires_at\tstate\tdeclared_by\n";
@@ -85,7 +77,7 @@ void register_retention(CLI::App& app, ExitCode& exit_code) {
   forget->add_flag("--force", opts->force,
                    "Also when the group renewed its declaration recently (it still runs)");
   forget->callback([opts, forget_cfg, &exit_code] {
-    const auto store = open_configured_store(*forget_cfg);
+    const auto store = open_configured_store(forget_cfg->load(), "idem-retention");
     const auto now =
         std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
     for (const auto& d : dedup_retention_declarations(*store)) {

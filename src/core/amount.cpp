@@ -2,12 +2,10 @@
 
 #include <charconv>
 
+#include "core/ascii.hpp"
+
 namespace idem {
 namespace {
-
-constexpr bool is_digit(char c) noexcept {
-  return c >= '0' && c <= '9';
-}  // ASCII only, never locale
 
 // Checks the grammar `digits [ '.' digits ]` over the whole text, without
 // limiting the number of fraction digits (that is a separate, more specific
@@ -16,13 +14,13 @@ constexpr bool is_digit(char c) noexcept {
 bool split_decimal(std::string_view text, std::size_t& dot) noexcept {
   dot = std::string_view::npos;
   std::size_t i = 0;
-  while (i < text.size() && is_digit(text[i])) ++i;
+  while (i < text.size() && detail::is_ascii_digit(text[i])) ++i;
   if (i == 0) return false;  // "", ".5", "abc", "+1", " 1"
   if (i == text.size()) return true;
   if (text[i] != '.') return false;  // "1e5", "1,5", "0x10", "1 "
   dot = i++;
   const std::size_t frac_start = i;
-  while (i < text.size() && is_digit(text[i])) ++i;
+  while (i < text.size() && detail::is_ascii_digit(text[i])) ++i;
   return i > frac_start && i == text.size();  // "1." and "1.2.3" fail
 }
 

@@ -14,14 +14,12 @@
 
 #include <charconv>
 
+#include "core/ascii.hpp"
+
 namespace idem {
 namespace {
 
 using namespace std::chrono;
-
-constexpr bool is_digit(char c) noexcept {
-  return c >= '0' && c <= '9';
-}
 
 // Reads exactly `n` ASCII digits at `pos`; false if any is not a digit.
 bool read_digits(std::string_view s, std::size_t pos, std::size_t n, int& out) noexcept {
@@ -29,7 +27,7 @@ bool read_digits(std::string_view s, std::size_t pos, std::size_t n, int& out) n
   int v = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const char c = s[pos + i];
-    if (!is_digit(c)) return false;
+    if (!detail::is_ascii_digit(c)) return false;
     v = v * 10 + (c - '0');
   }
   out = v;
@@ -68,7 +66,7 @@ std::optional<Timestamp> parse_rfc3339(std::string_view s) noexcept {
   if (s[pos] == '.') {
     ++pos;
     const std::size_t start = pos;
-    while (pos < s.size() && is_digit(s[pos])) {
+    while (pos < s.size() && detail::is_ascii_digit(s[pos])) {
       // Digits beyond the sixth are truncated, not rounded: rounding could
       // carry into the next second (or day) and make 23:59:59.9999999
       // parse as a different date than it names.

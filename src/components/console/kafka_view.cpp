@@ -47,12 +47,12 @@ Handle make_handle(const DlqConnection& c, const std::string& group) {
 // "event_id", else the `event_id` header.
 std::optional<Uuid> event_id_of(const rd_kafka_message_t& m) {
   if (m.payload != nullptr) {
-    const auto json =
+    const auto doc =
         nlohmann::json::parse(static_cast<const char*>(m.payload),
                               static_cast<const char*>(m.payload) + m.len, nullptr, false);
-    if (json.is_object()) {
-      const auto it = json.find("event_id");
-      if (it != json.end() && it->is_string()) {
+    if (doc.is_object()) {
+      const auto it = doc.find("event_id");
+      if (it != doc.end() && it->is_string()) {
         if (auto id = Uuid::parse(it->get<std::string>())) return id;
       }
     }

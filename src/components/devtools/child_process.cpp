@@ -21,20 +21,21 @@ namespace idem {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 [[noreturn]] void throw_errno(const char* what) {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+int remaining_ms(SteadyClock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
   if (left.count() <= 0) return 0;
   return left.count() > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left.count());
 }
 
 /// poll(2) one descriptor for input until `deadline`; false on timeout.
-bool wait_readable(int fd, Clock::time_point deadline) {
+bool wait_readable(int fd, SteadyClock::time_point deadline) {
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     const int n = ::poll(&p, 1, remaining_ms(deadline));
@@ -74,7 +75,7 @@ std::optional<std::string> LineReader::take_line() {
 }
 
 std::optional<std::string> LineReader::read_line(std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = SteadyClock::now() + timeout;
   for (;;) {
     if (auto line = take_line()) return line;
     if (eof_) {
@@ -246,7 +247,7 @@ ChildProcess ChildProcess::spawn(const std::string& path, const std::vector<std:
 
   // The error pipe closes on a successful exec (O_CLOEXEC) or carries exec's errno.
   int exec_errno = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
   ssize_t n = -1;
   if (wait_readable(err[0], deadline)) {
     do {
@@ -312,7 +313,7 @@ void ChildProcess::kill(int sig) noexcept {
 std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return std::nullopt;
   if (status_) return status_;
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = SteadyClock::now() + timeout;
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
@@ -322,7 +323,7 @@ std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
     }
     if (r < 0 && errno != EINTR) throw_errno("waitpid");
     if (r < 0) continue;
-    if (Clock::now() >= deadline) return std::nullopt;
+    if (SteadyClock::now() >= deadline) return std::nullopt;
     if (pidfd_ >= 0) {
       // The pidfd becomes readable when the child exits.
       if (!wait_readable(pidfd_, deadline)) return std::nullopt;
@@ -349,10 +350,10 @@ int ChildProcess::wait(std::chrono::milliseconds timeout) {
 
 bool expect_line(ChildProcess& child, std::string_view expected, std::chrono::milliseconds timeout,
                  std::vector<std::string>* seen) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = SteadyClock::now() + timeout;
   for (;;) {
     const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
     if (left.count() < 0) return false;
     auto line = child.read_line(left);
     if (!line) return false;
@@ -363,10 +364,10 @@ bool expect_line(ChildProcess& child, std::string_view expected, std::chrono::mi
 
 std::optional<std::string> read_line_starting_with(ChildProcess& child, std::string_view prefix,
                                                    std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = SteadyClock::now() + timeout;
   for (;;) {
     const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
     if (left.count() < 0) return std::nullopt;
     auto line = child.read_line(left);
     if (!line) return std::nullopt;

@@ -44,13 +44,13 @@ std::string redact_quoted(std::string_view message) {
   return trim(std::move(out));
 }
 
+}  // namespace
+
 bool ok_status(const PGresult* r) {
   if (r == nullptr) return false;
   const ExecStatusType s = PQresultStatus(r);
   return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
 }
-
-}  // namespace
 
 std::string sql_excerpt(std::string_view sql) {
   std::string out;

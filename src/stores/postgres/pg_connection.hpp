@@ -176,6 +176,8 @@ class Connection {
 /// The statement text for messages: whitespace collapsed, cut at 160 characters.
 /// Values are never in it: they travel as parameters.
 [[nodiscard]] std::string sql_excerpt(std::string_view sql);
+/// A statement's result succeeded (a command, or rows); false for none.
+[[nodiscard]] bool ok_status(const PGresult* r);
 
 /// True for SQLSTATEs that mean the session is gone (class 08, 57P01-57P05).
 [[nodiscard]] bool is_connection_sqlstate(std::string_view sqlstate) noexcept;

@@ -17,7 +17,6 @@
 
 namespace idem::detail::pg {
 
-[[nodiscard]] bool ok_status(const PGresult* r);
 /// The rows a statement changed (0 for a SELECT, as on SQLite).
 [[nodiscard]] std::int64_t affected_rows(const PGresult* r);
 [[nodiscard]] Rows to_rows(const PGresult* r);

@@ -11,12 +11,6 @@
 
 namespace idem::detail::pg {
 
-bool ok_status(const PGresult* r) {
-  if (r == nullptr) return false;
-  const ExecStatusType s = PQresultStatus(r);
-  return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
-}
-
 std::int64_t affected_rows(const PGresult* r) {
   // PQcmdTuples also counts the rows a SELECT returned; Rows::affected() means
   // rows changed, so read-only statements report 0 (as on SQLite).
