@@ -27,7 +27,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace billing_double_charge_test {
 
 using namespace std::chrono_literals;
 
@@ -126,5 +126,5 @@ TEST(BillingDoubleChargeTest, WithoutTheKeyLostAnswersChargeTwice) {
   EXPECT_EQ(out.max_ledger_rows_per_order, 1);
 }
 
-}  // namespace
+}  // namespace billing_double_charge_test
 }  // namespace idem

@@ -40,7 +40,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace billing_forced_answers_test {
 
 using namespace std::chrono_literals;
 
@@ -172,5 +172,5 @@ TYPED_TEST(BillingForcedAnswers, KeyReusedIsDeadLetteredWithTheProblemDetails) {
   EXPECT_EQ(provider.stop(), 0);
 }
 
-}  // namespace
+}  // namespace billing_forced_answers_test
 }  // namespace idem::test

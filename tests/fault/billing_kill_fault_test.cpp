@@ -71,7 +71,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace billing_kill_fault_test {
 
 using namespace std::chrono_literals;
 
@@ -458,5 +458,5 @@ TYPED_TEST(BillingKillFault, AProviderOutageWaitsBehindTheBreakerWithNothingRetr
   EXPECT_EQ(provider->stop(), 0);
 }
 
-}  // namespace
+}  // namespace billing_kill_fault_test
 }  // namespace idem::test

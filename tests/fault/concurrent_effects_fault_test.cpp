@@ -30,7 +30,7 @@
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
-namespace {
+namespace concurrent_effects_fault_test {
 
 using namespace std::chrono_literals;
 using idem::test::ChildProcess;
@@ -144,4 +144,4 @@ INSTANTIATE_TEST_SUITE_P(Rebalance, ConcurrentEffectsFault,
                            return db_name(param_info.param);
                          });
 
-}  // namespace
+}  // namespace concurrent_effects_fault_test

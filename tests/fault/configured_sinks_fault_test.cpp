@@ -45,7 +45,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace configured_sinks_fault_test {
 
 using namespace std::chrono_literals;
 
@@ -282,5 +282,5 @@ TYPED_TEST(ConfiguredSinksFault, HttpSinkChargesOncePerEventThroughProviderFault
   }
 }
 
-}  // namespace
+}  // namespace configured_sinks_fault_test
 }  // namespace idem

@@ -54,7 +54,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace consumer_failover_test {
 
 using namespace std::chrono_literals;
 using test::eventually;
@@ -338,5 +338,5 @@ TEST_P(IdleConsumerFailover, AppliesAgainWhatTheFailoverTookBackWithNoNewRecord)
 
 INSTANTIATE_TEST_SUITE_P(PipelineDepth, IdleConsumerFailover, ::testing::Values(1, 2));
 
-}  // namespace
+}  // namespace consumer_failover_test
 }  // namespace idem

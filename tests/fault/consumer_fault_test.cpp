@@ -45,7 +45,7 @@
 #include "support/store_backends.hpp"
 #include "support/wait.hpp"
 
-namespace {
+namespace consumer_fault_test {
 
 using idem::test::unique_name;
 
@@ -588,4 +588,4 @@ TEST_F(ConsumerDbOutage, PostgresStopAndStartLosesNothingAndTheConsumerSurvives)
   EXPECT_TRUE(invariant(group));
 }
 
-}  // namespace
+}  // namespace consumer_fault_test

@@ -26,7 +26,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace consumer_lifecycle_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -134,5 +134,5 @@ TEST(ConsumerLifecycle, RestartWithTheSameInstanceIdProcessesAgain) {
   EXPECT_EQ(second.wait(60s), 0);
 }
 
-}  // namespace
+}  // namespace consumer_lifecycle_test
 }  // namespace idem

@@ -35,7 +35,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace dead_letter_resend_test {
 
 using namespace std::chrono_literals;
 
@@ -129,5 +129,5 @@ TYPED_TEST(DeadLetterResend, DeadLettersNotSentAgainAfterACrash) {
   EXPECT_EQ(provider.stop(), 0);
 }
 
-}  // namespace
+}  // namespace dead_letter_resend_test
 }  // namespace idem::test

@@ -32,7 +32,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace dedup_retention_agreement_test {
 
 using namespace std::chrono_literals;
 
@@ -192,5 +192,5 @@ TYPED_TEST(DedupRetentionAgreementTest, AConsumerStartedAfterMarksWereDroppedQua
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace dedup_retention_agreement_test
 }  // namespace idem

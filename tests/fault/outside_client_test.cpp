@@ -59,7 +59,7 @@
 #include "support/test_env.hpp"
 #include "support/wait.hpp"
 
-namespace {
+namespace outside_client_test {
 
 using namespace std::chrono_literals;
 using idem::test::ChildProcess;
@@ -455,4 +455,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, OutsideClient, ::testing::Values(Db::Sqlite, 
                            return db_name(param_info.param);
                          });
 
-}  // namespace
+}  // namespace outside_client_test

@@ -44,7 +44,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace provider_key_retention_test {
 
 using namespace std::chrono_literals;
 
@@ -209,5 +209,5 @@ TEST_F(ProviderKeyRetention, TheReferenceRetentionChargesTheSameRedeliveryOnce) 
   EXPECT_EQ(out.ledger_rows, 1);
 }
 
-}  // namespace
+}  // namespace provider_key_retention_test
 }  // namespace idem::test

@@ -28,7 +28,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace relay_crash_test {
 
 using test::eventually;
 
@@ -212,5 +212,5 @@ TYPED_TEST(RelayFault, BrokerDownForAWhileThenTheRelayCatchesUp) {
   this->check_topic(broker.bootstrap, expected);
 }
 
-}  // namespace
+}  // namespace relay_crash_test
 }  // namespace idem

@@ -45,7 +45,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace relay_failover_test {
 
 using namespace std::chrono_literals;
 using test::eventually;
@@ -258,5 +258,5 @@ TEST_F(RelayFailover, CommittedRelayPublishesOrdersThatALossyFailoverTookBack) {
       << "a relay that publishes at commit published nothing a failover took back";
 }
 
-}  // namespace
+}  // namespace relay_failover_test
 }  // namespace idem

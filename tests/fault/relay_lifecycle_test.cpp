@@ -37,7 +37,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace relay_lifecycle_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -292,5 +292,5 @@ TEST(ConsumerLifecycle, SigtermWithTheDatabaseFrozenEndsWithinTheStopTimeoutAndS
   EXPECT_NE(s.stderr_text.find("redelivered and deduplicated"), std::string::npos) << s.stderr_text;
 }
 
-}  // namespace
+}  // namespace relay_lifecycle_test
 }  // namespace idem

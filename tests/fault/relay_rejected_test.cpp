@@ -36,7 +36,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace relay_rejected_test {
 
 using namespace std::chrono_literals;
 using test::ChildProcess;
@@ -236,5 +236,5 @@ TYPED_TEST(RelayRejected, ARowForATopicThatDoesNotExistIsSetAsideAndLaterRowsAre
   EXPECT_EQ(this->on_topic(), static_cast<std::size_t>(kRows - 1));
 }
 
-}  // namespace
+}  // namespace relay_rejected_test
 }  // namespace idem

@@ -19,7 +19,7 @@
 #include "support/process.hpp"
 #include "support/store_backends.hpp"
 
-namespace {
+namespace store_crash_test {
 
 using namespace std::chrono_literals;
 using idem::test::child_program;
@@ -102,4 +102,4 @@ TYPED_TEST(StoreCrash, KillBeforeCommitLeavesNeitherMarkNorEffect) {
   }
 }
 
-}  // namespace
+}  // namespace store_crash_test

@@ -17,7 +17,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace store_failover_test {
 
 using namespace std::chrono_literals;
 
@@ -65,5 +65,5 @@ TEST_F(StoreFailover, AStoreNamingBothNodesWritesOnTheNewPrimaryAfterAFailover) 
       << "the mark is not on the new primary";
 }
 
-}  // namespace
+}  // namespace store_failover_test
 }  // namespace idem

@@ -46,7 +46,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace store_refusal_test {
 
 using namespace std::chrono_literals;
 using test::ChildProcess;
@@ -323,5 +323,5 @@ TEST_F(StoreRefusalOnPostgres, IdemConsumeStopsWhenItMayNoLongerWriteItsDedupMar
 }
 #endif
 
-}  // namespace
+}  // namespace store_refusal_test
 }  // namespace idem

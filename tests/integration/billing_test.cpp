@@ -18,7 +18,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace billing_test {
 
 using namespace std::chrono_literals;
 
@@ -184,5 +184,5 @@ TYPED_TEST(BillingTest, AnalyticsSumsRevenueAndOrdersPerCustomer) {
   EXPECT_FALSE(customer_revenue(*tx, 999));
 }
 
-}  // namespace
+}  // namespace billing_test
 }  // namespace idem

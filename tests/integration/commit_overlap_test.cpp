@@ -27,7 +27,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace commit_overlap_test {
 
 using namespace std::chrono_literals;
 
@@ -162,5 +162,5 @@ TEST_F(CommitOverlapTest, WhenTheFirstRollsBackTheSecondCopyIsTheFirstTime) {
   EXPECT_EQ(effects(), 1);
 }
 
-}  // namespace
+}  // namespace commit_overlap_test
 }  // namespace idem

@@ -34,7 +34,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace concurrent_effects_test {
 
 using namespace std::chrono_literals;
 
@@ -425,5 +425,5 @@ TEST_F(ConcurrentEffectsPostgres, CallsGoOnWhileAnApplyTransactionCommits) {
 }
 #endif
 
-}  // namespace
+}  // namespace concurrent_effects_test
 }  // namespace idem::test

@@ -14,7 +14,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace config_check_test {
 
 // The line of `key` in a describe() listing: `key = value  # origin`.
 std::string line_of(const std::string& output, const std::string& key) {
@@ -345,5 +345,5 @@ TEST(ConfigCheck, AFlagWinsOverTheEnvironmentAndAnInvalidFlagFailsTheCommand) {
       << bad.output;
 }
 
-}  // namespace
+}  // namespace config_check_test
 }  // namespace idem

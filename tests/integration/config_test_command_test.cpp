@@ -19,7 +19,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace config_test_command_test {
 
 using namespace std::chrono_literals;
 
@@ -269,5 +269,5 @@ rows = [["{}"]]
   EXPECT_EQ(refused.output.find("test on the store"), std::string::npos) << refused.output;
 }
 
-}  // namespace
+}  // namespace config_test_command_test
 }  // namespace idem

@@ -33,7 +33,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace configured_examples_test {
 
 using namespace std::chrono_literals;
 
@@ -191,5 +191,5 @@ TYPED_TEST(ConfiguredExamplesTest, BillingAsConfigurationGivesTheCompiledLedger)
   EXPECT_EQ(this->rows(this->configured_url_, orders), this->rows(this->compiled_url_, orders));
 }
 
-}  // namespace
+}  // namespace configured_examples_test
 }  // namespace idem

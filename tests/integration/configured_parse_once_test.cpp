@@ -28,7 +28,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace configured_parse_once_test {
 
 using namespace std::chrono_literals;
 
@@ -131,5 +131,5 @@ body = '{{"order_id": {{order_id}}, "amount": {{amount}}}}'
   EXPECT_GE(stats.delivered, static_cast<std::uint64_t>(records));
 }
 
-}  // namespace
+}  // namespace configured_parse_once_test
 }  // namespace idem

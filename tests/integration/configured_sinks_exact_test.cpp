@@ -29,7 +29,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace configured_sinks_exact_test {
 
 using namespace std::chrono_literals;
 
@@ -297,5 +297,5 @@ amount = {{ from = "/amount", type = "numeric", precision = 18, scale = 2 }}
   EXPECT_EQ(this->scalar("SELECT count(DISTINCT event_id) FROM movement"), 5);
 }
 
-}  // namespace
+}  // namespace configured_sinks_exact_test
 }  // namespace idem

@@ -35,7 +35,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace configured_sinks_test {
 
 using namespace std::chrono_literals;
 
@@ -463,5 +463,5 @@ TYPED_TEST(ConfiguredSinksTest, AnEndpointThatIsDownPausesItsRouteBehindTheBreak
   this->expect_paused_until_the_endpoint_accepts(503, "is down (HTTP 503)");
 }
 
-}  // namespace
+}  // namespace configured_sinks_test
 }  // namespace idem

@@ -27,7 +27,7 @@
 #include "support/webdriver.hpp"
 
 namespace idem {
-namespace {
+namespace console_browser_test {
 
 using namespace std::chrono_literals;
 using test::ChildProcess;
@@ -273,5 +273,5 @@ TEST_F(ConsoleBrowserTest, LagReachesZeroADeadLetterIsShownAsTextAndReplayedExac
   EXPECT_EQ(broker.wait(30s), 0);
 }
 
-}  // namespace
+}  // namespace console_browser_test
 }  // namespace idem

@@ -29,7 +29,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace console_store_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -175,5 +175,5 @@ TYPED_TEST(ConsoleStoreTest, AReplayIsAuditedInTheStoreBeforeAndAfterItSends) {
   EXPECT_EQ(entries[0]["target_topic"], topic);
 }
 
-}  // namespace
+}  // namespace console_store_test
 }  // namespace idem

@@ -26,7 +26,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace console_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -203,5 +203,5 @@ TEST_F(ConsoleHttpTest, OnAnAdminPortItAlsoServesMetricsHealthAndReadiness) {
   EXPECT_EQ(client_->Get("/metrics")->status, 404) << "only on an admin port";
 }
 
-}  // namespace
+}  // namespace console_test
 }  // namespace idem

@@ -23,7 +23,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace consume_config_test {
 
 using namespace std::chrono_literals;
 
@@ -95,5 +95,5 @@ TEST(ConsumeConfig, RunsFromAConfigFileAndServesTheAdminPort) {
   EXPECT_EQ(test::effect_rows(db, group), 3);
 }
 
-}  // namespace
+}  // namespace consume_config_test
 }  // namespace idem

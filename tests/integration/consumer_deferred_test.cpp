@@ -30,7 +30,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace consumer_deferred_test {
 
 using namespace std::chrono_literals;
 
@@ -163,5 +163,5 @@ TYPED_TEST(ConsumerDeferredTest, FailingRowOfAMergedStatementLosesOnlyItsEvent) 
             std::vector<std::int64_t>{TestFixture::kEvents});
 }
 
-}  // namespace
+}  // namespace consumer_deferred_test
 }  // namespace idem::test

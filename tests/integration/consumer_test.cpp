@@ -36,7 +36,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace consumer_test {
 
 using test::eventually;
 
@@ -891,5 +891,5 @@ TEST(BackoffTest, GrowsExponentiallyWithJitterAndIsCapped) {
   EXPECT_THROW(Backoff{p}, Error);
 }
 
-}  // namespace
+}  // namespace consumer_test
 }  // namespace idem

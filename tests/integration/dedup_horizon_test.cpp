@@ -30,7 +30,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace dedup_horizon_test {
 
 using namespace std::chrono_literals;
 
@@ -241,5 +241,5 @@ TEST(DedupHorizonConfigTest, RejectsAMarginAsLongAsTheRetention) {
   EXPECT_THROW(Consumer(c, open_store("sqlite://:memory:")), Error);
 }
 
-}  // namespace
+}  // namespace dedup_horizon_test
 }  // namespace idem

@@ -25,7 +25,7 @@
 #include "support/process.hpp"
 
 namespace idem {
-namespace {
+namespace dev_broker_process_test {
 
 using test::unique_name;
 
@@ -185,5 +185,5 @@ TEST(DevBrokerProcess, RejectsBadTopicSpecWithoutPrintingBootstrap) {
   EXPECT_NE(broker.wait(15s), 0);
 }
 
-}  // namespace
+}  // namespace dev_broker_process_test
 }  // namespace idem

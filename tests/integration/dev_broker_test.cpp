@@ -25,7 +25,7 @@
 #include "idem/error.hpp"
 
 namespace idem {
-namespace {
+namespace dev_broker_test {
 
 using test::unique_name;
 
@@ -463,5 +463,5 @@ TEST(DevBroker, BrokerRttDelaysResponses) {
   broker.set_broker_rtt(1, 0ms);
 }
 
-}  // namespace
+}  // namespace dev_broker_test
 }  // namespace idem

@@ -33,7 +33,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace dlq_test {
 
 using namespace std::chrono_literals;
 using test::KafkaTestProducer;
@@ -419,5 +419,5 @@ TEST_F(DlqTest, CliReplaysWithTheFlagsOperatorsUse) {
   EXPECT_EQ(copied[0].payload, to_json(e));
 }
 
-}  // namespace
+}  // namespace dlq_test
 }  // namespace idem

@@ -23,7 +23,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace effect_stop_test {
 
 using namespace std::chrono_literals;
 
@@ -108,5 +108,5 @@ TEST_F(EffectPathStop, StopBudgetLeavesTheFinalCommitAndTheLeaveTheirShare) {
   EXPECT_EQ(committed.at(0), 1) << "the final commit of order 1 was not made";
 }
 
-}  // namespace
+}  // namespace effect_stop_test
 }  // namespace idem::test

@@ -19,7 +19,7 @@
 #include "support/test_env.hpp"
 
 namespace idem::http {
-namespace {
+namespace http_check_test {
 
 using test::EndpointBehaviour;
 using test::PaymentEndpoint;
@@ -192,5 +192,5 @@ TEST(HttpCheckProvider, EveryCasePassesAgainstIdemProvider) {
   EXPECT_TRUE(report.required_cases_passed());
 }
 
-}  // namespace
+}  // namespace http_check_test
 }  // namespace idem::http

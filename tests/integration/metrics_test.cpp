@@ -28,7 +28,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace metrics_test {
 
 using namespace std::chrono_literals;
 
@@ -251,5 +251,5 @@ TEST(AdminServer, StoreReadinessFailsWithoutShowingTheUrl) {
   EXPECT_EQ(res->body.find("readyzSecret"), std::string::npos) << res->body;
 }
 
-}  // namespace
+}  // namespace metrics_test
 }  // namespace idem

@@ -24,7 +24,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace offsets_command_test {
 
 using namespace std::chrono_literals;
 
@@ -126,5 +126,5 @@ TEST_F(OffsetsCommand, ShowsBothPlacesReportsAKafkaOnlyResetAndResetsBoth) {
       << refused.output;
 }
 
-}  // namespace
+}  // namespace offsets_command_test
 }  // namespace idem

@@ -16,7 +16,7 @@
 #include "support/postgres_test_db.hpp"
 
 namespace idem::test {
-namespace {
+namespace pg_insert_merge_test {
 
 constexpr const char* kInsertM = "INSERT INTO m (a, b, u) VALUES ($1, $2, $3::uuid)";
 constexpr const char* kInsertN = "INSERT INTO n (a) VALUES ($1)";
@@ -214,5 +214,5 @@ TEST_F(PgInsertMergeTest, ASavepointEndsARun) {
   EXPECT_EQ(rows[0].text(0), "1,2,5,8,9");
 }
 
-}  // namespace
+}  // namespace pg_insert_merge_test
 }  // namespace idem::test

@@ -38,7 +38,7 @@ namespace idem::test {
 INSTANTIATE_TYPED_TEST_SUITE_P(Postgres, StoreContract, ::testing::Types<PostgresBackend>,
                                BackendName);
 
-namespace {
+namespace postgres_store_test {
 
 using namespace std::chrono_literals;
 using std::chrono::sys_days;
@@ -808,5 +808,5 @@ TEST_F(PostgresStoreTest, SeveralHostsMeanTheSessionThatTakesWrites) {
   EXPECT_EQ(attrs, "read-write");
 }
 
-}  // namespace
+}  // namespace postgres_store_test
 }  // namespace idem::test

@@ -19,7 +19,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace postgres_tls_test {
 
 constexpr std::string_view kPassword = "tlsOnlyPassword9";
 
@@ -155,5 +155,5 @@ TEST_F(TlsOnlyPostgres, LibpqVariablesThroughTheLoaderSelectTls) {
   EXPECT_THROW(static_cast<void>(open_store(load_config(sources).store_url)), Error);
 }
 
-}  // namespace
+}  // namespace postgres_tls_test
 }  // namespace idem

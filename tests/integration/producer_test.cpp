@@ -19,7 +19,7 @@
 #include "support/shared_broker.hpp"
 
 namespace idem {
-namespace {
+namespace producer_test {
 
 using namespace std::chrono_literals;
 
@@ -123,5 +123,5 @@ TEST(Producer, RejectsMissingBootstrapServers) {
   EXPECT_THROW(Producer(ProducerConfig{}), Error);
 }
 
-}  // namespace
+}  // namespace producer_test
 }  // namespace idem

@@ -33,7 +33,7 @@
 #include "support/test_env.hpp"
 
 namespace idem::http {
-namespace {
+namespace provider_conformance_test {
 
 using namespace std::chrono_literals;
 using test::http_get;
@@ -411,5 +411,5 @@ TEST(ProviderConformanceProcess, FlagsSetTheNewFaultsAndTheClientHeader) {
   EXPECT_EQ(provider.stop(), 0);
 }
 
-}  // namespace
+}  // namespace provider_conformance_test
 }  // namespace idem::http

@@ -38,7 +38,7 @@
 #include "support/wait.hpp"
 
 namespace idem::http {
-namespace {
+namespace provider_test {
 
 using namespace std::chrono_literals;
 using test::http_get;
@@ -470,5 +470,5 @@ TEST(ProviderProcessTest, ClaimOfAKilledProviderIsForgottenOnRestart) {
   EXPECT_EQ(restarted.stop(), 0);
 }
 
-}  // namespace
+}  // namespace provider_test
 }  // namespace idem::http

@@ -37,7 +37,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace relay_test {
 
 using test::eventually;
 
@@ -595,5 +595,5 @@ TEST(RelaySqlite, RefusesToPublishAfterReplicationWithoutStandbys) {
   }
 }
 
-}  // namespace
+}  // namespace relay_test
 }  // namespace idem

@@ -32,7 +32,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace retention_test {
 
 using namespace std::chrono_literals;
 using std::chrono::sys_days;
@@ -358,5 +358,5 @@ TEST(RetentionWhileConsuming, PostgresBatchedDeleteKeepsEffectsExactlyOnce) {
   delete_while_consuming(url);
 }
 
-}  // namespace
+}  // namespace retention_test
 }  // namespace idem

@@ -47,7 +47,7 @@
 #include "support/wait.hpp"
 
 namespace idem::test {
-namespace {
+namespace retry_topics_test {
 
 using namespace std::chrono_literals;
 
@@ -628,5 +628,5 @@ INSTANTIATE_TEST_SUITE_P(Handlers, RetryHeadersAcrossProcesses,
 
 }  // namespace across_processes
 
-}  // namespace
+}  // namespace retry_topics_test
 }  // namespace idem::test

@@ -18,7 +18,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace route_templates_cli_test {
 
 using namespace std::chrono_literals;
 
@@ -156,5 +156,5 @@ TEST(RouteTemplatesCli, ConfigCheckOfASinkFileShowsTheSettingsOfAConsumerWithRou
     EXPECT_EQ(r.output.find(hidden), std::string::npos) << hidden << " in:\n" << r.output;
 }
 
-}  // namespace
+}  // namespace route_templates_cli_test
 }  // namespace idem

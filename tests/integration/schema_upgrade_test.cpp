@@ -43,7 +43,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace schema_upgrade_test {
 
 namespace previous = test::previous_release;
 using namespace std::chrono_literals;
@@ -543,5 +543,5 @@ TEST_F(SchemaUpgradePostgres, RolesKeepTheirPrivilegesUnderBothNames) {
 }
 #endif
 
-}  // namespace
+}  // namespace schema_upgrade_test
 }  // namespace idem

@@ -12,7 +12,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace secrets_test {
 
 const std::vector<std::string> kSecrets = {
     "fileDbPassword1", "fileSaslPassword2", "envPgPassword3",   "envSslKeyPassword4",
@@ -91,5 +91,5 @@ TEST(Secrets, ConnectionErrorsDoNotShowThePassword) {
   }
 }
 
-}  // namespace
+}  // namespace secrets_test
 }  // namespace idem

@@ -14,7 +14,7 @@
 #include "support/test_env.hpp"
 
 namespace idem {
-namespace {
+namespace stop_signals_test {
 
 using namespace std::chrono_literals;
 
@@ -57,5 +57,5 @@ TEST(StopSignals, EveryServingCommandExitsCleanlyOnSigtermAndSigint) {
   EXPECT_EQ(broker.wait(30s), 0);
 }
 
-}  // namespace
+}  // namespace stop_signals_test
 }  // namespace idem

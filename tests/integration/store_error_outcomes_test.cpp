@@ -34,7 +34,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace store_error_outcomes_test {
 
 using namespace std::chrono_literals;
 using enum StoreErrorOutcome;
@@ -282,5 +282,5 @@ TEST_F(StoreErrorConsumerTest, WhatNoEventIsToBlameForStopsTheConsumer) {
   }
 }
 
-}  // namespace
+}  // namespace store_error_outcomes_test
 }  // namespace idem

@@ -27,7 +27,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace tracing_test {
 
 using namespace std::chrono_literals;
 
@@ -222,5 +222,5 @@ TEST(Tracing, BillingForwardsTheOutboxTraceToThePaymentProvider) {
   EXPECT_NE(received->span_id, enqueued->span_id) << "the HTTP call is a child span";
 }
 
-}  // namespace
+}  // namespace tracing_test
 }  // namespace idem

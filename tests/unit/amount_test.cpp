@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-namespace {
+namespace amount_test {
 
 using idem::Amount;
 using PE = Amount::ParseError;
@@ -92,4 +92,4 @@ TEST(Amount, OrdersByValue) {
   EXPECT_EQ(*Amount::parse("10"), *Amount::parse("10.00"));
 }
 
-}  // namespace
+}  // namespace amount_test

@@ -25,7 +25,7 @@
 #include "support/ports.hpp"
 
 namespace idem::http {
-namespace {
+namespace async_client_test {
 
 using namespace std::chrono_literals;
 using test::answer;
@@ -582,5 +582,5 @@ TEST(AsyncClientBreaker, ARefusedConnectionOpensItAndTheDestructorCancelsWhatItH
   }
 }
 
-}  // namespace
+}  // namespace async_client_test
 }  // namespace idem::http

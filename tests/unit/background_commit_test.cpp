@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace background_commit_test {
 
 using idem::detail::BackgroundCommit;
 
@@ -62,4 +62,4 @@ TEST(BackgroundCommit, TheDestructorLetsTheJobInFlightFinish) {
   EXPECT_TRUE(finished.load());
 }
 
-}  // namespace
+}  // namespace background_commit_test

@@ -20,7 +20,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace config_renamed_test {
 
 using namespace std::chrono_literals;
 
@@ -290,5 +290,5 @@ TEST(RenamedKeys, TheDocsNameTheNewKeysAndTheOldOnesOnlyAsRenamed) {
   }
 }
 
-}  // namespace
+}  // namespace config_renamed_test
 }  // namespace idem

@@ -19,7 +19,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace config_test {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
@@ -640,5 +640,5 @@ TEST(ConfigRedaction, DescribeAndProblemsNeverShowSecrets) {
   }
 }
 
-}  // namespace
+}  // namespace config_test
 }  // namespace idem

@@ -14,7 +14,7 @@
 #include "idem/http/conformance_probe.hpp"
 
 namespace idem::http {
-namespace {
+namespace conformance_probe_test {
 
 ObservedAnswer answer(long status, std::string resource_id = {}, std::string body = {}) {
   ObservedAnswer a;
@@ -275,5 +275,5 @@ TEST(ConformanceProbe, DryRunListingRedactsCredentialsButShowsKeys) {
   EXPECT_EQ(json.at("requests"), 18);
 }
 
-}  // namespace
+}  // namespace conformance_probe_test
 }  // namespace idem::http

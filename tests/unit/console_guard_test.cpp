@@ -8,7 +8,7 @@
 #include "console/sampler.hpp"
 
 namespace idem::console {
-namespace {
+namespace console_guard_test {
 
 StateChangeRequest good_replay() {
   return {"POST",        "127.0.0.1:8480", "http://127.0.0.1:8480", "application/json",
@@ -150,5 +150,5 @@ TEST(ConsoleApi, TopicAndOperatorNamesAreValidatedBeforeUse) {
   EXPECT_FALSE(valid_operator_name("line\nbreak"));
 }
 
-}  // namespace
+}  // namespace console_guard_test
 }  // namespace idem::console

@@ -17,7 +17,7 @@
 #include "support/effect_harness.hpp"
 
 namespace idem::test {
-namespace {
+namespace effect_edges_test {
 
 using namespace std::chrono_literals;
 
@@ -255,5 +255,5 @@ TEST_F(EffectPathEdges, StaleSkippedRecordDoesNotLoop) {
   EXPECT_LE(h.stats().transactions, 2u) << "the skipped record was applied again and again";
 }
 
-}  // namespace
+}  // namespace effect_edges_test
 }  // namespace idem::test

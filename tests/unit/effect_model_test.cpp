@@ -33,7 +33,7 @@
 #include "support/effect_harness.hpp"
 
 namespace idem::test {
-namespace {
+namespace effect_model_test {
 
 using namespace std::chrono_literals;
 
@@ -213,5 +213,5 @@ TEST_F(EffectPathModel, RandomSchedulesKeepEveryRecordSettledOnceInKeyOrder) {
             << base + static_cast<std::uint64_t>(cases) - 1 << "\n";
 }
 
-}  // namespace
+}  // namespace effect_model_test
 }  // namespace idem::test

@@ -22,7 +22,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace event_reader_test {
 
 /// A record of topic "t" that owns its bytes and headers, as a RecordInfo views them.
 struct Record {
@@ -389,5 +389,5 @@ fee = { from = "/fee", type = "numeric", precision = 18, scale = 8 }
   EXPECT_EQ(std::get<std::string>(values[3].value()), "0.00005000");
 }
 
-}  // namespace
+}  // namespace event_reader_test
 }  // namespace idem

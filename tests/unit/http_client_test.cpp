@@ -19,7 +19,7 @@
 #include "idem/http/idempotent_client.hpp"
 
 namespace idem::http {
-namespace {
+namespace http_client_test {
 
 using namespace std::chrono_literals;
 
@@ -233,5 +233,5 @@ TEST(HttpClientTest, WithoutKeysEveryAttemptGetsAFreshKey) {
   EXPECT_NE(keys[1], keys[2]);
 }
 
-}  // namespace
+}  // namespace http_client_test
 }  // namespace idem::http

@@ -15,7 +15,7 @@
 #include "idem/error.hpp"
 #include "idem/retry.hpp"
 
-namespace {
+namespace idle_store_check_test {
 
 using namespace std::chrono_literals;
 using idem::Backend;
@@ -131,4 +131,4 @@ TEST(FetchGate, RewindDropsTheHoldsAndSeeksThePartitionBackAndResumesIt) {
   EXPECT_EQ(fetch.calls, expected);
 }
 
-}  // namespace
+}  // namespace idle_store_check_test

@@ -22,7 +22,7 @@
 #include "sinks/json_value_adapter.hpp"
 
 namespace idem::sinks::detail {
-namespace {
+namespace json_schema_test {
 
 // Every keyword family valijson reads values through an adapter for: types, numbers
 // (integer and not), strings, enum and const (frozen values compared), arrays (items,
@@ -122,5 +122,5 @@ TEST_F(JsonSchemaCheck, AViolationNamesWhereTheEventBreaksTheSchema) {
   EXPECT_NE(wrong_tag->find("tags"), std::string::npos) << *wrong_tag;
 }
 
-}  // namespace
+}  // namespace json_schema_test
 }  // namespace idem::sinks::detail

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace keyed_scheduler_test {
 
 // "k<n>". Built by append: GCC 12 -O3 warns (-Wrestrict, a false positive: GCC bug
 // 105329) on "k" + std::to_string(n).
@@ -155,4 +155,4 @@ TEST(KeyedScheduler, RandomWorkloadKeepsEachKeyInOrderAndUnderTheLimit) {
   }
 }
 
-}  // namespace
+}  // namespace keyed_scheduler_test

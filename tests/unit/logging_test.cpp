@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 namespace idem {
-namespace {
+namespace logging_test {
 
 struct Captured {
   std::vector<std::string> lines;
@@ -74,5 +74,5 @@ TEST(Logger, LineSinkAdaptsFreeTextFromTheLibrary) {
   EXPECT_NE(out.lines[0].find("warn consumer: idem consumer: batch of 3"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace logging_test
 }  // namespace idem

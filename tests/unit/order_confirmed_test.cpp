@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace order_confirmed_test {
 
 using idem::ValidationReason;
 using R = ValidationReason;
@@ -490,4 +490,4 @@ TEST(OrderConfirmed, ReasonsHaveStableSnakeCaseNames) {
   for (const auto& [reason, name] : names) EXPECT_EQ(idem::to_string(reason), name);
 }
 
-}  // namespace
+}  // namespace order_confirmed_test

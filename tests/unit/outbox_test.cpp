@@ -15,7 +15,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace outbox_test {
 
 class OutboxTest : public ::testing::Test {
  protected:
@@ -208,5 +208,5 @@ TEST(OutboxShard, IsAStableHashOfTheKey) {
   }
 }
 
-}  // namespace
+}  // namespace outbox_test
 }  // namespace idem

@@ -12,7 +12,7 @@
 
 #include "idem/store.hpp"
 
-namespace {
+namespace partition_positions_test {
 
 using idem::StoredOffset;
 using idem::detail::PartitionOutcome;
@@ -79,4 +79,4 @@ TEST_F(PartitionPositionsRows, AStoredRowGivesItsLettersBackAfterARestart) {
       << "the store holds that row already";
 }
 
-}  // namespace
+}  // namespace partition_positions_test

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace partition_progress_test {
 
 using idem::detail::PartitionOffset;
 using idem::detail::PartitionOutcome;
@@ -158,4 +158,4 @@ TEST(PartitionProgressRowAfter, ARecordHeldNotDoneStopsThePosition) {
   EXPECT_EQ(o.first_seen(kP0), 20);
 }
 
-}  // namespace
+}  // namespace partition_progress_test

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace idem::detail::pg {
-namespace {
+namespace pg_insert_merge_test {
 
 TEST(PgInsertMerge, TheCountHandlersInsertMerges) {
   const auto shape = parse_mergeable_insert(
@@ -87,5 +87,5 @@ TEST(PgInsertMerge, ChunksArePowersOfTwoWithinTheParameterLimit) {
   static_assert(kMaxMergedParams * 4 + 6 <= 30000, "libpq's limit on a ParameterDescription");
 }
 
-}  // namespace
+}  // namespace pg_insert_merge_test
 }  // namespace idem::detail::pg

@@ -18,7 +18,7 @@
 #include "support/store_backends.hpp"
 
 namespace idem {
-namespace {
+namespace relay_parts_test {
 
 using std::chrono::milliseconds;
 
@@ -198,5 +198,5 @@ TEST(InFlightBatches, ARowRefusedForGoodIsSetAsideAndDoesNotBlockTheRest) {
   EXPECT_TRUE(in_flight.empty());
 }
 
-}  // namespace
+}  // namespace relay_parts_test
 }  // namespace idem

@@ -11,7 +11,7 @@
 #include "outbox/replication_gate.hpp"
 
 namespace idem::detail {
-namespace {
+namespace replication_gate_test {
 
 StandbyReplication standby(std::string name, std::optional<std::uint64_t> flush,
                            std::string sync_state = "async") {
@@ -158,5 +158,5 @@ TEST(ReplicationGate, TheStartLineSaysWhichWalsendersCount) {
             "''); counting now: none; not counting: none");
 }
 
-}  // namespace
+}  // namespace replication_gate_test
 }  // namespace idem::detail

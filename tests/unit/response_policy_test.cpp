@@ -8,7 +8,7 @@
 #include "idem/http/response_policy.hpp"
 
 namespace idem::http {
-namespace {
+namespace response_policy_test {
 
 using namespace std::chrono_literals;
 
@@ -70,5 +70,5 @@ TEST(ResponsePolicy, ReadsProblemDetailsOrKeepsAPrefixOfTheBody) {
   EXPECT_EQ(plain.reason, "HTTP 400: missing ...");
 }
 
-}  // namespace
+}  // namespace response_policy_test
 }  // namespace idem::http

@@ -22,7 +22,7 @@
 #include "support/wait.hpp"
 
 namespace idem {
-namespace {
+namespace retention_test {
 
 using namespace std::chrono_literals;
 using test::ManualClock;
@@ -289,5 +289,5 @@ TEST(DedupHorizonTest, StaleMeansBornBeforeRetentionMinusMargin) {
   EXPECT_EQ(h.stale_age(), 7 * 24h - 1h);
 }
 
-}  // namespace
+}  // namespace retention_test
 }  // namespace idem

@@ -28,7 +28,7 @@
 #include "support/waited_completion.hpp"
 
 namespace idem::sinks {
-namespace {
+namespace route_call_test {
 
 using namespace std::chrono_literals;
 using test::WaitedCompletion;
@@ -176,5 +176,5 @@ TEST_F(RouteCall, ARefusalAnsweredWhileThePausedRouteResumesIsTriedAgain) {
   EXPECT_EQ(calls_->paused_reason(), "");
 }
 
-}  // namespace
+}  // namespace route_call_test
 }  // namespace idem::sinks

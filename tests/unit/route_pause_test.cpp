@@ -15,7 +15,7 @@
 #include "support/waited_completion.hpp"
 
 namespace idem {
-namespace {
+namespace route_pause_test {
 
 using http::RoutePause;
 using Refusal = http::RoutePause::Refusal;
@@ -100,5 +100,5 @@ TEST(RoutePauseTest, BillingRetriesOrdersWhileEveryChargeIsRefused) {
   EXPECT_EQ(changes.seen.size(), 2u);
 }
 
-}  // namespace
+}  // namespace route_pause_test
 }  // namespace idem

@@ -28,7 +28,7 @@
 #include "support/waited_completion.hpp"
 
 namespace idem::sinks {
-namespace {
+namespace route_templates_test {
 
 using namespace std::chrono_literals;
 
@@ -280,5 +280,5 @@ TEST_F(TemplateCalls, AReasonNeverCarriesASecret) {
   EXPECT_EQ(reason.find("s3cr3t"), std::string::npos) << reason;
 }
 
-}  // namespace
+}  // namespace route_templates_test
 }  // namespace idem::sinks

@@ -21,7 +21,7 @@
 #include "support/wait.hpp"
 
 namespace idem::sinks {
-namespace {
+namespace sinks_exact_test {
 
 std::string write_file(const std::string& text) {
   const auto dir = std::filesystem::temp_directory_path() / test::unique_name("sinks-exact");
@@ -285,5 +285,5 @@ TEST(SinkFormatKey, AutoIsAFormatAndOthersAreRefused) {
   }
 }
 
-}  // namespace
+}  // namespace sinks_exact_test
 }  // namespace idem::sinks

@@ -20,7 +20,7 @@
 #include "support/wait.hpp"
 
 namespace idem::sinks {
-namespace {
+namespace sinks_test {
 
 std::string write_file(const std::string& name, const std::string& text) {
   const auto dir = std::filesystem::temp_directory_path() / test::unique_name("sinks");
@@ -365,5 +365,5 @@ TEST(SinkCheck, StatementsArePreparedAgainstTheDatabase) {
   EXPECT_NO_THROW(sinks.check(*store));  // NOT NULL broken by the NULLs is not a problem
 }
 
-}  // namespace
+}  // namespace sinks_test
 }  // namespace idem::sinks

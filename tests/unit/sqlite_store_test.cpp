@@ -26,7 +26,7 @@ namespace idem::test {
 INSTANTIATE_TYPED_TEST_SUITE_P(Sqlite, StoreContract, ::testing::Types<SqliteBackend>, BackendName);
 }  // namespace idem::test
 
-namespace {
+namespace sqlite_store_test {
 
 using idem::Error;
 using idem::ErrorCode;
@@ -473,4 +473,4 @@ TEST(SqliteStore, ProcessedAtIsUnixMilliseconds) {
   EXPECT_LE(at, after + 5);
 }
 
-}  // namespace
+}  // namespace sqlite_store_test

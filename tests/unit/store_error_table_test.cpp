@@ -19,7 +19,7 @@
 #include "stores/store_errors.hpp"
 
 namespace idem {
-namespace {
+namespace store_error_table_test {
 
 using enum StoreErrorOutcome;
 
@@ -336,5 +336,5 @@ TEST(StoreErrorTable, AStopOnAnInternalErrorSaysToReadTheServersLog) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace store_error_table_test
 }  // namespace idem

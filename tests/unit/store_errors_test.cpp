@@ -11,7 +11,7 @@
 #include "stores/store_errors.hpp"
 
 namespace idem {
-namespace {
+namespace store_errors_test {
 
 using detail::refused_for_good;
 
@@ -131,5 +131,5 @@ TEST(StoreErrors, StartRefusesAStoreNotMigratedToThisIdemsVersion) {
   }
 }
 
-}  // namespace
+}  // namespace store_errors_test
 }  // namespace idem

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-namespace {
+namespace timestamp_test {
 
 using namespace std::chrono;
 using namespace std::chrono_literals;
@@ -139,4 +139,4 @@ TEST(Rfc3339, RoundTripsThroughText) {
             "2026-11-29T22:33:47.123456Z");
 }
 
-}  // namespace
+}  // namespace timestamp_test

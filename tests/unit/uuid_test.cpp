@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
-namespace {
+namespace uuid_test {
 
 using namespace std::chrono_literals;
 using Ms = std::chrono::sys_time<std::chrono::milliseconds>;
@@ -395,4 +395,4 @@ TEST(UuidV7Generator, ForkedChildDoesNotRepeatTheParentsIds) {
   EXPECT_EQ(overlap, 0);
 }
 
-}  // namespace
+}  // namespace uuid_test
