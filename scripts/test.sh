@@ -27,8 +27,13 @@ step_done "format and size checks"
 # an API they use fails the test command instead of rotting until the next measurement.
 # They are compiled last, beside the tests and the fuzzing (below): nothing the tests run
 # needs them, and those steps leave a core mostly idle.
+# A unity build: each target compiles as a few translation units of up to 8 sources, so the
+# headers every source includes (the standard library, fmt, GoogleTest, httplib, CLI11) are
+# parsed a few times per target instead of once per source: less than half the CPU of
+# one unit per source (docs/testing.md). A source must still compile on its own (builds
+# without this flag, the fuzz build, clang-tidy's compile of each changed source).
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
-  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON
+  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=ON
 cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all python/all
 step_done "build (all but the benchmarks)"
 
@@ -47,9 +52,15 @@ setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fu
   exec nice -n 19 cmake --build "$2" -j"$3" --target bench/all' bench_build "$fuzz_build" \
   "$build" "$jobs" >"$bench_log" 2>&1 &
 bench_build=$!
+# clang-tidy reads a source's own compile command, which a unity build's compile database
+# lacks (it lists the generated unity sources): a second tree, configured without the unity
+# build and never built, gives the commands.
+tidy_commands="$build/tidy-commands"
 setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
-  exec nice -n 19 "$2/scripts/check-style.sh" "$3"' clang_tidy "$fuzz_build" "$root" "$build" \
-  >"$tidy_log" 2>&1 &
+  nice -n 19 cmake -S "$2" -B "$3" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=OFF >/dev/null &&
+  exec nice -n 19 "$2/scripts/check-style.sh" "$3"' clang_tidy "$fuzz_build" "$root" \
+  "$tidy_commands" >"$tidy_log" 2>&1 &
 tidy=$!
 trap 'kill -- "-$fuzz_build" "-$bench_build" "-$tidy" 2>/dev/null || true' EXIT
 tests=0
