@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/, clang + ASan + UBSan) in a build directory of
-# their own and runs each for SECONDS (default 60), one after another. Fails on the
+# their own and runs each for SECONDS (default 60), IDEM_JOBS (2) at a time. Fails on the
 # first crash, sanitizer report, leak or timeout; the input that caused it is left in
 # <build>/artifacts/ (re-run it: <build>/fuzz/<target> <file>). Prints the executions
 # and the corpus size of every target.
@@ -36,28 +36,43 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$build/artifacts"
 summary=()
-for name in "${targets[@]}"; do
-  corpus="$build/corpus/$name"
+# The targets run IDEM_JOBS at a time (one per core): each gets its SECONDS on a core of its
+# own, as one after another would, in half the wall time on two cores.
+start_target() {
+  local name="$1" corpus="$build/corpus/$1" dict=()
   mkdir -p "$corpus"
   cp -n "$root/fuzz/corpus/$name/"* "$corpus/" 2>/dev/null || true
-  dict=()
   if [ -f "$root/fuzz/$name.dict" ]; then dict=(-dict="$root/fuzz/$name.dict"); fi
-  log="$build/artifacts/$name.log"
   echo "fuzz: $name for $seconds s"
-  status=0
   "$build/fuzz/${name}_fuzz" "$corpus" "${dict[@]}" -max_total_time="$seconds" \
     -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
-    -artifact_prefix="$build/artifacts/$name-" >"$log" 2>&1 || status=$?
-  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
-  units="$(find "$corpus" -type f | wc -l)"
-  bytes="$(du -sk "$corpus" | cut -f1)"
+    -artifact_prefix="$build/artifacts/$name-" >"$build/artifacts/$name.log" 2>&1 &
+  running+=("$name:$!")
+}
+finish_target() {  # NAME:PID
+  local name="${1%%:*}" pid="${1##*:}" status=0 log="$build/artifacts/${1%%:*}.log"
+  wait "$pid" || status=$?
   if [ "$status" -ne 0 ]; then
     echo "fuzz: $name FAILED (exit $status); the end of its log ($log):" >&2
     tail -n 60 "$log" >&2
     exit 1
   fi
+  local execs units bytes
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  units="$(find "$build/corpus/$name" -type f | wc -l)"
+  bytes="$(du -sk "$build/corpus/$name" | cut -f1)"
   summary+=("$(printf '%-16s %12s executions in %4s s, corpus %6s inputs (%s KiB)' \
     "$name" "${execs:-?}" "$seconds" "$units" "$bytes")")
+}
+running=()
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failure leaves no fuzzer running
+for name in "${targets[@]}"; do
+  start_target "$name"
+  if [ "${#running[@]}" -ge "$jobs" ]; then
+    for run in "${running[@]}"; do finish_target "$run"; done
+    running=()
+  fi
 done
+for run in "${running[@]}"; do finish_target "$run"; done
 echo "fuzz: no crash"
 printf '  %s\n' "${summary[@]}"

@@ -75,8 +75,8 @@ if [ "$fuzz_built" -ne 0 ]; then
   exit 1
 fi
 [ "$tests" -eq 0 ] || exit "$tests"
-"$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: about a minute
-step_done "fuzzing (the rest of its build, then 20 s per target)"
+"$root/scripts/fuzz.sh" 20  # the libFuzzer targets, briefly: 20 s each, one per core
+step_done "fuzzing (the rest of its build, then 20 s per target, one per core)"
 tidied=0
 wait "$tidy" || tidied=$?
 cat "$tidy_log"
