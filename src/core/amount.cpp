@@ -59,7 +59,7 @@ std::optional<Amount> Amount::parse(std::string_view text, ParseError* why) noex
     }
   }
   std::int64_t cents = 0;
-  if (!frac_part.empty()) cents += (frac_part[0] - '0') * 10;
+  if (!frac_part.empty()) cents += std::int64_t{frac_part[0] - '0'} * 10;
   if (frac_part.size() == 2) cents += frac_part[1] - '0';
 
   std::int64_t hundredths = 0;
