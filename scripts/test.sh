@@ -32,8 +32,12 @@ step_done "format and size checks"
 # parsed a few times per target instead of once per source: less than half the CPU of
 # one unit per source (docs/testing.md). A source must still compile on its own (builds
 # without this flag, the fuzz build, clang-tidy's compile of each changed source).
+# Debug information as line tables only (-g1): a crash's backtrace keeps its functions,
+# files and lines, and a unit compiles in about 70% of the time full debug information
+# takes (docs/testing.md). RelWithDebInfo otherwise, as users build it.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
-  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=ON
+  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all python/all
 step_done "build (all but the benchmarks)"
 
