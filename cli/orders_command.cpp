@@ -47,8 +47,7 @@ void register_orders(CLI::App& app, ExitCode& exit_code) {
   create->add_flag("--migrate", opts->migrate, "Apply pending migrations first");
   create->callback([opts, cfg, &exit_code] {
     const Config settings = cfg->load();
-    settings.require({"store.url"});
-    auto store = open_store(settings.store_url, settings.store_options);
+    auto store = open_configured_store(settings);
     if (opts->migrate) static_cast<void>(migrate_store(*store, {}, /*reference=*/true));
     Outbox outbox;
     OrderServiceConfig config;

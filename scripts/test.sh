@@ -35,8 +35,9 @@ step_done "format and size checks"
 # Debug information as line tables only (-g1): a crash's backtrace keeps its functions,
 # files and lines, and a unit compiles in about 70% of the time full debug information
 # takes (docs/testing.md). RelWithDebInfo otherwise, as users build it.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON \
-  -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=ON \
+# What is built, for the build and for clang-tidy's commands (below).
+project_options=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON)
+cmake -S "$root" -B "$build" "${project_options[@]}" -DIDEM_WERROR=ON -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 cmake --build "$build" -j"$jobs" --target src/all cli/all tests/all examples/all python/all
 step_done "build (all but the benchmarks)"
@@ -45,8 +46,8 @@ step_done "build (all but the benchmarks)"
 # changed by the last commit and the benchmark programs' compile, run while the tests run,
 # at the lowest priority: the tests keep the CPU they ask for, and the rest take what they
 # leave, which is most of it in the run's last minute (a few long fault scenarios
-# waiting). The benchmarks' compile goes on while the fuzz targets run (one core each, one
-# after another); clang-tidy's findings are printed once the tests are done.
+# waiting). The benchmarks' compile goes on while the fuzz targets run (one per core, ahead
+# of it) and may outlast them; clang-tidy's findings are printed once the tests are done.
 fuzz_log="$build/fuzz-build.log"
 bench_log="$build/bench-build.log"
 tidy_log="$build/clang-tidy.log"
@@ -61,10 +62,9 @@ bench_build=$!
 # build and never built, gives the commands.
 tidy_commands="$build/tidy-commands"
 setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done  # after the fuzz build
-  nice -n 19 cmake -S "$2" -B "$3" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DIDEM_BUILD_BENCH=ON -DIDEM_PYTHON=ON -DCMAKE_UNITY_BUILD=OFF >/dev/null &&
+  nice -n 19 cmake -S "$2" -B "$3" "${@:4}" -DCMAKE_UNITY_BUILD=OFF >/dev/null &&
   exec nice -n 19 "$2/scripts/check-style.sh" "$3"' clang_tidy "$fuzz_build" "$root" \
-  "$tidy_commands" >"$tidy_log" 2>&1 &
+  "$tidy_commands" "${project_options[@]}" >"$tidy_log" 2>&1 &
 tidy=$!
 trap 'kill -- "-$fuzz_build" "-$bench_build" "-$tidy" 2>/dev/null || true' EXIT
 tests=0

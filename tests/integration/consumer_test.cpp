@@ -57,6 +57,14 @@ OrderConfirmed make_event(std::int64_t order_id) {
   return e;
 }
 
+// The codec's own parse as a RecordParser: Consumer::on takes a HandlerScope only beside a
+// parser.
+RecordParser<OrderConfirmed> codec_parser() {
+  return [](const RecordInfo& r, const ParseLimits& limits) {
+    return EventCodec<OrderConfirmed>::parse(r.payload, limits);
+  };
+}
+
 TestRecord record_of(const std::string& topic, const OrderConfirmed& e,
                      std::int32_t partition = -1) {
   return {topic,
@@ -419,9 +427,7 @@ TEST_F(ConsumerTest, AHandlerScopeBracketsTheCallsOfEachPass) {
   std::atomic<int> calls_outside{0};
   auto c = std::make_unique<Consumer>(config, open_store(db_url_));
   c->on<OrderConfirmed>(
-      topic, RecordParser<OrderConfirmed>([](const RecordInfo& r, const ParseLimits& limits) {
-        return EventCodec<OrderConfirmed>::parse(r.payload, limits);
-      }),
+      topic, codec_parser(),
       Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
         ++calls;
         if (depth.load() != 1) ++calls_outside;
@@ -460,9 +466,7 @@ TEST_F(ConsumerTest, ARecordFromARetryTopicRunsInsideItsHandlersScope) {
   std::atomic<int> calls_outside{0};
   auto c = std::make_unique<Consumer>(config, open_store(db_url_));
   c->on<OrderConfirmed>(
-      topic, RecordParser<OrderConfirmed>([](const RecordInfo& r, const ParseLimits& limits) {
-        return EventCodec<OrderConfirmed>::parse(r.payload, limits);
-      }),
+      topic, codec_parser(),
       Handler<OrderConfirmed>([&](const OrderConfirmed& e, const RecordInfo& r, Transaction& tx) {
         if (depth.load() != 1) ++calls_outside;
         const bool retried = r.header("idem.attempts").has_value();
